@@ -1,0 +1,8 @@
+package ephemeralpg
+
+// Internals for the external tests.
+var (
+	TemplateName = templateName
+	FindBinDir   = findBinDir
+	StartLocal   = startLocal
+)
