@@ -1,0 +1,165 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tombstoneworks/communitydeletion/migration"
+)
+
+// errPending reports pending migrations under status --fail-on-pending.
+var errPending = errors.New("migrations pending")
+
+// execute opens the database and runs cfg's command. extra options follow
+// the ones derived from cfg (tests pass their own migrations here).
+func execute(ctx context.Context, cfg config, stdout, stderr io.Writer, extra ...migration.Option) (err error) {
+	m, err := migration.Open(ctx, cfg.databaseURL, append(cfg.options(stderr), extra...)...)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, m.Close()) }()
+
+	switch cfg.command {
+	case "up":
+		if cfg.dryRun {
+			return dryRun(ctx, m, stdout)
+		}
+		res, err := m.Up(ctx)
+		return finish(ctx, m, stdout, res, err, "no migrations to apply")
+	case "up-to":
+		res, err := m.UpTo(ctx, cfg.version)
+		return finish(ctx, m, stdout, res, err, "no migrations to apply")
+	case "down":
+		res, err := m.Down(ctx)
+		var list []migration.Result
+		if res != nil {
+			list = append(list, *res)
+		}
+		return finish(ctx, m, stdout, list, err, "no migrations to roll back")
+	case "down-to":
+		res, err := m.DownTo(ctx, cfg.version)
+		return finish(ctx, m, stdout, res, err, "no migrations to roll back")
+	case "status":
+		return status(ctx, m, stdout, cfg.json, cfg.failOnPending)
+	case "version":
+		v, err := m.Version(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, v)
+		return nil
+	}
+	return usagef("unknown command %q", cfg.command)
+}
+
+// finish prints the migrations an operation applied or rolled back, then its
+// error or the resulting database version.
+func finish(ctx context.Context, m *migration.Migrator, stdout io.Writer, res []migration.Result, opErr error, none string) error {
+	for _, r := range res {
+		verb := "applied"
+		if r.Direction == migration.DirectionDown {
+			verb = "rolled back"
+		}
+		fmt.Fprintf(stdout, "%s %s (%s)\n", verb, r.File, formatDuration(r.Duration))
+	}
+	if opErr != nil {
+		return opErr
+	}
+	v, err := m.Version(ctx)
+	if err != nil {
+		return err
+	}
+	if len(res) == 0 {
+		fmt.Fprintf(stdout, "%s; database at version %d\n", none, v)
+	} else {
+		fmt.Fprintf(stdout, "database at version %d\n", v)
+	}
+	return nil
+}
+
+// dryRun lists what up would apply.
+func dryRun(ctx context.Context, m *migration.Migrator, stdout io.Writer) error {
+	pending, err := m.Pending(ctx)
+	if err != nil {
+		return err
+	}
+	v, err := m.Version(ctx)
+	if err != nil {
+		return err
+	}
+	if len(pending) == 0 {
+		fmt.Fprintf(stdout, "no migrations to apply; database at version %d\n", v)
+		return nil
+	}
+	for _, p := range pending {
+		fmt.Fprintf(stdout, "would apply %s\n", p.File)
+	}
+	fmt.Fprintf(stdout, "dry run: %d migration(s) would be applied; database at version %d\n", len(pending), v)
+	return nil
+}
+
+// statusReport is the JSON output of status --json.
+type statusReport struct {
+	Version    int64              `json:"version"`
+	Pending    int                `json:"pending"`
+	Migrations []migration.Status `json:"migrations"`
+}
+
+// status prints every migration and, with failOnPending, fails with
+// errPending when some are pending.
+func status(ctx context.Context, m *migration.Migrator, stdout io.Writer, asJSON, failOnPending bool) error {
+	list, err := m.Status(ctx)
+	if err != nil {
+		return err
+	}
+	v, err := m.Version(ctx)
+	if err != nil {
+		return err
+	}
+	var pending []string
+	for _, s := range list {
+		if s.State == migration.StatePending {
+			pending = append(pending, s.File)
+		}
+	}
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(statusReport{Version: v, Pending: len(pending), Migrations: list}); err != nil {
+			return fmt.Errorf("status: write JSON: %w", err)
+		}
+	} else {
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "VERSION\tSTATE\tAPPLIED AT\tFILE")
+		for _, s := range list {
+			at := "-"
+			if !s.AppliedAt.IsZero() {
+				at = s.AppliedAt.Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", s.Version, s.State, at, s.File)
+		}
+		if err := tw.Flush(); err != nil {
+			return fmt.Errorf("status: write: %w", err)
+		}
+		fmt.Fprintf(stdout, "database at version %d, %d pending\n", v, len(pending))
+	}
+	if failOnPending && len(pending) > 0 {
+		return fmt.Errorf("%w: %d not applied (%s); database at version %d",
+			errPending, len(pending), strings.Join(pending, ", "), v)
+	}
+	return nil
+}
+
+// formatDuration rounds d for display: 12ms, 1.234s, 850µs.
+func formatDuration(d time.Duration) string {
+	if d >= time.Millisecond {
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(time.Microsecond).String()
+}

@@ -1,0 +1,107 @@
+// Command migrate is the schema migration job that CI/CD runs against the
+// communitydeletion PostgreSQL database. It applies, rolls back and reports
+// the embedded goose migrations (communitydeletion.Migrations) through package
+// migration.
+//
+// Usage:
+//
+//	migrate <command> [flags]
+//
+// The commands are up, up-to VERSION, down, down-to VERSION, status and
+// version; "migrate -h" prints the full usage, flags and exit codes.
+//
+// While it changes the schema, migrate holds the exclusive session-level
+// advisory lock communitydeletion.SchemaDestructionLockKey, which holds off
+// the destructive deletion stages and another migrate run. A session-level
+// lock only works on a connection that stays the same server session for the
+// whole run: the job must connect directly to PostgreSQL (or through a
+// session-pooling proxy), never through a transaction-pooling PgBouncer, which
+// would hand the lock's session to other clients between transactions.
+//
+// Exit codes: 0 success, 1 failure, 2 usage error, 3 migrations pending
+// (status --fail-on-pending), 4 timed out waiting for the advisory lock.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/tombstoneworks/communitydeletion/migration"
+)
+
+// Exit codes.
+const (
+	exitOK          = 0
+	exitFailure     = 1
+	exitUsage       = 2
+	exitPending     = 3
+	exitLockTimeout = 4
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run parses args, runs the command and returns the process exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseArgs(args, os.Getenv)
+	if errors.Is(err, errHelp) {
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	}
+	if err == nil {
+		err = execute(ctx, cfg, stdout, stderr)
+	}
+	return report(ctx, err, stderr)
+}
+
+// exitCode maps the outcome of a run to the process exit code.
+func exitCode(err error) int {
+	var usageErr *usageError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &usageErr):
+		return exitUsage
+	case errors.Is(err, errPending):
+		return exitPending
+	case errors.Is(err, migration.ErrLockTimeout):
+		return exitLockTimeout
+	default:
+		return exitFailure
+	}
+}
+
+// report prints err, if any, as one line on stderr and returns the exit code.
+func report(ctx context.Context, err error, stderr io.Writer) int {
+	code := exitCode(err)
+	if err == nil {
+		return code
+	}
+	msg := err.Error()
+	switch {
+	case code == exitUsage:
+		msg += " (run 'migrate -h' for usage)"
+	case errors.Is(err, migration.ErrOutOfOrder):
+		msg += "; rerun with --allow-out-of-order to apply them"
+	case ctx.Err() != nil:
+		msg = "interrupted: " + msg
+	}
+	fmt.Fprintln(stderr, "migrate: "+oneLine(msg))
+	return code
+}
+
+// oneLine folds a multi-line error message onto one line.
+func oneLine(s string) string {
+	lines := strings.FieldsFunc(s, func(r rune) bool { return r == '\n' || r == '\r' })
+	return strings.Join(lines, "; ")
+}
