@@ -231,23 +231,71 @@ func TestUpToDownDownTo(t *testing.T) {
 	require.Error(t, err)
 }
 
+// gateKey is an advisory lock a test holds to park a migration mid-run: the
+// migration's SQL waits on it while goose holds the schema lock.
+const gateKey = 4242
+
+// closeGate takes the gate lock on a session of its own and returns the
+// func that opens it.
+func closeGate(t *testing.T, db *sql.DB) (open func()) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	require.NoError(t, err)
+	_, err = conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", gateKey)
+	require.NoError(t, err)
+	var once sync.Once
+	open = func() {
+		once.Do(func() {
+			_, err := conn.ExecContext(ctx, "SELECT pg_advisory_unlock($1)", gateKey)
+			require.NoError(t, err)
+			require.NoError(t, conn.Close())
+		})
+	}
+	t.Cleanup(open)
+	return open
+}
+
+// parkedMigrations is tiny() plus a migration that waits at the gate.
+func parkedMigrations() fstest.MapFS {
+	return with(tiny(), "00002_add_name.sql",
+		"SELECT pg_advisory_xact_lock(4242);\nALTER TABLE widgets ADD COLUMN name text;")
+}
+
+// waitingOn waits until some session waits for the advisory lock
+// (classid, objid) of key in this database.
+func requireWaiter(t *testing.T, db *sql.DB, key int64) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, db.QueryRow(`SELECT count(*) FROM pg_locks
+			WHERE locktype = 'advisory' AND NOT granted
+			  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+			  AND classid::bigint = $1 AND objid::bigint = $2`,
+			int64(uint64(key)>>32), int64(uint64(key)&0xffffffff)).Scan(&n))
+		return n > 0
+	}, 30*time.Second, 5*time.Millisecond)
+}
+
 func TestConcurrentUpAppliesOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	fsys := with(tiny(), "00002_add_name.sql", "SELECT pg_sleep(2);\nALTER TABLE widgets ADD COLUMN name text;")
-	first := newMigrator(t, b.db, migration.WithMigrations(fsys))
-	var notice string
-	second := newMigrator(t, b.db, migration.WithMigrations(fsys),
-		migration.WithLockWaitNotice(func(msg string) { notice = msg }))
+	open := closeGate(t, b.db)
+	first := newMigrator(t, b.db, migration.WithMigrations(parkedMigrations()))
+	waiting := make(chan string, 1)
+	second := newMigrator(t, b.db, migration.WithMigrations(parkedMigrations()),
+		migration.WithLockWaitNotice(func(msg string) { waiting <- msg }))
 
 	var wg sync.WaitGroup
-	var firstRes []migration.Result
-	var firstErr error
+	var firstRes, secondRes []migration.Result
+	var firstErr, secondErr error
 	wg.Go(func() { firstRes, firstErr = first.Up(ctx) })
-	require.Eventually(t, func() bool { return lockHolders(t, b.db, "ExclusiveLock") == 1 },
-		5*time.Second, 10*time.Millisecond)
-	secondRes, secondErr := second.Up(ctx)
+	requireWaiter(t, b.db, gateKey) // the first run is parked inside 00002, holding the schema lock
+	require.Equal(t, 1, lockHolders(t, b.db, "ExclusiveLock"))
+	wg.Go(func() { secondRes, secondErr = second.Up(ctx) })
+	notice := <-waiting // the second run saw the lock taken and waits
+	open()
 	wg.Wait()
 
 	require.NoError(t, firstErr)
@@ -308,24 +356,38 @@ func TestMigrationHoldsOffDestructiveStages(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	m := newMigrator(t, b.db, migration.WithMigrations(
-		with(tiny(), "00002_add_name.sql", "SELECT pg_sleep(1);\nALTER TABLE widgets ADD COLUMN name text;")))
+	open := closeGate(t, b.db)
+	// Without the CREATE INDEX CONCURRENTLY file: it waits for every older
+	// snapshot, including the stage queued on the lock, which would be a
+	// deadlock (PostgreSQL aborts one side with 40P01). Destructive stages
+	// must therefore not wait for this lock inside a long statement.
+	fsys := parkedMigrations()
+	delete(fsys, "00003_widgets_name_index.sql")
+	m := newMigrator(t, b.db, migration.WithMigrations(fsys))
 
-	tryShared := func() bool {
-		tx, err := b.db.BeginTx(ctx, nil)
-		require.NoError(t, err)
-		defer func() { require.NoError(t, tx.Rollback()) }()
-		var ok bool
-		require.NoError(t, tx.QueryRowContext(ctx, "SELECT pg_try_advisory_xact_lock_shared($1)", key).Scan(&ok))
-		return ok
-	}
 	done := make(chan error, 1)
 	go func() { _, err := m.Up(ctx); done <- err }()
-	require.Eventually(t, func() bool { return lockHolders(t, b.db, "ExclusiveLock") == 1 },
-		5*time.Second, 10*time.Millisecond)
-	require.False(t, tryShared(), "a destructive stage cannot take the lock while a migration runs")
+	requireWaiter(t, b.db, gateKey)
+
+	// A destructive stage takes the key shared at transaction level: it
+	// queues behind the running migration and gets the lock once it ends.
+	tx, err := b.db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer tx.Rollback()
+	shared := make(chan error, 1)
+	go func() {
+		_, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock_shared($1)", key)
+		shared <- err
+	}()
+	requireWaiter(t, b.db, key)
+	select {
+	case err := <-shared:
+		t.Fatalf("a destructive stage took the lock while a migration ran: %v", err)
+	default:
+	}
+	open()
 	require.NoError(t, <-done)
-	require.True(t, tryShared())
+	require.NoError(t, <-shared)
 }
 
 func TestLockLost(t *testing.T) {
