@@ -1,0 +1,204 @@
+package integration
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tombstoneworks/communitydeletion/ephemeralpg"
+	"github.com/tombstoneworks/communitydeletion/fixture"
+)
+
+// SQLSTATEs the invariants raise.
+const (
+	sqlstateIntegrity = "23000" // guard rejections
+	sqlstateFenced    = "55000" // write fence and lifecycle refusals
+	sqlstateIsolation = "25000" // REPEATABLE READ or SERIALIZABLE writers
+	sqlstateCheck     = "23514" // CHECK constraints
+	sqlstateUnique    = "23505"
+	sqlstateFK        = "23503"
+)
+
+// testBundle is one test's database: the project's migrations plus the
+// registered fixture tables.
+type testBundle struct {
+	url  string
+	pool *pgxpool.Pool
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	url := ephemeralpg.NewTestDatabase(t, server, fixture.Migrator{WithFixture: true})
+	pool, err := pgxpool.New(t.Context(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return &testBundle{url: url, pool: pool}
+}
+
+// requireSQLState asserts that err is a PostgreSQL error with the SQLSTATE
+// code and, when given, a message containing contains.
+func requireSQLState(t *testing.T, err error, code, contains string) {
+	t.Helper()
+	require.Error(t, err)
+	var pgErr *pgconn.PgError
+	require.True(t, errors.As(err, &pgErr), "want a PostgreSQL error, got %v", err)
+	require.Equal(t, code, pgErr.Code, "unexpected SQLSTATE for: %s", pgErr.Message)
+	if contains != "" {
+		require.Contains(t, pgErr.Message, contains)
+	}
+}
+
+// exec runs one statement on the pool.
+func (b *testBundle) exec(t *testing.T, sql string, args ...any) error {
+	t.Helper()
+	_, err := b.pool.Exec(t.Context(), sql, args...)
+	return err
+}
+
+// createCommunity inserts an active community and returns its id.
+func (b *testBundle) createCommunity(t *testing.T) uuid.UUID {
+	t.Helper()
+	id := uuid.New()
+	require.NoError(t, b.exec(t, "INSERT INTO communities (id, host, signing_key, icon) VALUES ($1, $2, $3, $4)",
+		id, fmt.Sprintf("c-%s.example", id), []byte("key"), "icon.png"))
+	return id
+}
+
+// asExecutor runs fn in a transaction that carries the authorized deletion
+// executor settings for community at fence generation generation.
+func (b *testBundle) asExecutor(t *testing.T, community uuid.UUID, generation int64, fn func(tx pgx.Tx) error) error {
+	t.Helper()
+	return pgx.BeginFunc(t.Context(), b.pool, func(tx pgx.Tx) error {
+		if err := setExecutor(t.Context(), tx, community, generation); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
+}
+
+func setExecutor(ctx context.Context, tx pgx.Tx, community uuid.UUID, generation int64) error {
+	_, err := tx.Exec(ctx, `SELECT set_config('community_deletion.executor_community', $1, true),
+		set_config('community_deletion.fence_generation', $2, true)`, community.String(), fmt.Sprint(generation))
+	return err
+}
+
+// communityState returns a community's deletion state and fence generation.
+func (b *testBundle) communityState(t *testing.T, community uuid.UUID) (string, int64) {
+	t.Helper()
+	var state string
+	var generation int64
+	require.NoError(t, b.pool.QueryRow(t.Context(),
+		"SELECT deletion_state, deletion_fence_generation FROM communities WHERE id = $1", community).Scan(&state, &generation))
+	return state, generation
+}
+
+// quiesce moves an active community to quiescing as the executor.
+func (b *testBundle) quiesce(t *testing.T, community uuid.UUID) {
+	t.Helper()
+	_, generation := b.communityState(t, community)
+	require.NoError(t, b.asExecutor(t, community, generation, func(tx pgx.Tx) error {
+		_, err := tx.Exec(t.Context(), "UPDATE communities SET deletion_state = 'quiescing', archived_at = now() WHERE id = $1", community)
+		return err
+	}))
+}
+
+// fence moves a quiescing community to fenced under a new generation, which
+// it returns.
+func (b *testBundle) fence(t *testing.T, community uuid.UUID) int64 {
+	t.Helper()
+	_, generation := b.communityState(t, community)
+	next := generation + 1
+	require.NoError(t, b.asExecutor(t, community, next, func(tx pgx.Tx) error {
+		_, err := tx.Exec(t.Context(), "UPDATE communities SET deletion_state = 'fenced', deletion_fence_generation = $2 WHERE id = $1", community, next)
+		return err
+	}))
+	return next
+}
+
+// tombstone moves a fenced community to tombstone, scrubbing its profile.
+func (b *testBundle) tombstone(t *testing.T, community uuid.UUID) {
+	t.Helper()
+	_, generation := b.communityState(t, community)
+	require.NoError(t, b.asExecutor(t, community, generation, func(tx pgx.Tx) error {
+		_, err := tx.Exec(t.Context(), `UPDATE communities SET deletion_state = 'tombstone', deleted_at = now(),
+			signing_key = NULL, icon = NULL WHERE id = $1`, community)
+		return err
+	}))
+}
+
+// insertMember writes one fixture row for community.
+func insertMember(ctx context.Context, q interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, community uuid.UUID, handle string) error {
+	_, err := q.Exec(ctx, "INSERT INTO fixture_members (community_id, handle) VALUES ($1, $2)", community, handle)
+	return err
+}
+
+// submit inserts a submitted deletion request for community.
+func (b *testBundle) submit(t *testing.T, community uuid.UUID, requestedBy string) uuid.UUID {
+	t.Helper()
+	var id uuid.UUID
+	require.NoError(t, b.pool.QueryRow(t.Context(), `INSERT INTO community_deletion_requests (community_id, community_host, requested_by)
+		SELECT id, host, $2 FROM communities WHERE id = $1 RETURNING id`, community, requestedBy).Scan(&id))
+	return id
+}
+
+// testDigest is a stand-in frozen inventory digest.
+func testDigest(seed string) []byte {
+	sum := sha256.Sum256([]byte(seed))
+	return sum[:]
+}
+
+// freeze moves a submitted request to inventoried with a stand-in inventory
+// and returns its digest.
+func (b *testBundle) freeze(t *testing.T, request uuid.UUID) []byte {
+	t.Helper()
+	digest := testDigest(request.String())
+	require.NoError(t, b.exec(t, `UPDATE community_deletion_requests
+		SET stage = 'inventoried', schema_manifest = '{}', storage_manifest = '{}', inventory_manifest = '{}',
+		    inventory_digest = $2, inventory_frozen_at = now()
+		WHERE id = $1`, request, digest))
+	return digest
+}
+
+// approve records an approval by approver and moves the request to approved.
+func (b *testBundle) approve(t *testing.T, request uuid.UUID, approver string) {
+	t.Helper()
+	require.NoError(t, pgx.BeginFunc(t.Context(), b.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(t.Context(), `INSERT INTO community_deletion_approvals (request_id, community_id, inventory_digest, approved_by)
+			SELECT id, community_id, inventory_digest, $2 FROM community_deletion_requests WHERE id = $1`, request, approver); err != nil {
+			return err
+		}
+		_, err := tx.Exec(t.Context(), "UPDATE community_deletion_requests SET stage = 'approved' WHERE id = $1", request)
+		return err
+	}))
+}
+
+// approvedRequest creates a community with an approved deletion request.
+func (b *testBundle) approvedRequest(t *testing.T) (community, request uuid.UUID) {
+	t.Helper()
+	community = b.createCommunity(t)
+	request = b.submit(t, community, "requester")
+	b.freeze(t, request)
+	b.approve(t, request, "approver")
+	return community, request
+}
+
+// fencedRequest walks an approved request to fenced (community and request)
+// and returns the fence generation.
+func (b *testBundle) fencedRequest(t *testing.T) (community, request uuid.UUID, generation int64) {
+	t.Helper()
+	community, request = b.approvedRequest(t)
+	b.quiesce(t, community)
+	generation = b.fence(t, community)
+	require.NoError(t, b.exec(t, "UPDATE community_deletion_requests SET stage = 'fenced', fence_generation = $2 WHERE id = $1", request, generation))
+	return community, request, generation
+}

@@ -1,0 +1,23 @@
+// Package integration proves the deletion invariants against a real
+// PostgreSQL server: each test attempts the forbidden thing and asserts the
+// rejection, and each allowed path succeeds.
+package integration
+
+import (
+	"os"
+	"testing"
+
+	"github.com/tombstoneworks/communitydeletion/ephemeralpg"
+)
+
+// server is the throwaway PostgreSQL shared by every test in this package;
+// each test gets its own database cloned from a migrated template.
+var server *ephemeralpg.Server
+
+func TestMain(m *testing.M) {
+	var stop func()
+	server, stop = ephemeralpg.StartForTests(ephemeralpg.Options{})
+	code := m.Run()
+	stop()
+	os.Exit(code)
+}
