@@ -284,7 +284,7 @@ func TestFenceWaitsForOpenWriterAndRefusesLaterWrites(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
-	community := b.createCommunity(t)
+	community, _ := b.approvedRequest(t)
 
 	writer, err := b.pool.Begin(ctx)
 	require.NoError(t, err)

@@ -100,9 +100,30 @@ func (b *testBundle) communityState(t *testing.T, community uuid.UUID) (string, 
 	return state, generation
 }
 
-// quiesce moves an active community to quiescing as the executor.
+// openRequest returns the community's open (not aborted) deletion request
+// and its stage, or uuid.Nil when there is none.
+func (b *testBundle) openRequest(t *testing.T, community uuid.UUID) (uuid.UUID, string) {
+	t.Helper()
+	var id uuid.UUID
+	var stage string
+	err := b.pool.QueryRow(t.Context(), `SELECT id, stage FROM community_deletion_requests
+		WHERE community_id = $1 AND stage <> 'aborted'`, community).Scan(&id, &stage)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return uuid.Nil, ""
+	}
+	require.NoError(t, err)
+	return id, stage
+}
+
+// quiesce moves an active community to quiescing as the executor, first
+// giving it an approved deletion request when it has no open one.
 func (b *testBundle) quiesce(t *testing.T, community uuid.UUID) {
 	t.Helper()
+	if request, _ := b.openRequest(t, community); request == uuid.Nil {
+		request = b.submit(t, community, "requester")
+		b.freeze(t, request)
+		b.approve(t, request, "approver")
+	}
 	_, generation := b.communityState(t, community)
 	require.NoError(t, b.asExecutor(t, community, generation, func(tx pgx.Tx) error {
 		_, err := tx.Exec(t.Context(), "UPDATE communities SET deletion_state = 'quiescing', archived_at = now() WHERE id = $1", community)
@@ -110,26 +131,60 @@ func (b *testBundle) quiesce(t *testing.T, community uuid.UUID) {
 	}))
 }
 
-// fence moves a quiescing community to fenced under a new generation, which
-// it returns.
+// fence moves a quiescing community to fenced under a new generation, and
+// its approved request with it, and returns the generation.
 func (b *testBundle) fence(t *testing.T, community uuid.UUID) int64 {
 	t.Helper()
 	_, generation := b.communityState(t, community)
 	next := generation + 1
 	require.NoError(t, b.asExecutor(t, community, next, func(tx pgx.Tx) error {
-		_, err := tx.Exec(t.Context(), "UPDATE communities SET deletion_state = 'fenced', deletion_fence_generation = $2 WHERE id = $1", community, next)
+		if _, err := tx.Exec(t.Context(), "UPDATE communities SET deletion_state = 'fenced', deletion_fence_generation = $2 WHERE id = $1", community, next); err != nil {
+			return err
+		}
+		_, err := tx.Exec(t.Context(), `UPDATE community_deletion_requests SET stage = 'fenced', fence_generation = $2
+			WHERE community_id = $1 AND stage = 'approved'`, community, next)
 		return err
 	}))
 	return next
 }
 
-// tombstone moves a fenced community to tombstone, scrubbing its profile.
+// advance moves a request one stage forward.
+func (b *testBundle) advance(t *testing.T, request uuid.UUID, to string) {
+	t.Helper()
+	require.NoError(t, b.exec(t, "UPDATE community_deletion_requests SET stage = $2 WHERE id = $1", request, to))
+}
+
+// freezeDestructive freezes a fenced request's destructive storage manifest.
+func (b *testBundle) freezeDestructive(t *testing.T, request uuid.UUID) {
+	t.Helper()
+	require.NoError(t, b.exec(t, `UPDATE community_deletion_requests
+		SET destructive_storage_manifest = '{"version": 4}', destructive_storage_frozen_at = now() WHERE id = $1`, request))
+}
+
+// tombstone walks a fenced community's request on to bindings_removed, then
+// tombstones the community (scrubbing its profile) and moves the request to
+// postgres_purged, as the purge does.
 func (b *testBundle) tombstone(t *testing.T, community uuid.UUID) {
 	t.Helper()
+	request, stage := b.openRequest(t, community)
+	switch stage {
+	case "fenced":
+		b.freezeDestructive(t, request)
+		b.advance(t, request, "drained")
+		fallthrough
+	case "drained":
+		b.advance(t, request, "bindings_removed")
+	case "bindings_removed":
+	default:
+		t.Fatalf("tombstone needs a request at fenced, drained or bindings_removed, not %q", stage)
+	}
 	_, generation := b.communityState(t, community)
 	require.NoError(t, b.asExecutor(t, community, generation, func(tx pgx.Tx) error {
-		_, err := tx.Exec(t.Context(), `UPDATE communities SET deletion_state = 'tombstone', deleted_at = now(),
-			signing_key = NULL, icon = NULL WHERE id = $1`, community)
+		if _, err := tx.Exec(t.Context(), `UPDATE communities SET deletion_state = 'tombstone', deleted_at = now(),
+			signing_key = NULL, icon = NULL WHERE id = $1`, community); err != nil {
+			return err
+		}
+		_, err := tx.Exec(t.Context(), "UPDATE community_deletion_requests SET stage = 'postgres_purged' WHERE id = $1", request)
 		return err
 	}))
 }
@@ -199,6 +254,5 @@ func (b *testBundle) fencedRequest(t *testing.T) (community, request uuid.UUID, 
 	community, request = b.approvedRequest(t)
 	b.quiesce(t, community)
 	generation = b.fence(t, community)
-	require.NoError(t, b.exec(t, "UPDATE community_deletion_requests SET stage = 'fenced', fence_generation = $2 WHERE id = $1", request, generation))
 	return community, request, generation
 }

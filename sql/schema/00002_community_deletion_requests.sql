@@ -43,7 +43,7 @@ CREATE TABLE community_deletion_requests (
         'submitted', 'inventoried', 'approved', 'fenced', 'drained', 'bindings_removed',
         'postgres_purged', 'cache_purged', 'logically_verified', 'retention_pending', 'aborted')),
     CONSTRAINT community_deletion_requests_requested_by_check
-        CHECK (btrim(requested_by) <> '' AND octet_length(requested_by) <= 512),
+        CHECK (requested_by ~ '[^[:space:]]' AND octet_length(requested_by) <= 512),
     CONSTRAINT community_deletion_requests_inventory_digest_check CHECK (octet_length(inventory_digest) = 32),
     -- Every stage past submitted carries the whole frozen inventory.
     CONSTRAINT community_deletion_requests_inventory_frozen_check CHECK (
@@ -58,7 +58,7 @@ CREATE TABLE community_deletion_requests (
         stage IN ('submitted', 'inventoried', 'approved', 'aborted') OR fence_generation IS NOT NULL),
     CONSTRAINT community_deletion_requests_lease_check CHECK (
         (lease_owner IS NULL) = (lease_until IS NULL)
-        AND (lease_owner IS NULL OR (btrim(lease_owner) <> '' AND octet_length(lease_owner) <= 512))),
+        AND (lease_owner IS NULL OR (lease_owner ~ '[^[:space:]]' AND octet_length(lease_owner) <= 512))),
     CONSTRAINT community_deletion_requests_counters_check CHECK (
         lease_generation >= 0 AND attempts >= 0 AND retry_count >= 0),
     CONSTRAINT community_deletion_requests_blocked_check CHECK ((blocked_at IS NULL) = (blocked_reason IS NULL)),
@@ -106,7 +106,7 @@ CREATE TABLE community_deletion_approvals (
         REFERENCES community_deletion_requests (id, community_id, inventory_digest),
     CONSTRAINT community_deletion_approvals_inventory_digest_check CHECK (octet_length(inventory_digest) = 32),
     CONSTRAINT community_deletion_approvals_approved_by_check
-        CHECK (btrim(approved_by) <> '' AND octet_length(approved_by) <= 512),
+        CHECK (approved_by ~ '[^[:space:]]' AND octet_length(approved_by) <= 512),
     CONSTRAINT community_deletion_approvals_note_check CHECK (octet_length(note) <= 4096)
 );
 

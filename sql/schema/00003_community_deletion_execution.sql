@@ -10,9 +10,9 @@ CREATE TABLE community_deletion_executor_heartbeats (
     draining boolean NOT NULL DEFAULT false,
     stopped_at timestamptz,
     CONSTRAINT community_deletion_executor_heartbeats_executor_id_check
-        CHECK (btrim(executor_id) <> '' AND octet_length(executor_id) <= 512),
+        CHECK (executor_id ~ '[^[:space:]]' AND octet_length(executor_id) <= 512),
     CONSTRAINT community_deletion_executor_heartbeats_mode_check
-        CHECK (mode <> '' AND octet_length(mode) <= 512)
+        CHECK (mode ~ '[^[:space:]]' AND octet_length(mode) <= 512)
 );
 
 -- Serving-write lease generations are monotonic across the whole table.
@@ -29,9 +29,9 @@ CREATE TABLE community_serving_write_leases (
     heartbeat_at timestamptz NOT NULL DEFAULT now(),
     created_at timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT community_serving_write_leases_operation_check
-        CHECK (btrim(operation) <> '' AND octet_length(operation) <= 512),
+        CHECK (operation ~ '[^[:space:]]' AND octet_length(operation) <= 512),
     CONSTRAINT community_serving_write_leases_owner_check
-        CHECK (btrim(owner) <> '' AND octet_length(owner) <= 512)
+        CHECK (owner ~ '[^[:space:]]' AND octet_length(owner) <= 512)
 );
 
 ALTER SEQUENCE community_serving_write_lease_generation_seq

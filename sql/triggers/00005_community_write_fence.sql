@@ -98,8 +98,8 @@ $$;
 -- tables, attaches the write fence to it and to each of its partitions.
 -- Idempotent: run it again after adding partitions. It refuses tables outside
 -- the schema of communities, partitions, control-plane tables, tables without
--- a community_id uuid column, a nullable community_id on a 'delete' table, and
--- a change of purge action.
+-- a community_id uuid column, a nullable community_id on a 'delete' table or a
+-- NOT NULL one on a 'nullify' table, and a change of purge action.
 CREATE OR REPLACE FUNCTION attach_community_write_fence(target regclass, purge_action text DEFAULT 'delete')
     RETURNS void
     LANGUAGE plpgsql VOLATILE
@@ -143,6 +143,10 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = format('%s.community_id must be NOT NULL to be purged by deletion', target);
     END IF;
+    IF purge_action = 'nullify' AND column_not_null THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('%s.community_id must be nullable to be cleared by deletion', target);
+    END IF;
 
     SELECT registered.purge_action INTO registered_action
     FROM community_scoped_tables registered WHERE registered.table_name = rel.relname;
@@ -176,6 +180,8 @@ $$;
 -- Compares the live catalog with the registry, exactly. One row per problem:
 --   unregistered  a table with a community_id column that is neither registered nor excluded
 --   missing       a registered table that no longer exists or lost its community_id uuid column
+--   shape         a registered 'delete' table whose community_id became nullable, or a
+--                 'nullify' table whose community_id became NOT NULL
 --   unfenced      a registered 'delete' table, or one of its partitions, without the complete enabled fence
 --   stray_fence   a fence trigger on a table that is not a registered 'delete' table (or its partition)
 -- Deletion treats any row as drift and refuses to destroy anything.
@@ -186,14 +192,14 @@ CREATE OR REPLACE FUNCTION community_deletion_catalog_drift()
     WITH home AS (
         SELECT c.relnamespace AS namespace FROM pg_class c WHERE c.oid = 'communities'::regclass
     ), live AS (
-        SELECT c.oid, c.relname::text AS relname
+        SELECT c.oid, c.relname::text AS relname, a.attnotnull
         FROM pg_class c
         JOIN home ON home.namespace = c.relnamespace
         JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'community_id' AND NOT a.attisdropped
         WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
           AND a.atttypid = 'uuid'::regtype
     ), registered AS (
-        SELECT r.table_name, r.purge_action, live.oid
+        SELECT r.table_name, r.purge_action, live.oid, live.attnotnull
         FROM community_scoped_tables r
         LEFT JOIN live ON live.relname = r.table_name
     ), fence_members AS (
@@ -225,6 +231,11 @@ CREATE OR REPLACE FUNCTION community_deletion_catalog_drift()
     UNION ALL
     SELECT registered.table_name, 'missing'
     FROM registered WHERE registered.oid IS NULL
+    UNION ALL
+    SELECT registered.table_name, 'shape'
+    FROM registered
+    WHERE registered.oid IS NOT NULL
+      AND registered.attnotnull <> (registered.purge_action = 'delete')
     UNION ALL
     SELECT DISTINCT fence_members.table_name, 'unfenced'
     FROM fence_members

@@ -31,11 +31,14 @@ CREATE OR REPLACE FUNCTION community_deletion_next_stage(stage text) RETURNS tex
 -- the destructive storage manifest is written once, while fenced. The stage
 -- moves one step forward, or to aborted from submitted, inventoried, approved
 -- or fenced; aborted and retention_pending are terminal. It becomes approved
--- only with a matching approval row, fenced only when the community is fenced
--- at the request's fence generation, postgres_purged only when the community
--- is a tombstone, and aborted only when the community is active again.
--- lease_generation and fence_generation never decrease; updated_at is the
--- database clock.
+-- only with a matching approval row; from fenced to bindings_removed (and
+-- the destructive freeze) only while the community is fenced at the request's
+-- fence generation, from postgres_purged on only when it is that generation's
+-- tombstone, and aborted only when the community is active again;
+-- drained needs the destructive manifest frozen. A stage change runs at READ
+-- COMMITTED. lease_generation never decreases; fence_generation is set only by
+-- the step to fenced or aborted and never decreases; created_at and
+-- updated_at are the database clock.
 CREATE OR REPLACE FUNCTION enforce_community_deletion_request_guard() RETURNS trigger
     LANGUAGE plpgsql VOLATILE
     AS $$
@@ -55,8 +58,13 @@ BEGIN
            OR NEW.inventory_manifest IS NOT NULL OR NEW.inventory_digest IS NOT NULL
            OR NEW.inventory_frozen_at IS NOT NULL OR NEW.destructive_storage_manifest IS NOT NULL
            OR NEW.fence_generation IS NOT NULL OR NEW.lease_owner IS NOT NULL OR NEW.lease_generation <> 0
-           OR NEW.blocked_at IS NOT NULL OR NEW.quiescing_started_at IS NOT NULL
-           OR NEW.completed_at IS NOT NULL OR NEW.aborted_at IS NOT NULL THEN
+           OR NEW.lease_until IS NOT NULL OR NEW.destructive_storage_frozen_at IS NOT NULL
+           OR NEW.blocked_at IS NOT NULL OR NEW.blocked_reason IS NOT NULL
+           OR NEW.quiescing_started_at IS NOT NULL OR NEW.pre_quiesce_archived_at IS NOT NULL
+           OR NEW.retry_stage IS NOT NULL OR NEW.retry_count <> 0 OR NEW.attempts <> 0
+           OR NEW.last_error IS NOT NULL OR NEW.last_error_at IS NOT NULL
+           OR NEW.completed_at IS NOT NULL OR NEW.aborted_at IS NOT NULL
+           OR NEW.aborted_by IS NOT NULL OR NEW.abort_reason IS NOT NULL THEN
             RAISE EXCEPTION USING ERRCODE = '23000',
                 MESSAGE = format('deletion request %s refused: a request is created submitted, with nothing frozen, leased or blocked', NEW.id);
         END IF;
@@ -104,12 +112,26 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '23000',
             MESSAGE = format('deletion request %s refused: lease and fence generations never decrease', OLD.id);
     END IF;
+    IF NEW.fence_generation IS DISTINCT FROM OLD.fence_generation
+       AND NOT (NEW.stage IN ('fenced', 'aborted') AND NEW.stage IS DISTINCT FROM OLD.stage) THEN
+        RAISE EXCEPTION USING ERRCODE = '23000',
+            MESSAGE = format('deletion request %s refused: fence_generation is set only by the step to fenced or aborted', OLD.id);
+    END IF;
 
     IF NEW.stage IS DISTINCT FROM OLD.stage THEN
+        IF current_setting('transaction_isolation') <> 'read committed' THEN
+            RAISE EXCEPTION USING ERRCODE = '25000',
+                MESSAGE = format('deletion request %s refused: isolation level %s pins a snapshot that cannot see the community''s current state',
+                                 OLD.id, current_setting('transaction_isolation'));
+        END IF;
         IF NOT (NEW.stage = community_deletion_next_stage(OLD.stage)
                 OR (NEW.stage = 'aborted' AND OLD.stage IN ('submitted', 'inventoried', 'approved', 'fenced'))) THEN
             RAISE EXCEPTION USING ERRCODE = '23000',
                 MESSAGE = format('deletion request %s refused: stage %s -> %s is not a lifecycle step', OLD.id, OLD.stage, NEW.stage);
+        END IF;
+        IF NEW.stage = 'drained' AND NEW.destructive_storage_manifest IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = '23000',
+                MESSAGE = format('deletion request %s refused: drained needs the destructive storage manifest frozen', OLD.id);
         END IF;
         IF NEW.stage = 'approved' AND NOT EXISTS (
             SELECT 1 FROM community_deletion_approvals approval
@@ -119,18 +141,29 @@ BEGIN
             RAISE EXCEPTION USING ERRCODE = '23000',
                 MESSAGE = format('deletion request %s refused: approved needs an approval of its frozen inventory digest', OLD.id);
         END IF;
-        IF NEW.stage IN ('fenced', 'postgres_purged', 'aborted') THEN
-            SELECT c.deletion_state, c.deletion_fence_generation INTO community_state, community_generation
-            FROM communities c WHERE c.id = NEW.community_id;
-            IF NOT (CASE NEW.stage
-                WHEN 'fenced' THEN community_state = 'fenced' AND community_generation = NEW.fence_generation
-                WHEN 'postgres_purged' THEN community_state = 'tombstone' AND community_generation = NEW.fence_generation
-                ELSE community_state = 'active'
-            END) THEN
-                RAISE EXCEPTION USING ERRCODE = '23000',
-                    MESSAGE = format('deletion request %s refused: stage %s does not match community %s, which is %s at fence generation %s',
-                                     OLD.id, NEW.stage, NEW.community_id, community_state, community_generation);
-            END IF;
+    END IF;
+
+    -- Every step (and the destructive freeze) must match the community: from
+    -- fenced to bindings_removed it is fenced at the request's generation,
+    -- from postgres_purged on it is that generation's tombstone, and an
+    -- abort leaves it active. FOR SHARE waits for a concurrent lifecycle
+    -- change of the community and reads its newest version.
+    IF NEW.stage IS DISTINCT FROM OLD.stage
+       OR NEW.destructive_storage_manifest IS DISTINCT FROM OLD.destructive_storage_manifest THEN
+        SELECT c.deletion_state, c.deletion_fence_generation INTO community_state, community_generation
+        FROM communities c WHERE c.id = NEW.community_id
+        FOR SHARE;
+        IF NOT (CASE
+            WHEN NEW.stage IN ('fenced', 'drained', 'bindings_removed')
+                THEN community_state = 'fenced' AND community_generation = NEW.fence_generation
+            WHEN NEW.stage IN ('postgres_purged', 'cache_purged', 'logically_verified', 'retention_pending')
+                THEN community_state = 'tombstone' AND community_generation = NEW.fence_generation
+            WHEN NEW.stage = 'aborted' THEN community_state = 'active'
+            ELSE true
+        END) IS TRUE THEN
+            RAISE EXCEPTION USING ERRCODE = '23000',
+                MESSAGE = format('deletion request %s refused: stage %s does not match community %s, which is %s at fence generation %s',
+                                 OLD.id, NEW.stage, NEW.community_id, community_state, community_generation);
         END IF;
     END IF;
     NEW.updated_at := now();
@@ -147,7 +180,7 @@ CREATE TRIGGER community_deletion_requests_guard
 -- Guards community_deletion_approvals. An approval is inserted only for an
 -- unblocked 'inventoried' request whose community and frozen inventory digest
 -- it repeats, and only by someone other than the requester (the two-person
--- rule, compared case- and space-insensitively). It takes the request row lock
+-- rule, compared ignoring case and surrounding whitespace). It takes the request row lock
 -- first, so it serializes with every change to the request. approved_at is the
 -- database clock. An approval is never updated or deleted.
 CREATE OR REPLACE FUNCTION enforce_community_deletion_approval_guard() RETURNS trigger
@@ -175,7 +208,8 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '23000',
             MESSAGE = format('deletion approval refused: it does not match request %s''s community and frozen inventory digest', request.id);
     END IF;
-    IF lower(btrim(NEW.approved_by)) = lower(btrim(request.requested_by)) THEN
+    IF lower(regexp_replace(NEW.approved_by, '^[[:space:]]+|[[:space:]]+$', '', 'g'))
+       = lower(regexp_replace(request.requested_by, '^[[:space:]]+|[[:space:]]+$', '', 'g')) THEN
         RAISE EXCEPTION USING ERRCODE = '23000',
             MESSAGE = format('deletion approval refused: %s requested deletion %s and cannot also approve it', request.requested_by, request.id);
     END IF;
@@ -290,6 +324,12 @@ BEGIN
             MESSAGE = format('serving write lease %s refused: a lease''s identity never changes', OLD.id);
     END IF;
     IF NEW.lease_until > OLD.lease_until THEN
+        IF current_setting('transaction_isolation') <> 'read committed' THEN
+            RAISE EXCEPTION USING ERRCODE = '25000',
+                MESSAGE = format('community write refused: isolation level %s pins a snapshot that cannot see the deletion fence',
+                                 current_setting('transaction_isolation'));
+        END IF;
+        PERFORM pg_advisory_xact_lock_shared(community_deletion_lock_key(OLD.community_id));
         SELECT c.deletion_state, c.deletion_fence_generation INTO community_state, community_generation
         FROM communities c WHERE c.id = NEW.community_id;
         IF OLD.lease_until < clock_timestamp()
@@ -309,7 +349,28 @@ CREATE TRIGGER community_serving_write_leases_guard
     BEFORE INSERT OR UPDATE ON community_serving_write_leases
     FOR EACH ROW EXECUTE FUNCTION enforce_community_serving_write_lease_guard();
 
+CREATE TRIGGER community_deletion_requests_truncate_guard
+    BEFORE TRUNCATE ON community_deletion_requests
+    FOR EACH STATEMENT EXECUTE FUNCTION refuse_community_deletion_truncate();
+CREATE TRIGGER community_deletion_approvals_truncate_guard
+    BEFORE TRUNCATE ON community_deletion_approvals
+    FOR EACH STATEMENT EXECUTE FUNCTION refuse_community_deletion_truncate();
+CREATE TRIGGER community_deletion_checkpoints_truncate_guard
+    BEFORE TRUNCATE ON community_deletion_checkpoints
+    FOR EACH STATEMENT EXECUTE FUNCTION refuse_community_deletion_truncate();
+CREATE TRIGGER community_deletion_manifest_keys_truncate_guard
+    BEFORE TRUNCATE ON community_deletion_manifest_keys
+    FOR EACH STATEMENT EXECUTE FUNCTION refuse_community_deletion_truncate();
+CREATE TRIGGER community_serving_write_leases_truncate_guard
+    BEFORE TRUNCATE ON community_serving_write_leases
+    FOR EACH STATEMENT EXECUTE FUNCTION refuse_community_deletion_truncate();
+
 -- +goose Down
+DROP TRIGGER community_serving_write_leases_truncate_guard ON community_serving_write_leases;
+DROP TRIGGER community_deletion_manifest_keys_truncate_guard ON community_deletion_manifest_keys;
+DROP TRIGGER community_deletion_checkpoints_truncate_guard ON community_deletion_checkpoints;
+DROP TRIGGER community_deletion_approvals_truncate_guard ON community_deletion_approvals;
+DROP TRIGGER community_deletion_requests_truncate_guard ON community_deletion_requests;
 DROP TRIGGER community_serving_write_leases_guard ON community_serving_write_leases;
 DROP FUNCTION enforce_community_serving_write_lease_guard();
 DROP TRIGGER community_deletion_manifest_keys_guard ON community_deletion_manifest_keys;

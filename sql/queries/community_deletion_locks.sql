@@ -1,0 +1,33 @@
+-- Advisory locks and transaction-local settings of the deletion lifecycle.
+
+-- name: CommunityDeletionLockExclusive :exec
+-- Takes the community's deletion lock exclusively until the transaction ends.
+-- Every lifecycle transition takes it before any row lock.
+SELECT pg_advisory_xact_lock(community_deletion_lock_key(@community_id::uuid));
+
+-- name: CommunityDeletionLockShared :exec
+-- Takes the community's deletion lock shared until the transaction ends, as
+-- every writer of community data does.
+SELECT pg_advisory_xact_lock_shared(community_deletion_lock_key(@community_id::uuid));
+
+-- name: DeletionExecutorSet :exec
+-- Marks the transaction as the authorized deletion executor of a community at
+-- a fence generation (transaction-local settings the guards read).
+SELECT set_config('community_deletion.executor_community', @community_id::text, true),
+       set_config('community_deletion.fence_generation', @fence_generation::text, true);
+
+-- name: SchemaDestructionLockShared :exec
+-- Takes the schema-destruction lock shared until the transaction ends; a
+-- running migration holds it exclusively.
+SELECT pg_advisory_xact_lock_shared(community_schema_destruction_lock_key());
+
+-- name: SchemaDestructionLockTryShared :one
+-- Tries the schema-destruction lock shared without waiting.
+SELECT pg_try_advisory_xact_lock_shared(community_schema_destruction_lock_key())::boolean AS locked;
+
+-- name: ServingWriteLeaseSet :exec
+-- Carries a serving write lease in the transaction, for the write fence.
+SELECT set_config('community_deletion.serving_write_lease_id', @lease_id::text, true),
+       set_config('community_deletion.serving_write_owner', @owner::text, true),
+       set_config('community_deletion.serving_write_generation', @generation::text, true),
+       set_config('community_deletion.serving_write_fence_generation', @fence_generation::text, true);
