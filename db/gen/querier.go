@@ -16,14 +16,51 @@ type Querier interface {
 	// (sqlc does not see the RETURNS TABLE columns, sqlc-dev/sqlc#3391: the
 	// alias list names them and the casts type them.)
 	CatalogDriftList(ctx context.Context) ([]CatalogDriftListRow, error)
+	// Advisory locks and transaction-local settings of the deletion lifecycle.
+	// Takes the community's deletion lock exclusively until the transaction ends.
+	// Every lifecycle transition takes it before any row lock.
+	CommunityDeletionLockExclusive(ctx context.Context, communityID uuid.UUID) error
 	CommunityDeletionLockKey(ctx context.Context, communityID uuid.UUID) (int64, error)
+	// Takes the community's deletion lock shared until the transaction ends, as
+	// every writer of community data does.
+	CommunityDeletionLockShared(ctx context.Context, communityID uuid.UUID) error
 	CommunityGetByHost(ctx context.Context, host string) (Community, error)
 	CommunityGetByID(ctx context.Context, id uuid.UUID) (Community, error)
 	CommunityInsert(ctx context.Context, arg CommunityInsertParams) (Community, error)
 	CommunityListByIDs(ctx context.Context, ids []uuid.UUID) ([]Community, error)
 	CommunityScopedTableAttach(ctx context.Context, arg CommunityScopedTableAttachParams) error
 	CommunityScopedTableList(ctx context.Context) ([]CommunityScopedTable, error)
+	DeletionApprovalGetByRequest(ctx context.Context, requestID uuid.UUID) (CommunityDeletionApproval, error)
+	DeletionApprovalInsert(ctx context.Context, arg DeletionApprovalInsertParams) (CommunityDeletionApproval, error)
+	DeletionCheckpointComplete(ctx context.Context, arg DeletionCheckpointCompleteParams) error
+	DeletionCheckpointFail(ctx context.Context, arg DeletionCheckpointFailParams) error
+	DeletionCheckpointGet(ctx context.Context, arg DeletionCheckpointGetParams) (CommunityDeletionCheckpoint, error)
+	// An audit checkpoint with a unique unit key (operator abort, unblock).
+	DeletionCheckpointInsertCompleted(ctx context.Context, arg DeletionCheckpointInsertCompletedParams) error
+	DeletionCheckpointListByRequest(ctx context.Context, requestID uuid.UUID) ([]CommunityDeletionCheckpoint, error)
+	// Marks the transaction as the authorized deletion executor of a community at
+	// a fence generation (transaction-local settings the guards read).
+	DeletionExecutorSet(ctx context.Context, arg DeletionExecutorSetParams) error
+	// Moves a leased, unblocked request one stage forward and clears its retry
+	// streak; fence_generation is set when given (the step to fenced).
+	DeletionRequestAdvance(ctx context.Context, arg DeletionRequestAdvanceParams) (int64, error)
+	DeletionRequestGet(ctx context.Context, id uuid.UUID) (CommunityDeletionRequest, error)
+	DeletionRequestGetForUpdate(ctx context.Context, id uuid.UUID) (CommunityDeletionRequest, error)
+	// Whether a lease token is current at a stage under a fence generation: the
+	// request is leased to it, unexpired, unblocked and approved, and the
+	// community is fenced (or a tombstone) at that generation.
+	DeletionRequestLeaseFenceValid(ctx context.Context, arg DeletionRequestLeaseFenceValidParams) (bool, error)
+	// Whether a lease token is current at a stage: the request is leased to it,
+	// unexpired, unblocked, and approved for its frozen inventory.
+	DeletionRequestLeaseValid(ctx context.Context, arg DeletionRequestLeaseValidParams) (bool, error)
 	SchemaDestructionLockKey(ctx context.Context) (int64, error)
+	// Takes the schema-destruction lock shared until the transaction ends; a
+	// running migration holds it exclusively.
+	SchemaDestructionLockShared(ctx context.Context) error
+	// Tries the schema-destruction lock shared without waiting.
+	SchemaDestructionLockTryShared(ctx context.Context) (bool, error)
+	// Carries a serving write lease in the transaction, for the write fence.
+	ServingWriteLeaseSet(ctx context.Context, arg ServingWriteLeaseSetParams) error
 }
 
 var _ Querier = (*Queries)(nil)
