@@ -1,0 +1,213 @@
+package lifecycle
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	dbgen "github.com/tombstoneworks/communitydeletion/db/gen"
+)
+
+// DefaultLeaseDuration is the claim a deletion executor holds on a request
+// between heartbeats.
+const DefaultLeaseDuration = 60 * time.Second
+
+// Store is the deletion lifecycle's client: every operation is one short READ
+// COMMITTED transaction over the generated queries, on database time only,
+// one statement at a time. The invariants it relies on are enforced by the
+// schema's triggers as well; Store checks them first to explain a refusal,
+// never as the only guard. A Store is safe for concurrent use.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// New returns a Store over pool. The pool's connections may go through a
+// transaction-pooling proxy: every lock and setting the Store uses is
+// transaction-scoped.
+func New(pool *pgxpool.Pool) *Store {
+	return &Store{pool: pool}
+}
+
+// LeaseToken is the proof of a claim that every execution call presents. A
+// newer claim raises the request's lease generation and makes older tokens
+// stale; FenceGeneration binds the token to the community's fence once the
+// request is fenced.
+type LeaseToken struct {
+	// RequestID is the claimed deletion request.
+	RequestID uuid.UUID
+	// Owner is the executor identity that holds the claim.
+	Owner string
+	// Generation is the request's lease generation at the claim.
+	Generation int64
+	// CommunityID is the community the request deletes.
+	CommunityID uuid.UUID
+	// FenceGeneration is the community's fence generation once fenced, or nil.
+	FenceGeneration *int64
+}
+
+// WithFence returns a copy of the token bound to fence generation generation.
+func (t LeaseToken) WithFence(generation int64) LeaseToken {
+	t.FenceGeneration = &generation
+	return t
+}
+
+// tx runs fn in one READ COMMITTED transaction and commits it if fn returns
+// nil. PostgreSQL errors that carry a guard's refusal come back wrapped in
+// ErrRefused (or ErrAccessDenied for a write fence) with the database's own
+// message.
+func (s *Store) tx(ctx context.Context, fn func(q *dbgen.Queries) error) error {
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		return fn(dbgen.New(tx))
+	})
+	return translate(err)
+}
+
+// translate classifies a PostgreSQL error raised by the schema's guards.
+func translate(err error) error {
+	var pgErr *pgconn.PgError
+	if err == nil || !errors.As(err, &pgErr) {
+		return err
+	}
+	switch pgErr.Code {
+	case "55000":
+		if len(pgErr.Message) >= len("community write") && pgErr.Message[:len("community write")] == "community write" {
+			return deniedf("%w", err)
+		}
+		return refusef("%w", err)
+	case "23000", "23514", "25000":
+		return refusef("%w", err)
+	}
+	return err
+}
+
+// requireFence returns the token's fence generation or refuses.
+func requireFence(token LeaseToken) (int64, error) {
+	if token.FenceGeneration == nil {
+		return 0, refusef("deletion %s has no fence generation in its lease token", token.RequestID)
+	}
+	return *token.FenceGeneration, nil
+}
+
+// staleLease is the error for a token that no longer owns its request.
+func staleLease(token LeaseToken) error {
+	return &StaleLeaseError{RequestID: token.RequestID, Owner: token.Owner, Generation: token.Generation}
+}
+
+// verifyLease proves token current at stage in the caller's transaction.
+func verifyLease(ctx context.Context, q *dbgen.Queries, token LeaseToken, stage Stage) error {
+	valid, err := q.DeletionRequestLeaseValid(ctx, dbgen.DeletionRequestLeaseValidParams{
+		ID: token.RequestID, CommunityID: token.CommunityID, Stage: string(stage),
+		LeaseOwner: &token.Owner, LeaseGeneration: token.Generation,
+	})
+	if err != nil {
+		return fmt.Errorf("verify deletion lease: %w", err)
+	}
+	if !valid {
+		return staleLease(token)
+	}
+	return nil
+}
+
+// verifyLeaseAndFence proves token current at stage under its fence
+// generation, with the community fenced (or a tombstone) at that generation.
+func verifyLeaseAndFence(ctx context.Context, q *dbgen.Queries, token LeaseToken, stage Stage) (int64, error) {
+	generation, err := requireFence(token)
+	if err != nil {
+		return 0, err
+	}
+	valid, err := q.DeletionRequestLeaseFenceValid(ctx, dbgen.DeletionRequestLeaseFenceValidParams{
+		ID: token.RequestID, CommunityID: token.CommunityID, Stage: string(stage),
+		LeaseOwner: &token.Owner, LeaseGeneration: token.Generation, FenceGeneration: &generation,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("verify deletion lease and fence: %w", err)
+	}
+	if !valid {
+		return 0, staleLease(token)
+	}
+	return generation, nil
+}
+
+// advance moves the leased request from one stage to its next.
+func advance(ctx context.Context, q *dbgen.Queries, token LeaseToken, from, to Stage, fenceGeneration *int64) error {
+	if next, ok := from.Next(); !ok || next != to {
+		return refusef("illegal deletion transition %s -> %s", from, to)
+	}
+	rows, err := q.DeletionRequestAdvance(ctx, dbgen.DeletionRequestAdvanceParams{
+		ToStage: string(to), FenceGeneration: fenceGeneration, ID: token.RequestID,
+		FromStage: string(from), LeaseOwner: &token.Owner, LeaseGeneration: token.Generation,
+	})
+	if err != nil {
+		return fmt.Errorf("advance deletion %s to %s: %w", token.RequestID, to, err)
+	}
+	if rows != 1 {
+		return staleLease(token)
+	}
+	return nil
+}
+
+// marshalDetail encodes a checkpoint's detail; nil becomes {}.
+func marshalDetail(detail any) ([]byte, error) {
+	if detail == nil {
+		return []byte("{}"), nil
+	}
+	b, err := json.Marshal(detail)
+	if err != nil {
+		return nil, invalidf("checkpoint detail is not JSON: %w", err)
+	}
+	return b, nil
+}
+
+// checkpointCompleted records a completed unit of the token's request.
+func checkpointCompleted(ctx context.Context, q *dbgen.Queries, token LeaseToken, stage Stage, unit string, detail any) error {
+	b, err := marshalDetail(detail)
+	if err != nil {
+		return err
+	}
+	if err := q.DeletionCheckpointComplete(ctx, dbgen.DeletionCheckpointCompleteParams{
+		RequestID: token.RequestID, Stage: string(stage), UnitKey: unit,
+		LeaseGeneration: token.Generation, Detail: b,
+	}); err != nil {
+		return fmt.Errorf("checkpoint %s/%s: %w", stage, unit, err)
+	}
+	return nil
+}
+
+// checkpointFailed records a failed unit; message is already bounded.
+func checkpointFailed(ctx context.Context, q *dbgen.Queries, request uuid.UUID, generation int64, stage Stage, unit, message string) error {
+	detail, _ := json.Marshal(map[string]string{"error": message})
+	if err := q.DeletionCheckpointFail(ctx, dbgen.DeletionCheckpointFailParams{
+		RequestID: request, Stage: string(stage), UnitKey: unit,
+		LeaseGeneration: max(generation, 1), Detail: detail, Error: &message,
+	}); err != nil {
+		return fmt.Errorf("checkpoint failure %s/%s: %w", stage, unit, err)
+	}
+	return nil
+}
+
+// setExecutor marks the transaction as the community's authorized deletion
+// executor at generation.
+func setExecutor(ctx context.Context, q *dbgen.Queries, community uuid.UUID, generation int64) error {
+	if err := q.DeletionExecutorSet(ctx, dbgen.DeletionExecutorSetParams{
+		CommunityID: community.String(), FenceGeneration: fmt.Sprint(generation),
+	}); err != nil {
+		return fmt.Errorf("set deletion executor: %w", err)
+	}
+	return nil
+}
+
+// digestHex renders a stored digest, or "" when none.
+func digestHex(b []byte) string {
+	if b == nil {
+		return ""
+	}
+	return hex.EncodeToString(b)
+}
