@@ -1,10 +1,8 @@
 package integration
 
 import (
-	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -120,7 +118,7 @@ func TestWriteFenceRefusesAMultiCommunityStatementWhole(t *testing.T) {
 
 // The authorized executor (settings naming the community and its current
 // fence generation) writes while quiescing and fenced; a wrong community, a
-// stale or future generation, or settings reset to ” on a pooled
+// stale or future generation, or settings reset to the empty string on a pooled
 // connection are refused, and none of them raises a cast error.
 func TestWriteFenceAdmitsOnlyTheAuthorizedExecutor(t *testing.T) {
 	t.Parallel()
@@ -320,7 +318,7 @@ func TestFenceWaitsForOpenWriterAndRefusesLaterWrites(t *testing.T) {
 
 	// Wait until the lifecycle transaction is blocked on the writer's lock
 	// (observed in pg_locks, not guessed with a sleep).
-	requireWaitingOnAdvisoryLock(t, b, lifecyclePID)
+	requireWaitingOnLock(t, b, lifecyclePID)
 	select {
 	case err := <-fenced:
 		t.Fatalf("the fence finished while a writer held the shared lock: %v", err)
@@ -365,32 +363,11 @@ func TestWriterQueuedBehindFenceIsRefused(t *testing.T) {
 		_, err := writerConn.Exec(ctx, "SELECT assert_community_write_allowed($1)", community)
 		written <- err
 	}()
-	requireWaitingOnAdvisoryLock(t, b, writerPID)
+	requireWaitingOnLock(t, b, writerPID)
 
 	require.NoError(t, setExecutor(ctx, lifecycle, community, 1))
 	_, err = lifecycle.Exec(ctx, "UPDATE communities SET deletion_state = 'fenced', deletion_fence_generation = 1 WHERE id = $1", community)
 	require.NoError(t, err)
 	require.NoError(t, lifecycle.Commit(ctx))
 	requireSQLState(t, <-written, sqlstateFenced, "is fenced")
-}
-
-// requireWaitingOnAdvisoryLock waits until backend pid is waiting for an
-// advisory lock.
-func requireWaitingOnAdvisoryLock(t *testing.T, b *testBundle, pid uint32) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	for {
-		var waiting bool
-		require.NoError(t, b.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks
-			WHERE pid = $1 AND locktype = 'advisory' AND NOT granted)`, int32(pid)).Scan(&waiting))
-		if waiting {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("backend %d never waited on an advisory lock", pid)
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -255,4 +256,25 @@ func (b *testBundle) fencedRequest(t *testing.T) (community, request uuid.UUID, 
 	b.quiesce(t, community)
 	generation = b.fence(t, community)
 	return community, request, generation
+}
+
+// requireWaitingOnLock waits until backend pid is waiting on a heavyweight
+// lock (a row lock shows as wait_event_type 'Lock').
+func requireWaitingOnLock(t *testing.T, b *testBundle, pid uint32) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	for {
+		var waiting bool
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE pid = $1 AND wait_event_type = 'Lock')`, int32(pid)).Scan(&waiting))
+		if waiting {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("backend %d never waited on a lock", pid)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }

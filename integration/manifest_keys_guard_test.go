@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -231,25 +230,4 @@ func TestManifestChunkInsertRacingTheFreeze(t *testing.T) {
 	chunks, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	require.NoError(t, err)
 	require.Equal(t, []int64{0}, chunks)
-}
-
-// requireWaitingOnLock waits until backend pid is waiting on a heavyweight
-// lock (a row lock shows as wait_event_type 'Lock').
-func requireWaitingOnLock(t *testing.T, b *testBundle, pid uint32) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	for {
-		var waiting bool
-		require.NoError(t, b.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			WHERE pid = $1 AND wait_event_type = 'Lock')`, int32(pid)).Scan(&waiting))
-		if waiting {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("backend %d never waited on a lock", pid)
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
 }
