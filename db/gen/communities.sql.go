@@ -7,9 +7,34 @@ package dbgen
 
 import (
 	"context"
+	"time"
 
 	"github.com/google/uuid"
 )
+
+const communityFence = `-- name: CommunityFence :execrows
+UPDATE communities
+SET deletion_state = 'fenced',
+    deletion_fence_generation = $1,
+    archived_at = COALESCE(archived_at, now())
+WHERE id = $2
+  AND deletion_state = 'quiescing'
+`
+
+type CommunityFenceParams struct {
+	FenceGeneration int64
+	ID              uuid.UUID
+}
+
+// Fences a quiescing community under a new fence generation. The caller is
+// the authorized executor at that generation and holds the community lock.
+func (q *Queries) CommunityFence(ctx context.Context, arg CommunityFenceParams) (int64, error) {
+	result, err := q.db.Exec(ctx, communityFence, arg.FenceGeneration, arg.ID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
 
 const communityGetByHost = `-- name: CommunityGetByHost :one
 SELECT id, host, deletion_state, deletion_fence_generation, archived_at, deleted_at, created_at, signing_key, icon
@@ -42,6 +67,30 @@ WHERE id = $1
 
 func (q *Queries) CommunityGetByID(ctx context.Context, id uuid.UUID) (Community, error) {
 	row := q.db.QueryRow(ctx, communityGetByID, id)
+	var i Community
+	err := row.Scan(
+		&i.ID,
+		&i.Host,
+		&i.DeletionState,
+		&i.DeletionFenceGeneration,
+		&i.ArchivedAt,
+		&i.DeletedAt,
+		&i.CreatedAt,
+		&i.SigningKey,
+		&i.Icon,
+	)
+	return i, err
+}
+
+const communityGetForUpdate = `-- name: CommunityGetForUpdate :one
+SELECT id, host, deletion_state, deletion_fence_generation, archived_at, deleted_at, created_at, signing_key, icon
+FROM communities
+WHERE id = $1
+FOR UPDATE
+`
+
+func (q *Queries) CommunityGetForUpdate(ctx context.Context, id uuid.UUID) (Community, error) {
+	row := q.db.QueryRow(ctx, communityGetForUpdate, id)
 	var i Community
 	err := row.Scan(
 		&i.ID,
@@ -121,4 +170,51 @@ func (q *Queries) CommunityListByIDs(ctx context.Context, ids []uuid.UUID) ([]Co
 		return nil, err
 	}
 	return items, nil
+}
+
+const communityQuiesce = `-- name: CommunityQuiesce :execrows
+UPDATE communities
+SET deletion_state = 'quiescing',
+    archived_at = COALESCE(archived_at, now())
+WHERE id = $1
+  AND deletion_state IN ('active', 'quiescing')
+  AND deleted_at IS NULL
+`
+
+// Moves an active (or already quiescing) community to quiescing and marks it
+// archived unless it already was. The caller is the authorized executor at
+// the current fence generation and holds the community lock.
+func (q *Queries) CommunityQuiesce(ctx context.Context, id uuid.UUID) (int64, error) {
+	result, err := q.db.Exec(ctx, communityQuiesce, id)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const communityRestoreActive = `-- name: CommunityRestoreActive :execrows
+UPDATE communities
+SET deletion_state = 'active',
+    deletion_fence_generation = $1,
+    archived_at = $2::timestamptz
+WHERE id = $3
+  AND deletion_state IN ('quiescing', 'fenced')
+`
+
+type CommunityRestoreActiveParams struct {
+	FenceGeneration int64
+	ArchivedAt      *time.Time
+	ID              uuid.UUID
+}
+
+// Returns a quiescing or fenced community to active under a new fence
+// generation with the archived_at it had before quiescing (an abort). The
+// caller is the authorized executor at that generation and holds the
+// community lock.
+func (q *Queries) CommunityRestoreActive(ctx context.Context, arg CommunityRestoreActiveParams) (int64, error) {
+	result, err := q.db.Exec(ctx, communityRestoreActive, arg.FenceGeneration, arg.ArchivedAt, arg.ID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }

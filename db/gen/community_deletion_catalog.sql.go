@@ -11,6 +11,46 @@ import (
 	"github.com/google/uuid"
 )
 
+const catalogCommunityColumns = `-- name: CatalogCommunityColumns :many
+SELECT attribute.attname::text AS column_name,
+       format_type(attribute.atttypid, attribute.atttypmod)::text AS type_name,
+       attribute.attnotnull AS not_null
+FROM pg_catalog.pg_attribute attribute
+WHERE attribute.attrelid = to_regclass('communities')
+  AND attribute.attname::text = ANY($1::text[])
+  AND attribute.attnum > 0
+  AND NOT attribute.attisdropped
+ORDER BY attribute.attname
+`
+
+type CatalogCommunityColumnsRow struct {
+	ColumnName string
+	TypeName   string
+	NotNull    bool
+}
+
+// The deletion columns of communities as they are: name, formatted type and
+// NOT NULL. No rows when communities does not resolve.
+func (q *Queries) CatalogCommunityColumns(ctx context.Context, columnNames []string) ([]CatalogCommunityColumnsRow, error) {
+	rows, err := q.db.Query(ctx, catalogCommunityColumns, columnNames)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []CatalogCommunityColumnsRow{}
+	for rows.Next() {
+		var i CatalogCommunityColumnsRow
+		if err := rows.Scan(&i.ColumnName, &i.TypeName, &i.NotNull); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const catalogDriftList = `-- name: CatalogDriftList :many
 SELECT drift.table_name::text AS table_name, drift.problem::text AS problem
 FROM community_deletion_catalog_drift() AS drift (table_name, problem)
@@ -44,6 +84,194 @@ func (q *Queries) CatalogDriftList(ctx context.Context) ([]CatalogDriftListRow, 
 		return nil, err
 	}
 	return items, nil
+}
+
+const catalogFencedTables = `-- name: CatalogFencedTables :many
+SELECT rel.relname::text AS table_name
+FROM pg_catalog.pg_class rel
+JOIN pg_catalog.pg_trigger trig ON trig.tgrelid = rel.oid
+WHERE rel.relnamespace = (
+        SELECT home.relnamespace FROM pg_catalog.pg_class home WHERE home.oid = to_regclass('communities'))
+  AND rel.relkind IN ('r', 'p')
+  AND NOT rel.relispartition
+  AND trig.tgfoid = to_regprocedure('enforce_community_write_fence()')
+  AND NOT trig.tgisinternal
+  AND trig.tgenabled IN ('O', 'A')
+  AND trig.tgtype & 67 = 0
+GROUP BY rel.relname
+HAVING bool_or(trig.tgtype & 4 = 4 AND trig.tgnewtable::text = 'community_fence_new')
+   AND bool_or(trig.tgtype & 16 = 16 AND trig.tgoldtable::text = 'community_fence_old'
+               AND trig.tgnewtable::text = 'community_fence_new')
+   AND bool_or(trig.tgtype & 8 = 8 AND trig.tgoldtable::text = 'community_fence_old')
+ORDER BY rel.relname
+`
+
+// The tables (partitioned parents and plain tables, not partitions) in the
+// schema of communities that carry the complete, enabled write fence: its
+// INSERT, UPDATE and DELETE statement triggers with their transition tables.
+func (q *Queries) CatalogFencedTables(ctx context.Context) ([]string, error) {
+	rows, err := q.db.Query(ctx, catalogFencedTables)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var table_name string
+		if err := rows.Scan(&table_name); err != nil {
+			return nil, err
+		}
+		items = append(items, table_name)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const catalogHomeSchema = `-- name: CatalogHomeSchema :one
+SELECT namespace.nspname::text AS schema_name
+FROM pg_catalog.pg_class rel
+JOIN pg_catalog.pg_namespace namespace ON namespace.oid = rel.relnamespace
+WHERE rel.oid = to_regclass('communities')
+`
+
+// The schema that holds communities and every registered tenant table.
+func (q *Queries) CatalogHomeSchema(ctx context.Context) (string, error) {
+	row := q.db.QueryRow(ctx, catalogHomeSchema)
+	var schema_name string
+	err := row.Scan(&schema_name)
+	return schema_name, err
+}
+
+const catalogPing = `-- name: CatalogPing :one
+SELECT (to_regclass('community_deletion_requests') IS NOT NULL)::boolean AS installed
+`
+
+// Whether the deletion control plane is installed. It probes the catalog,
+// not the migration tool's version table.
+func (q *Queries) CatalogPing(ctx context.Context) (bool, error) {
+	row := q.db.QueryRow(ctx, catalogPing)
+	var installed bool
+	err := row.Scan(&installed)
+	return installed, err
+}
+
+const catalogRegistryList = `-- name: CatalogRegistryList :many
+SELECT registered.table_name,
+       registered.purge_action,
+       community_deletion_control_table(registered.table_name)::boolean AS control_plane
+FROM community_scoped_tables registered
+ORDER BY registered.table_name
+`
+
+type CatalogRegistryListRow struct {
+	TableName    string
+	PurgeAction  string
+	ControlPlane bool
+}
+
+// The registry of tenant tables, with whether each names a deletion
+// control-plane table (which must never be registered).
+func (q *Queries) CatalogRegistryList(ctx context.Context) ([]CatalogRegistryListRow, error) {
+	rows, err := q.db.Query(ctx, catalogRegistryList)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []CatalogRegistryListRow{}
+	for rows.Next() {
+		var i CatalogRegistryListRow
+		if err := rows.Scan(&i.TableName, &i.PurgeAction, &i.ControlPlane); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const catalogRelationsPresent = `-- name: CatalogRelationsPresent :many
+SELECT rel.relname::text AS table_name
+FROM pg_catalog.pg_class rel
+WHERE rel.relname::text = ANY($1::text[])
+  AND rel.relkind IN ('r', 'p')
+  AND rel.relnamespace = (
+        SELECT home.relnamespace FROM pg_catalog.pg_class home WHERE home.oid = to_regclass('communities'))
+ORDER BY rel.relname
+`
+
+// Which of table_names exist as tables in the schema of communities.
+func (q *Queries) CatalogRelationsPresent(ctx context.Context, tableNames []string) ([]string, error) {
+	rows, err := q.db.Query(ctx, catalogRelationsPresent, tableNames)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var table_name string
+		if err := rows.Scan(&table_name); err != nil {
+			return nil, err
+		}
+		items = append(items, table_name)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const catalogServingObjects = `-- name: CatalogServingObjects :one
+SELECT (to_regprocedure('community_deletion_lock_key(uuid)') IS NOT NULL)::boolean AS lock_key,
+       (to_regprocedure('community_write_allowed(uuid)') IS NOT NULL)::boolean AS write_allowed,
+       coalesce((SELECT proc.provolatile = 'v'
+                 FROM pg_catalog.pg_proc proc
+                 WHERE proc.oid = to_regprocedure('community_write_allowed(uuid)')), false)::boolean AS write_allowed_volatile,
+       (to_regprocedure('assert_community_write_allowed(uuid)') IS NOT NULL)::boolean AS assert_write_allowed,
+       (to_regprocedure('enforce_community_write_fence()') IS NOT NULL)::boolean AS write_fence,
+       (to_regprocedure('community_deletion_catalog_drift()') IS NOT NULL)::boolean AS catalog_drift,
+       EXISTS (
+           SELECT 1
+           FROM pg_catalog.pg_trigger trig
+           JOIN pg_catalog.pg_proc proc ON proc.oid = trig.tgfoid
+           WHERE trig.tgrelid = to_regclass('communities')
+             AND proc.proname::text = 'enforce_community_tombstone'
+             AND NOT trig.tgisinternal
+             AND trig.tgenabled IN ('O', 'A')
+             AND trig.tgtype & 31 = 31
+       )::boolean AS tombstone_guard
+`
+
+type CatalogServingObjectsRow struct {
+	LockKey              bool
+	WriteAllowed         bool
+	WriteAllowedVolatile bool
+	AssertWriteAllowed   bool
+	WriteFence           bool
+	CatalogDrift         bool
+	TombstoneGuard       bool
+}
+
+// Whether each function and trigger the serving-path write fence relies on
+// is installed: community_write_allowed must be VOLATILE (a STABLE one could
+// be evaluated once per statement), and the tombstone guard must be an
+// enabled BEFORE INSERT OR UPDATE OR DELETE row trigger on communities.
+func (q *Queries) CatalogServingObjects(ctx context.Context) (CatalogServingObjectsRow, error) {
+	row := q.db.QueryRow(ctx, catalogServingObjects)
+	var i CatalogServingObjectsRow
+	err := row.Scan(
+		&i.LockKey,
+		&i.WriteAllowed,
+		&i.WriteAllowedVolatile,
+		&i.AssertWriteAllowed,
+		&i.WriteFence,
+		&i.CatalogDrift,
+		&i.TombstoneGuard,
+	)
+	return i, err
 }
 
 const communityDeletionLockKey = `-- name: CommunityDeletionLockKey :one

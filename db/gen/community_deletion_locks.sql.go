@@ -35,6 +35,19 @@ func (q *Queries) CommunityDeletionLockShared(ctx context.Context, communityID u
 	return err
 }
 
+const communityWriteAssertAllowed = `-- name: CommunityWriteAssertAllowed :exec
+SELECT assert_community_write_allowed($1::uuid)
+`
+
+// The explicit write admission: refuses REPEATABLE READ and SERIALIZABLE with
+// SQLSTATE 25000, takes the community's deletion lock shared until the
+// transaction ends, then refuses with SQLSTATE 55000 ("community write
+// refused: ...") unless community_write_allowed() admits the transaction.
+func (q *Queries) CommunityWriteAssertAllowed(ctx context.Context, communityID uuid.UUID) error {
+	_, err := q.db.Exec(ctx, communityWriteAssertAllowed, communityID)
+	return err
+}
+
 const deletionExecutorSet = `-- name: DeletionExecutorSet :exec
 SELECT set_config('community_deletion.executor_community', $1::text, true),
        set_config('community_deletion.fence_generation', $2::text, true)
@@ -98,4 +111,16 @@ func (q *Queries) ServingWriteLeaseSet(ctx context.Context, arg ServingWriteLeas
 		arg.FenceGeneration,
 	)
 	return err
+}
+
+const transactionIsolationGet = `-- name: TransactionIsolationGet :one
+SELECT current_setting('transaction_isolation')::text AS isolation
+`
+
+// The transaction's isolation level, as PostgreSQL names it ('read committed').
+func (q *Queries) TransactionIsolationGet(ctx context.Context) (string, error) {
+	row := q.db.QueryRow(ctx, transactionIsolationGet)
+	var isolation string
+	err := row.Scan(&isolation)
+	return isolation, err
 }

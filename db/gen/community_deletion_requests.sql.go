@@ -7,9 +7,91 @@ package dbgen
 
 import (
 	"context"
+	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 )
+
+const deletionRequestAbort = `-- name: DeletionRequestAbort :one
+UPDATE community_deletion_requests
+SET stage = 'aborted',
+    aborted_by = $1,
+    abort_reason = $2,
+    aborted_at = now(),
+    completed_at = now(),
+    fence_generation = COALESCE($3::bigint, fence_generation),
+    lease_owner = NULL,
+    lease_until = NULL,
+    lease_generation = lease_generation + 1,
+    blocked_at = NULL,
+    blocked_reason = NULL,
+    retry_count = 0,
+    retry_stage = NULL,
+    next_attempt_at = now()
+WHERE id = $4
+  AND stage = $5
+RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at
+`
+
+type DeletionRequestAbortParams struct {
+	AbortedBy       *string
+	AbortReason     *string
+	FenceGeneration *int64
+	ID              uuid.UUID
+	FromStage       string
+}
+
+// Terminally aborts an abortable request: records who and why, clears the
+// lease and any block, and raises lease_generation so every token is stale.
+// fence_generation changes only when given (the community was restored to
+// active under a new generation); the guard allows that only on this step.
+func (q *Queries) DeletionRequestAbort(ctx context.Context, arg DeletionRequestAbortParams) (CommunityDeletionRequest, error) {
+	row := q.db.QueryRow(ctx, deletionRequestAbort,
+		arg.AbortedBy,
+		arg.AbortReason,
+		arg.FenceGeneration,
+		arg.ID,
+		arg.FromStage,
+	)
+	var i CommunityDeletionRequest
+	err := row.Scan(
+		&i.ID,
+		&i.CommunityID,
+		&i.CommunityHost,
+		&i.Stage,
+		&i.RetryStage,
+		&i.RequestedBy,
+		&i.Reason,
+		&i.SchemaManifest,
+		&i.StorageManifest,
+		&i.DestructiveStorageManifest,
+		&i.InventoryManifest,
+		&i.InventoryDigest,
+		&i.InventoryFrozenAt,
+		&i.DestructiveStorageFrozenAt,
+		&i.FenceGeneration,
+		&i.LeaseOwner,
+		&i.LeaseGeneration,
+		&i.LeaseUntil,
+		&i.Attempts,
+		&i.RetryCount,
+		&i.LastError,
+		&i.LastErrorAt,
+		&i.NextAttemptAt,
+		&i.BlockedAt,
+		&i.BlockedReason,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.PreQuiesceArchivedAt,
+		&i.QuiescingStartedAt,
+		&i.AbortedBy,
+		&i.AbortReason,
+		&i.AbortedAt,
+		&i.CompletedAt,
+	)
+	return i, err
+}
 
 const deletionRequestAdvance = `-- name: DeletionRequestAdvance :execrows
 UPDATE community_deletion_requests
@@ -51,6 +133,398 @@ func (q *Queries) DeletionRequestAdvance(ctx context.Context, arg DeletionReques
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const deletionRequestBlock = `-- name: DeletionRequestBlock :one
+UPDATE community_deletion_requests
+SET blocked_at = now(),
+    blocked_reason = $1,
+    last_error = $1,
+    last_error_at = now(),
+    lease_owner = NULL,
+    lease_until = NULL
+WHERE id = $2
+RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at
+`
+
+type DeletionRequestBlockParams struct {
+	Reason *string
+	ID     uuid.UUID
+}
+
+// Durably blocks a request that no executor holds (a pre-claim failure or a
+// claim that found catalog drift) and drops any expired lease.
+func (q *Queries) DeletionRequestBlock(ctx context.Context, arg DeletionRequestBlockParams) (CommunityDeletionRequest, error) {
+	row := q.db.QueryRow(ctx, deletionRequestBlock, arg.Reason, arg.ID)
+	var i CommunityDeletionRequest
+	err := row.Scan(
+		&i.ID,
+		&i.CommunityID,
+		&i.CommunityHost,
+		&i.Stage,
+		&i.RetryStage,
+		&i.RequestedBy,
+		&i.Reason,
+		&i.SchemaManifest,
+		&i.StorageManifest,
+		&i.DestructiveStorageManifest,
+		&i.InventoryManifest,
+		&i.InventoryDigest,
+		&i.InventoryFrozenAt,
+		&i.DestructiveStorageFrozenAt,
+		&i.FenceGeneration,
+		&i.LeaseOwner,
+		&i.LeaseGeneration,
+		&i.LeaseUntil,
+		&i.Attempts,
+		&i.RetryCount,
+		&i.LastError,
+		&i.LastErrorAt,
+		&i.NextAttemptAt,
+		&i.BlockedAt,
+		&i.BlockedReason,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.PreQuiesceArchivedAt,
+		&i.QuiescingStartedAt,
+		&i.AbortedBy,
+		&i.AbortReason,
+		&i.AbortedAt,
+		&i.CompletedAt,
+	)
+	return i, err
+}
+
+const deletionRequestBlockLeased = `-- name: DeletionRequestBlockLeased :execrows
+UPDATE community_deletion_requests
+SET blocked_at = now(),
+    blocked_reason = $1,
+    last_error = $1,
+    last_error_at = now(),
+    lease_owner = NULL,
+    lease_until = NULL
+WHERE id = $2
+  AND stage = $3
+  AND lease_owner = $4
+  AND lease_generation = $5
+  AND lease_until >= now()
+  AND blocked_at IS NULL
+`
+
+type DeletionRequestBlockLeasedParams struct {
+	Reason          *string
+	ID              uuid.UUID
+	Stage           string
+	LeaseOwner      *string
+	LeaseGeneration int64
+}
+
+// Durably blocks the request its current lease holder names and releases
+// the lease. No row: the lease is stale.
+func (q *Queries) DeletionRequestBlockLeased(ctx context.Context, arg DeletionRequestBlockLeasedParams) (int64, error) {
+	result, err := q.db.Exec(ctx, deletionRequestBlockLeased,
+		arg.Reason,
+		arg.ID,
+		arg.Stage,
+		arg.LeaseOwner,
+		arg.LeaseGeneration,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const deletionRequestClaim = `-- name: DeletionRequestClaim :one
+UPDATE community_deletion_requests
+SET lease_owner = $1,
+    lease_generation = lease_generation + 1,
+    lease_until = clock_timestamp() + $2::interval,
+    attempts = attempts + 1
+WHERE id = $3
+RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at
+`
+
+type DeletionRequestClaimParams struct {
+	LeaseOwner    *string
+	LeaseDuration pgtype.Interval
+	ID            uuid.UUID
+}
+
+// Leases a candidate the caller holds FOR UPDATE to owner under a new lease
+// generation. The lease runs from clock_timestamp(), so time spent waiting
+// for locks is not lost from it.
+func (q *Queries) DeletionRequestClaim(ctx context.Context, arg DeletionRequestClaimParams) (CommunityDeletionRequest, error) {
+	row := q.db.QueryRow(ctx, deletionRequestClaim, arg.LeaseOwner, arg.LeaseDuration, arg.ID)
+	var i CommunityDeletionRequest
+	err := row.Scan(
+		&i.ID,
+		&i.CommunityID,
+		&i.CommunityHost,
+		&i.Stage,
+		&i.RetryStage,
+		&i.RequestedBy,
+		&i.Reason,
+		&i.SchemaManifest,
+		&i.StorageManifest,
+		&i.DestructiveStorageManifest,
+		&i.InventoryManifest,
+		&i.InventoryDigest,
+		&i.InventoryFrozenAt,
+		&i.DestructiveStorageFrozenAt,
+		&i.FenceGeneration,
+		&i.LeaseOwner,
+		&i.LeaseGeneration,
+		&i.LeaseUntil,
+		&i.Attempts,
+		&i.RetryCount,
+		&i.LastError,
+		&i.LastErrorAt,
+		&i.NextAttemptAt,
+		&i.BlockedAt,
+		&i.BlockedReason,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.PreQuiesceArchivedAt,
+		&i.QuiescingStartedAt,
+		&i.AbortedBy,
+		&i.AbortReason,
+		&i.AbortedAt,
+		&i.CompletedAt,
+	)
+	return i, err
+}
+
+const deletionRequestClaimNextCandidate = `-- name: DeletionRequestClaimNextCandidate :one
+SELECT request.id, request.community_id, request.community_host, request.stage, request.retry_stage, request.requested_by, request.reason, request.schema_manifest, request.storage_manifest, request.destructive_storage_manifest, request.inventory_manifest, request.inventory_digest, request.inventory_frozen_at, request.destructive_storage_frozen_at, request.fence_generation, request.lease_owner, request.lease_generation, request.lease_until, request.attempts, request.retry_count, request.last_error, request.last_error_at, request.next_attempt_at, request.blocked_at, request.blocked_reason, request.created_at, request.updated_at, request.pre_quiesce_archived_at, request.quiescing_started_at, request.aborted_by, request.abort_reason, request.aborted_at, request.completed_at
+FROM community_deletion_requests request
+JOIN community_deletion_approvals approval ON approval.request_id = request.id
+    AND approval.community_id = request.community_id
+    AND approval.inventory_digest = request.inventory_digest
+WHERE request.blocked_at IS NULL
+  AND request.stage IN ('approved', 'fenced', 'drained', 'bindings_removed',
+        'postgres_purged', 'cache_purged', 'logically_verified')
+  AND request.next_attempt_at <= now()
+  AND (request.lease_until IS NULL OR request.lease_until < now())
+ORDER BY request.created_at, request.id
+LIMIT 1
+FOR UPDATE OF request SKIP LOCKED
+`
+
+// The oldest claimable request: approved for its frozen inventory, runnable,
+// unblocked, due and not leased. Rows another claim holds are skipped. Served
+// by community_deletion_requests_claimable_idx.
+func (q *Queries) DeletionRequestClaimNextCandidate(ctx context.Context) (CommunityDeletionRequest, error) {
+	row := q.db.QueryRow(ctx, deletionRequestClaimNextCandidate)
+	var i CommunityDeletionRequest
+	err := row.Scan(
+		&i.ID,
+		&i.CommunityID,
+		&i.CommunityHost,
+		&i.Stage,
+		&i.RetryStage,
+		&i.RequestedBy,
+		&i.Reason,
+		&i.SchemaManifest,
+		&i.StorageManifest,
+		&i.DestructiveStorageManifest,
+		&i.InventoryManifest,
+		&i.InventoryDigest,
+		&i.InventoryFrozenAt,
+		&i.DestructiveStorageFrozenAt,
+		&i.FenceGeneration,
+		&i.LeaseOwner,
+		&i.LeaseGeneration,
+		&i.LeaseUntil,
+		&i.Attempts,
+		&i.RetryCount,
+		&i.LastError,
+		&i.LastErrorAt,
+		&i.NextAttemptAt,
+		&i.BlockedAt,
+		&i.BlockedReason,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.PreQuiesceArchivedAt,
+		&i.QuiescingStartedAt,
+		&i.AbortedBy,
+		&i.AbortReason,
+		&i.AbortedAt,
+		&i.CompletedAt,
+	)
+	return i, err
+}
+
+const deletionRequestClaimSpecificCandidate = `-- name: DeletionRequestClaimSpecificCandidate :one
+SELECT request.id, request.community_id, request.community_host, request.stage, request.retry_stage, request.requested_by, request.reason, request.schema_manifest, request.storage_manifest, request.destructive_storage_manifest, request.inventory_manifest, request.inventory_digest, request.inventory_frozen_at, request.destructive_storage_frozen_at, request.fence_generation, request.lease_owner, request.lease_generation, request.lease_until, request.attempts, request.retry_count, request.last_error, request.last_error_at, request.next_attempt_at, request.blocked_at, request.blocked_reason, request.created_at, request.updated_at, request.pre_quiesce_archived_at, request.quiescing_started_at, request.aborted_by, request.abort_reason, request.aborted_at, request.completed_at
+FROM community_deletion_requests request
+JOIN community_deletion_approvals approval ON approval.request_id = request.id
+    AND approval.community_id = request.community_id
+    AND approval.inventory_digest = request.inventory_digest
+WHERE request.id = $1
+  AND request.blocked_at IS NULL
+  AND request.stage IN ('approved', 'fenced', 'drained', 'bindings_removed',
+        'postgres_purged', 'cache_purged', 'logically_verified')
+  AND request.next_attempt_at <= now()
+  AND (request.lease_until IS NULL OR request.lease_until < now())
+FOR UPDATE OF request SKIP LOCKED
+`
+
+// The request id when it is claimable, on the same terms as
+// DeletionRequestClaimNextCandidate.
+func (q *Queries) DeletionRequestClaimSpecificCandidate(ctx context.Context, id uuid.UUID) (CommunityDeletionRequest, error) {
+	row := q.db.QueryRow(ctx, deletionRequestClaimSpecificCandidate, id)
+	var i CommunityDeletionRequest
+	err := row.Scan(
+		&i.ID,
+		&i.CommunityID,
+		&i.CommunityHost,
+		&i.Stage,
+		&i.RetryStage,
+		&i.RequestedBy,
+		&i.Reason,
+		&i.SchemaManifest,
+		&i.StorageManifest,
+		&i.DestructiveStorageManifest,
+		&i.InventoryManifest,
+		&i.InventoryDigest,
+		&i.InventoryFrozenAt,
+		&i.DestructiveStorageFrozenAt,
+		&i.FenceGeneration,
+		&i.LeaseOwner,
+		&i.LeaseGeneration,
+		&i.LeaseUntil,
+		&i.Attempts,
+		&i.RetryCount,
+		&i.LastError,
+		&i.LastErrorAt,
+		&i.NextAttemptAt,
+		&i.BlockedAt,
+		&i.BlockedReason,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.PreQuiesceArchivedAt,
+		&i.QuiescingStartedAt,
+		&i.AbortedBy,
+		&i.AbortReason,
+		&i.AbortedAt,
+		&i.CompletedAt,
+	)
+	return i, err
+}
+
+const deletionRequestComplete = `-- name: DeletionRequestComplete :execrows
+UPDATE community_deletion_requests
+SET stage = 'retention_pending',
+    completed_at = now(),
+    lease_owner = NULL,
+    lease_until = NULL,
+    retry_count = 0,
+    retry_stage = NULL,
+    last_error = NULL,
+    last_error_at = NULL
+WHERE id = $1
+  AND stage = 'logically_verified'
+  AND lease_owner = $2
+  AND lease_generation = $3
+  AND lease_until >= now()
+  AND blocked_at IS NULL
+  AND fence_generation = $4
+`
+
+type DeletionRequestCompleteParams struct {
+	ID              uuid.UUID
+	LeaseOwner      *string
+	LeaseGeneration int64
+	FenceGeneration *int64
+}
+
+// Moves a leased, logically verified request to the terminal
+// retention_pending stage under its fence generation and releases the lease.
+func (q *Queries) DeletionRequestComplete(ctx context.Context, arg DeletionRequestCompleteParams) (int64, error) {
+	result, err := q.db.Exec(ctx, deletionRequestComplete,
+		arg.ID,
+		arg.LeaseOwner,
+		arg.LeaseGeneration,
+		arg.FenceGeneration,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const deletionRequestFreezeInventory = `-- name: DeletionRequestFreezeInventory :one
+UPDATE community_deletion_requests
+SET stage = 'inventoried',
+    schema_manifest = $1::jsonb,
+    storage_manifest = $2::jsonb,
+    inventory_manifest = $3::jsonb,
+    inventory_digest = $4,
+    inventory_frozen_at = now(),
+    last_error = NULL,
+    last_error_at = NULL
+WHERE id = $5
+  AND stage = 'submitted'
+  AND blocked_at IS NULL
+RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at
+`
+
+type DeletionRequestFreezeInventoryParams struct {
+	SchemaManifest    []byte
+	StorageManifest   []byte
+	InventoryManifest []byte
+	InventoryDigest   []byte
+	ID                uuid.UUID
+}
+
+// Freezes the inventory of an unblocked submitted request and moves it to
+// inventoried. No row: the request is not an unblocked submitted request.
+func (q *Queries) DeletionRequestFreezeInventory(ctx context.Context, arg DeletionRequestFreezeInventoryParams) (CommunityDeletionRequest, error) {
+	row := q.db.QueryRow(ctx, deletionRequestFreezeInventory,
+		arg.SchemaManifest,
+		arg.StorageManifest,
+		arg.InventoryManifest,
+		arg.InventoryDigest,
+		arg.ID,
+	)
+	var i CommunityDeletionRequest
+	err := row.Scan(
+		&i.ID,
+		&i.CommunityID,
+		&i.CommunityHost,
+		&i.Stage,
+		&i.RetryStage,
+		&i.RequestedBy,
+		&i.Reason,
+		&i.SchemaManifest,
+		&i.StorageManifest,
+		&i.DestructiveStorageManifest,
+		&i.InventoryManifest,
+		&i.InventoryDigest,
+		&i.InventoryFrozenAt,
+		&i.DestructiveStorageFrozenAt,
+		&i.FenceGeneration,
+		&i.LeaseOwner,
+		&i.LeaseGeneration,
+		&i.LeaseUntil,
+		&i.Attempts,
+		&i.RetryCount,
+		&i.LastError,
+		&i.LastErrorAt,
+		&i.NextAttemptAt,
+		&i.BlockedAt,
+		&i.BlockedReason,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.PreQuiesceArchivedAt,
+		&i.QuiescingStartedAt,
+		&i.AbortedBy,
+		&i.AbortReason,
+		&i.AbortedAt,
+		&i.CompletedAt,
+	)
+	return i, err
 }
 
 const deletionRequestGet = `-- name: DeletionRequestGet :one
@@ -96,6 +570,63 @@ func (q *Queries) DeletionRequestGet(ctx context.Context, id uuid.UUID) (Communi
 		&i.AbortReason,
 		&i.AbortedAt,
 		&i.CompletedAt,
+	)
+	return i, err
+}
+
+const deletionRequestGetForOperator = `-- name: DeletionRequestGetForOperator :one
+SELECT community_deletion_requests.id, community_deletion_requests.community_id, community_deletion_requests.community_host, community_deletion_requests.stage, community_deletion_requests.retry_stage, community_deletion_requests.requested_by, community_deletion_requests.reason, community_deletion_requests.schema_manifest, community_deletion_requests.storage_manifest, community_deletion_requests.destructive_storage_manifest, community_deletion_requests.inventory_manifest, community_deletion_requests.inventory_digest, community_deletion_requests.inventory_frozen_at, community_deletion_requests.destructive_storage_frozen_at, community_deletion_requests.fence_generation, community_deletion_requests.lease_owner, community_deletion_requests.lease_generation, community_deletion_requests.lease_until, community_deletion_requests.attempts, community_deletion_requests.retry_count, community_deletion_requests.last_error, community_deletion_requests.last_error_at, community_deletion_requests.next_attempt_at, community_deletion_requests.blocked_at, community_deletion_requests.blocked_reason, community_deletion_requests.created_at, community_deletion_requests.updated_at, community_deletion_requests.pre_quiesce_archived_at, community_deletion_requests.quiescing_started_at, community_deletion_requests.aborted_by, community_deletion_requests.abort_reason, community_deletion_requests.aborted_at, community_deletion_requests.completed_at,
+       (lease_owner IS NOT NULL AND lease_until >= clock_timestamp())::boolean AS lease_live
+FROM community_deletion_requests
+WHERE id = $1
+FOR UPDATE
+`
+
+type DeletionRequestGetForOperatorRow struct {
+	CommunityDeletionRequest CommunityDeletionRequest
+	LeaseLive                bool
+}
+
+// Locks a request for an operator action and says, on the database clock,
+// whether an executor still holds an unexpired lease on it.
+func (q *Queries) DeletionRequestGetForOperator(ctx context.Context, id uuid.UUID) (DeletionRequestGetForOperatorRow, error) {
+	row := q.db.QueryRow(ctx, deletionRequestGetForOperator, id)
+	var i DeletionRequestGetForOperatorRow
+	err := row.Scan(
+		&i.CommunityDeletionRequest.ID,
+		&i.CommunityDeletionRequest.CommunityID,
+		&i.CommunityDeletionRequest.CommunityHost,
+		&i.CommunityDeletionRequest.Stage,
+		&i.CommunityDeletionRequest.RetryStage,
+		&i.CommunityDeletionRequest.RequestedBy,
+		&i.CommunityDeletionRequest.Reason,
+		&i.CommunityDeletionRequest.SchemaManifest,
+		&i.CommunityDeletionRequest.StorageManifest,
+		&i.CommunityDeletionRequest.DestructiveStorageManifest,
+		&i.CommunityDeletionRequest.InventoryManifest,
+		&i.CommunityDeletionRequest.InventoryDigest,
+		&i.CommunityDeletionRequest.InventoryFrozenAt,
+		&i.CommunityDeletionRequest.DestructiveStorageFrozenAt,
+		&i.CommunityDeletionRequest.FenceGeneration,
+		&i.CommunityDeletionRequest.LeaseOwner,
+		&i.CommunityDeletionRequest.LeaseGeneration,
+		&i.CommunityDeletionRequest.LeaseUntil,
+		&i.CommunityDeletionRequest.Attempts,
+		&i.CommunityDeletionRequest.RetryCount,
+		&i.CommunityDeletionRequest.LastError,
+		&i.CommunityDeletionRequest.LastErrorAt,
+		&i.CommunityDeletionRequest.NextAttemptAt,
+		&i.CommunityDeletionRequest.BlockedAt,
+		&i.CommunityDeletionRequest.BlockedReason,
+		&i.CommunityDeletionRequest.CreatedAt,
+		&i.CommunityDeletionRequest.UpdatedAt,
+		&i.CommunityDeletionRequest.PreQuiesceArchivedAt,
+		&i.CommunityDeletionRequest.QuiescingStartedAt,
+		&i.CommunityDeletionRequest.AbortedBy,
+		&i.CommunityDeletionRequest.AbortReason,
+		&i.CommunityDeletionRequest.AbortedAt,
+		&i.CommunityDeletionRequest.CompletedAt,
+		&i.LeaseLive,
 	)
 	return i, err
 }
@@ -146,6 +677,53 @@ func (q *Queries) DeletionRequestGetForUpdate(ctx context.Context, id uuid.UUID)
 		&i.CompletedAt,
 	)
 	return i, err
+}
+
+const deletionRequestHeartbeat = `-- name: DeletionRequestHeartbeat :execrows
+UPDATE community_deletion_requests request
+SET lease_until = clock_timestamp() + $1::interval
+WHERE request.id = $2
+  AND request.community_id = $3
+  AND request.lease_owner = $4
+  AND request.lease_generation = $5
+  AND request.lease_until >= now()
+  AND request.blocked_at IS NULL
+  AND request.fence_generation IS NOT DISTINCT FROM $6::bigint
+  AND request.stage IN ('approved', 'fenced', 'drained', 'bindings_removed',
+        'postgres_purged', 'cache_purged', 'logically_verified')
+  AND EXISTS (
+      SELECT 1
+      FROM community_deletion_approvals approval
+      WHERE approval.request_id = request.id
+        AND approval.community_id = request.community_id
+        AND approval.inventory_digest = request.inventory_digest)
+`
+
+type DeletionRequestHeartbeatParams struct {
+	LeaseDuration   pgtype.Interval
+	ID              uuid.UUID
+	CommunityID     uuid.UUID
+	LeaseOwner      *string
+	LeaseGeneration int64
+	FenceGeneration *int64
+}
+
+// Renews the lease its holder presents while the request is unexpired,
+// unblocked, runnable, approved for its frozen inventory and under the
+// token's fence generation (none before the fence).
+func (q *Queries) DeletionRequestHeartbeat(ctx context.Context, arg DeletionRequestHeartbeatParams) (int64, error) {
+	result, err := q.db.Exec(ctx, deletionRequestHeartbeat,
+		arg.LeaseDuration,
+		arg.ID,
+		arg.CommunityID,
+		arg.LeaseOwner,
+		arg.LeaseGeneration,
+		arg.FenceGeneration,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const deletionRequestLeaseFenceValid = `-- name: DeletionRequestLeaseFenceValid :one
@@ -233,4 +811,675 @@ func (q *Queries) DeletionRequestLeaseValid(ctx context.Context, arg DeletionReq
 	var valid bool
 	err := row.Scan(&valid)
 	return valid, err
+}
+
+const deletionRequestList = `-- name: DeletionRequestList :many
+SELECT id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at
+FROM community_deletion_requests
+ORDER BY created_at DESC, id DESC
+LIMIT $1::integer
+`
+
+// The newest requests first. Served by community_deletion_requests_created_idx.
+func (q *Queries) DeletionRequestList(ctx context.Context, maxRows int32) ([]CommunityDeletionRequest, error) {
+	rows, err := q.db.Query(ctx, deletionRequestList, maxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []CommunityDeletionRequest{}
+	for rows.Next() {
+		var i CommunityDeletionRequest
+		if err := rows.Scan(
+			&i.ID,
+			&i.CommunityID,
+			&i.CommunityHost,
+			&i.Stage,
+			&i.RetryStage,
+			&i.RequestedBy,
+			&i.Reason,
+			&i.SchemaManifest,
+			&i.StorageManifest,
+			&i.DestructiveStorageManifest,
+			&i.InventoryManifest,
+			&i.InventoryDigest,
+			&i.InventoryFrozenAt,
+			&i.DestructiveStorageFrozenAt,
+			&i.FenceGeneration,
+			&i.LeaseOwner,
+			&i.LeaseGeneration,
+			&i.LeaseUntil,
+			&i.Attempts,
+			&i.RetryCount,
+			&i.LastError,
+			&i.LastErrorAt,
+			&i.NextAttemptAt,
+			&i.BlockedAt,
+			&i.BlockedReason,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.PreQuiesceArchivedAt,
+			&i.QuiescingStartedAt,
+			&i.AbortedBy,
+			&i.AbortReason,
+			&i.AbortedAt,
+			&i.CompletedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const deletionRequestListPage = `-- name: DeletionRequestListPage :many
+SELECT id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at
+FROM community_deletion_requests
+WHERE (created_at, id) < (coalesce($1::timestamptz, 'infinity'::timestamptz),
+                         coalesce($2::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'::uuid))
+  AND ($3::boolean IS NULL OR (blocked_at IS NOT NULL) = $3::boolean)
+ORDER BY created_at DESC, id DESC
+LIMIT $4::integer
+`
+
+type DeletionRequestListPageParams struct {
+	AfterCreatedAt *time.Time
+	AfterID        *uuid.UUID
+	Blocked        *bool
+	MaxRows        int32
+}
+
+// One page of requests, newest first, strictly after the keyset cursor
+// (created_at, id), optionally only the blocked or only the unblocked ones.
+// Without a cursor it starts at the newest request. Served by
+// community_deletion_requests_created_idx.
+func (q *Queries) DeletionRequestListPage(ctx context.Context, arg DeletionRequestListPageParams) ([]CommunityDeletionRequest, error) {
+	rows, err := q.db.Query(ctx, deletionRequestListPage,
+		arg.AfterCreatedAt,
+		arg.AfterID,
+		arg.Blocked,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []CommunityDeletionRequest{}
+	for rows.Next() {
+		var i CommunityDeletionRequest
+		if err := rows.Scan(
+			&i.ID,
+			&i.CommunityID,
+			&i.CommunityHost,
+			&i.Stage,
+			&i.RetryStage,
+			&i.RequestedBy,
+			&i.Reason,
+			&i.SchemaManifest,
+			&i.StorageManifest,
+			&i.DestructiveStorageManifest,
+			&i.InventoryManifest,
+			&i.InventoryDigest,
+			&i.InventoryFrozenAt,
+			&i.DestructiveStorageFrozenAt,
+			&i.FenceGeneration,
+			&i.LeaseOwner,
+			&i.LeaseGeneration,
+			&i.LeaseUntil,
+			&i.Attempts,
+			&i.RetryCount,
+			&i.LastError,
+			&i.LastErrorAt,
+			&i.NextAttemptAt,
+			&i.BlockedAt,
+			&i.BlockedReason,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.PreQuiesceArchivedAt,
+			&i.QuiescingStartedAt,
+			&i.AbortedBy,
+			&i.AbortReason,
+			&i.AbortedAt,
+			&i.CompletedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const deletionRequestListPageBlocked = `-- name: DeletionRequestListPageBlocked :many
+SELECT id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at
+FROM community_deletion_requests
+WHERE blocked_at IS NOT NULL
+  AND (created_at, id) < (coalesce($1::timestamptz, 'infinity'::timestamptz),
+                         coalesce($2::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'::uuid))
+ORDER BY created_at DESC, id DESC
+LIMIT $3::integer
+`
+
+type DeletionRequestListPageBlockedParams struct {
+	AfterCreatedAt *time.Time
+	AfterID        *uuid.UUID
+	MaxRows        int32
+}
+
+// DeletionRequestListPage for blocked requests only. Served by the partial
+// index community_deletion_requests_blocked_created_idx.
+func (q *Queries) DeletionRequestListPageBlocked(ctx context.Context, arg DeletionRequestListPageBlockedParams) ([]CommunityDeletionRequest, error) {
+	rows, err := q.db.Query(ctx, deletionRequestListPageBlocked, arg.AfterCreatedAt, arg.AfterID, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []CommunityDeletionRequest{}
+	for rows.Next() {
+		var i CommunityDeletionRequest
+		if err := rows.Scan(
+			&i.ID,
+			&i.CommunityID,
+			&i.CommunityHost,
+			&i.Stage,
+			&i.RetryStage,
+			&i.RequestedBy,
+			&i.Reason,
+			&i.SchemaManifest,
+			&i.StorageManifest,
+			&i.DestructiveStorageManifest,
+			&i.InventoryManifest,
+			&i.InventoryDigest,
+			&i.InventoryFrozenAt,
+			&i.DestructiveStorageFrozenAt,
+			&i.FenceGeneration,
+			&i.LeaseOwner,
+			&i.LeaseGeneration,
+			&i.LeaseUntil,
+			&i.Attempts,
+			&i.RetryCount,
+			&i.LastError,
+			&i.LastErrorAt,
+			&i.NextAttemptAt,
+			&i.BlockedAt,
+			&i.BlockedReason,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.PreQuiesceArchivedAt,
+			&i.QuiescingStartedAt,
+			&i.AbortedBy,
+			&i.AbortReason,
+			&i.AbortedAt,
+			&i.CompletedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const deletionRequestListPageByStage = `-- name: DeletionRequestListPageByStage :many
+SELECT id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at
+FROM community_deletion_requests
+WHERE stage = $1
+  AND (created_at, id) < (coalesce($2::timestamptz, 'infinity'::timestamptz),
+                         coalesce($3::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'::uuid))
+  AND ($4::boolean IS NULL OR (blocked_at IS NOT NULL) = $4::boolean)
+ORDER BY created_at DESC, id DESC
+LIMIT $5::integer
+`
+
+type DeletionRequestListPageByStageParams struct {
+	Stage          string
+	AfterCreatedAt *time.Time
+	AfterID        *uuid.UUID
+	Blocked        *bool
+	MaxRows        int32
+}
+
+// DeletionRequestListPage for one stage. Served by
+// community_deletion_requests_stage_created_idx.
+func (q *Queries) DeletionRequestListPageByStage(ctx context.Context, arg DeletionRequestListPageByStageParams) ([]CommunityDeletionRequest, error) {
+	rows, err := q.db.Query(ctx, deletionRequestListPageByStage,
+		arg.Stage,
+		arg.AfterCreatedAt,
+		arg.AfterID,
+		arg.Blocked,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []CommunityDeletionRequest{}
+	for rows.Next() {
+		var i CommunityDeletionRequest
+		if err := rows.Scan(
+			&i.ID,
+			&i.CommunityID,
+			&i.CommunityHost,
+			&i.Stage,
+			&i.RetryStage,
+			&i.RequestedBy,
+			&i.Reason,
+			&i.SchemaManifest,
+			&i.StorageManifest,
+			&i.DestructiveStorageManifest,
+			&i.InventoryManifest,
+			&i.InventoryDigest,
+			&i.InventoryFrozenAt,
+			&i.DestructiveStorageFrozenAt,
+			&i.FenceGeneration,
+			&i.LeaseOwner,
+			&i.LeaseGeneration,
+			&i.LeaseUntil,
+			&i.Attempts,
+			&i.RetryCount,
+			&i.LastError,
+			&i.LastErrorAt,
+			&i.NextAttemptAt,
+			&i.BlockedAt,
+			&i.BlockedReason,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.PreQuiesceArchivedAt,
+			&i.QuiescingStartedAt,
+			&i.AbortedBy,
+			&i.AbortReason,
+			&i.AbortedAt,
+			&i.CompletedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const deletionRequestMarkApproved = `-- name: DeletionRequestMarkApproved :one
+UPDATE community_deletion_requests
+SET stage = 'approved',
+    next_attempt_at = now()
+WHERE id = $1
+  AND stage = 'inventoried'
+  AND blocked_at IS NULL
+RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at
+`
+
+// Moves an unblocked inventoried request to approved and makes it due now;
+// the guard refuses unless its approval row already exists.
+func (q *Queries) DeletionRequestMarkApproved(ctx context.Context, id uuid.UUID) (CommunityDeletionRequest, error) {
+	row := q.db.QueryRow(ctx, deletionRequestMarkApproved, id)
+	var i CommunityDeletionRequest
+	err := row.Scan(
+		&i.ID,
+		&i.CommunityID,
+		&i.CommunityHost,
+		&i.Stage,
+		&i.RetryStage,
+		&i.RequestedBy,
+		&i.Reason,
+		&i.SchemaManifest,
+		&i.StorageManifest,
+		&i.DestructiveStorageManifest,
+		&i.InventoryManifest,
+		&i.InventoryDigest,
+		&i.InventoryFrozenAt,
+		&i.DestructiveStorageFrozenAt,
+		&i.FenceGeneration,
+		&i.LeaseOwner,
+		&i.LeaseGeneration,
+		&i.LeaseUntil,
+		&i.Attempts,
+		&i.RetryCount,
+		&i.LastError,
+		&i.LastErrorAt,
+		&i.NextAttemptAt,
+		&i.BlockedAt,
+		&i.BlockedReason,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.PreQuiesceArchivedAt,
+		&i.QuiescingStartedAt,
+		&i.AbortedBy,
+		&i.AbortReason,
+		&i.AbortedAt,
+		&i.CompletedAt,
+	)
+	return i, err
+}
+
+const deletionRequestRecordQuiescing = `-- name: DeletionRequestRecordQuiescing :execrows
+UPDATE community_deletion_requests
+SET pre_quiesce_archived_at = $1::timestamptz,
+    quiescing_started_at = now()
+WHERE id = $2
+  AND quiescing_started_at IS NULL
+`
+
+type DeletionRequestRecordQuiescingParams struct {
+	PreQuiesceArchivedAt *time.Time
+	ID                   uuid.UUID
+}
+
+// Records, once, the community's archived_at from before quiescing and when
+// quiescing started, so an abort can restore it.
+func (q *Queries) DeletionRequestRecordQuiescing(ctx context.Context, arg DeletionRequestRecordQuiescingParams) (int64, error) {
+	result, err := q.db.Exec(ctx, deletionRequestRecordQuiescing, arg.PreQuiesceArchivedAt, arg.ID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const deletionRequestRecordRetry = `-- name: DeletionRequestRecordRetry :one
+UPDATE community_deletion_requests
+SET retry_count = CASE WHEN retry_stage = $1 THEN retry_count + 1 ELSE 1 END,
+    retry_stage = $1,
+    last_error = $2,
+    last_error_at = now(),
+    next_attempt_at = CASE
+        WHEN (CASE WHEN retry_stage = $1 THEN retry_count + 1 ELSE 1 END) >= $3::integer
+            THEN next_attempt_at
+        ELSE now() + $4::interval
+    END,
+    blocked_at = CASE
+        WHEN (CASE WHEN retry_stage = $1 THEN retry_count + 1 ELSE 1 END) >= $3::integer
+            THEN now()
+    END,
+    blocked_reason = CASE
+        WHEN (CASE WHEN retry_stage = $1 THEN retry_count + 1 ELSE 1 END) >= $3::integer
+            THEN $2
+    END,
+    lease_owner = NULL,
+    lease_until = NULL
+WHERE id = $5
+  AND stage = $1
+  AND lease_owner = $6
+  AND lease_generation = $7
+  AND lease_until >= now()
+  AND blocked_at IS NULL
+RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at
+`
+
+type DeletionRequestRecordRetryParams struct {
+	Stage           *string
+	Error           *string
+	MaxRetries      int32
+	RetryAfter      pgtype.Interval
+	ID              uuid.UUID
+	LeaseOwner      *string
+	LeaseGeneration int64
+}
+
+// Records a retryable failure of the lease holder at its current stage and
+// releases the lease. The streak counts consecutive failures at one stage;
+// the failure that brings it to max_retries blocks the request durably
+// instead of scheduling another attempt. No row: the lease is stale.
+func (q *Queries) DeletionRequestRecordRetry(ctx context.Context, arg DeletionRequestRecordRetryParams) (CommunityDeletionRequest, error) {
+	row := q.db.QueryRow(ctx, deletionRequestRecordRetry,
+		arg.Stage,
+		arg.Error,
+		arg.MaxRetries,
+		arg.RetryAfter,
+		arg.ID,
+		arg.LeaseOwner,
+		arg.LeaseGeneration,
+	)
+	var i CommunityDeletionRequest
+	err := row.Scan(
+		&i.ID,
+		&i.CommunityID,
+		&i.CommunityHost,
+		&i.Stage,
+		&i.RetryStage,
+		&i.RequestedBy,
+		&i.Reason,
+		&i.SchemaManifest,
+		&i.StorageManifest,
+		&i.DestructiveStorageManifest,
+		&i.InventoryManifest,
+		&i.InventoryDigest,
+		&i.InventoryFrozenAt,
+		&i.DestructiveStorageFrozenAt,
+		&i.FenceGeneration,
+		&i.LeaseOwner,
+		&i.LeaseGeneration,
+		&i.LeaseUntil,
+		&i.Attempts,
+		&i.RetryCount,
+		&i.LastError,
+		&i.LastErrorAt,
+		&i.NextAttemptAt,
+		&i.BlockedAt,
+		&i.BlockedReason,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.PreQuiesceArchivedAt,
+		&i.QuiescingStartedAt,
+		&i.AbortedBy,
+		&i.AbortReason,
+		&i.AbortedAt,
+		&i.CompletedAt,
+	)
+	return i, err
+}
+
+const deletionRequestReleaseLease = `-- name: DeletionRequestReleaseLease :execrows
+UPDATE community_deletion_requests
+SET lease_owner = NULL,
+    lease_until = NULL
+WHERE id = $1
+  AND community_id = $2
+  AND lease_owner = $3
+  AND lease_generation = $4
+  AND fence_generation IS NOT DISTINCT FROM $5::bigint
+`
+
+type DeletionRequestReleaseLeaseParams struct {
+	ID              uuid.UUID
+	CommunityID     uuid.UUID
+	LeaseOwner      *string
+	LeaseGeneration int64
+	FenceGeneration *int64
+}
+
+// Releases a lease its holder presents, expired or not. No row: the lease
+// was already taken over or released.
+func (q *Queries) DeletionRequestReleaseLease(ctx context.Context, arg DeletionRequestReleaseLeaseParams) (int64, error) {
+	result, err := q.db.Exec(ctx, deletionRequestReleaseLease,
+		arg.ID,
+		arg.CommunityID,
+		arg.LeaseOwner,
+		arg.LeaseGeneration,
+		arg.FenceGeneration,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const deletionRequestSubmit = `-- name: DeletionRequestSubmit :one
+WITH target AS (
+    SELECT community.id, community.host
+    FROM communities community
+    WHERE lower(community.host) = lower($1::text)
+      AND community.deletion_state = 'active'
+      AND community.deleted_at IS NULL
+), inserted AS (
+    INSERT INTO community_deletion_requests (community_id, community_host, requested_by, reason)
+    SELECT target.id, target.host, $2::text, $3::text
+    FROM target
+    ON CONFLICT (community_id) WHERE stage <> 'aborted' DO NOTHING
+    RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at
+)
+SELECT inserted.id, inserted.community_id, inserted.community_host, inserted.stage, inserted.retry_stage, inserted.requested_by, inserted.reason, inserted.schema_manifest, inserted.storage_manifest, inserted.destructive_storage_manifest, inserted.inventory_manifest, inserted.inventory_digest, inserted.inventory_frozen_at, inserted.destructive_storage_frozen_at, inserted.fence_generation, inserted.lease_owner, inserted.lease_generation, inserted.lease_until, inserted.attempts, inserted.retry_count, inserted.last_error, inserted.last_error_at, inserted.next_attempt_at, inserted.blocked_at, inserted.blocked_reason, inserted.created_at, inserted.updated_at, inserted.pre_quiesce_archived_at, inserted.quiescing_started_at, inserted.aborted_by, inserted.abort_reason, inserted.aborted_at, inserted.completed_at
+FROM inserted
+UNION ALL
+SELECT request.id, request.community_id, request.community_host, request.stage, request.retry_stage, request.requested_by, request.reason, request.schema_manifest, request.storage_manifest, request.destructive_storage_manifest, request.inventory_manifest, request.inventory_digest, request.inventory_frozen_at, request.destructive_storage_frozen_at, request.fence_generation, request.lease_owner, request.lease_generation, request.lease_until, request.attempts, request.retry_count, request.last_error, request.last_error_at, request.next_attempt_at, request.blocked_at, request.blocked_reason, request.created_at, request.updated_at, request.pre_quiesce_archived_at, request.quiescing_started_at, request.aborted_by, request.abort_reason, request.aborted_at, request.completed_at
+FROM community_deletion_requests request
+JOIN target ON target.id = request.community_id
+WHERE request.stage = 'submitted'
+  AND request.requested_by = $2::text
+  AND NOT EXISTS (SELECT 1 FROM inserted)
+LIMIT 1
+`
+
+type DeletionRequestSubmitParams struct {
+	Host        string
+	RequestedBy string
+	Reason      *string
+}
+
+type DeletionRequestSubmitRow struct {
+	ID                         uuid.UUID
+	CommunityID                uuid.UUID
+	CommunityHost              string
+	Stage                      string
+	RetryStage                 *string
+	RequestedBy                string
+	Reason                     *string
+	SchemaManifest             []byte
+	StorageManifest            []byte
+	DestructiveStorageManifest []byte
+	InventoryManifest          []byte
+	InventoryDigest            []byte
+	InventoryFrozenAt          *time.Time
+	DestructiveStorageFrozenAt *time.Time
+	FenceGeneration            *int64
+	LeaseOwner                 *string
+	LeaseGeneration            int64
+	LeaseUntil                 *time.Time
+	Attempts                   int32
+	RetryCount                 int32
+	LastError                  *string
+	LastErrorAt                *time.Time
+	NextAttemptAt              time.Time
+	BlockedAt                  *time.Time
+	BlockedReason              *string
+	CreatedAt                  time.Time
+	UpdatedAt                  time.Time
+	PreQuiesceArchivedAt       *time.Time
+	QuiescingStartedAt         *time.Time
+	AbortedBy                  *string
+	AbortReason                *string
+	AbortedAt                  *time.Time
+	CompletedAt                *time.Time
+}
+
+// Submits a request for the active community named host (case-insensitive).
+// Submitting again while the same requester's request is still submitted
+// returns that request. No row: the community is missing, not active, or
+// already has an open request.
+func (q *Queries) DeletionRequestSubmit(ctx context.Context, arg DeletionRequestSubmitParams) (DeletionRequestSubmitRow, error) {
+	row := q.db.QueryRow(ctx, deletionRequestSubmit, arg.Host, arg.RequestedBy, arg.Reason)
+	var i DeletionRequestSubmitRow
+	err := row.Scan(
+		&i.ID,
+		&i.CommunityID,
+		&i.CommunityHost,
+		&i.Stage,
+		&i.RetryStage,
+		&i.RequestedBy,
+		&i.Reason,
+		&i.SchemaManifest,
+		&i.StorageManifest,
+		&i.DestructiveStorageManifest,
+		&i.InventoryManifest,
+		&i.InventoryDigest,
+		&i.InventoryFrozenAt,
+		&i.DestructiveStorageFrozenAt,
+		&i.FenceGeneration,
+		&i.LeaseOwner,
+		&i.LeaseGeneration,
+		&i.LeaseUntil,
+		&i.Attempts,
+		&i.RetryCount,
+		&i.LastError,
+		&i.LastErrorAt,
+		&i.NextAttemptAt,
+		&i.BlockedAt,
+		&i.BlockedReason,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.PreQuiesceArchivedAt,
+		&i.QuiescingStartedAt,
+		&i.AbortedBy,
+		&i.AbortReason,
+		&i.AbortedAt,
+		&i.CompletedAt,
+	)
+	return i, err
+}
+
+const deletionRequestUnblock = `-- name: DeletionRequestUnblock :one
+UPDATE community_deletion_requests
+SET blocked_at = NULL,
+    blocked_reason = NULL,
+    retry_count = 0,
+    retry_stage = NULL,
+    last_error = NULL,
+    last_error_at = NULL,
+    next_attempt_at = now(),
+    lease_owner = NULL,
+    lease_until = NULL
+WHERE id = $1
+  AND blocked_at IS NOT NULL
+RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at
+`
+
+// Clears a block after an operator's remediation: the retry streak, the last
+// error and any expired lease go, and the request is due now.
+func (q *Queries) DeletionRequestUnblock(ctx context.Context, id uuid.UUID) (CommunityDeletionRequest, error) {
+	row := q.db.QueryRow(ctx, deletionRequestUnblock, id)
+	var i CommunityDeletionRequest
+	err := row.Scan(
+		&i.ID,
+		&i.CommunityID,
+		&i.CommunityHost,
+		&i.Stage,
+		&i.RetryStage,
+		&i.RequestedBy,
+		&i.Reason,
+		&i.SchemaManifest,
+		&i.StorageManifest,
+		&i.DestructiveStorageManifest,
+		&i.InventoryManifest,
+		&i.InventoryDigest,
+		&i.InventoryFrozenAt,
+		&i.DestructiveStorageFrozenAt,
+		&i.FenceGeneration,
+		&i.LeaseOwner,
+		&i.LeaseGeneration,
+		&i.LeaseUntil,
+		&i.Attempts,
+		&i.RetryCount,
+		&i.LastError,
+		&i.LastErrorAt,
+		&i.NextAttemptAt,
+		&i.BlockedAt,
+		&i.BlockedReason,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.PreQuiesceArchivedAt,
+		&i.QuiescingStartedAt,
+		&i.AbortedBy,
+		&i.AbortReason,
+		&i.AbortedAt,
+		&i.CompletedAt,
+	)
+	return i, err
 }

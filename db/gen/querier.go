@@ -6,16 +6,39 @@ package dbgen
 
 import (
 	"context"
+	"time"
 
 	"github.com/google/uuid"
 )
 
 type Querier interface {
+	// The deletion columns of communities as they are: name, formatted type and
+	// NOT NULL. No rows when communities does not resolve.
+	CatalogCommunityColumns(ctx context.Context, columnNames []string) ([]CatalogCommunityColumnsRow, error)
 	// CatalogDriftList returns one row per difference between the live catalog
 	// and community_scoped_tables; deletion treats any row as drift.
 	// (sqlc does not see the RETURNS TABLE columns, sqlc-dev/sqlc#3391: the
 	// alias list names them and the casts type them.)
 	CatalogDriftList(ctx context.Context) ([]CatalogDriftListRow, error)
+	// The tables (partitioned parents and plain tables, not partitions) in the
+	// schema of communities that carry the complete, enabled write fence: its
+	// INSERT, UPDATE and DELETE statement triggers with their transition tables.
+	CatalogFencedTables(ctx context.Context) ([]string, error)
+	// The schema that holds communities and every registered tenant table.
+	CatalogHomeSchema(ctx context.Context) (string, error)
+	// Whether the deletion control plane is installed. It probes the catalog,
+	// not the migration tool's version table.
+	CatalogPing(ctx context.Context) (bool, error)
+	// The registry of tenant tables, with whether each names a deletion
+	// control-plane table (which must never be registered).
+	CatalogRegistryList(ctx context.Context) ([]CatalogRegistryListRow, error)
+	// Which of table_names exist as tables in the schema of communities.
+	CatalogRelationsPresent(ctx context.Context, tableNames []string) ([]string, error)
+	// Whether each function and trigger the serving-path write fence relies on
+	// is installed: community_write_allowed must be VOLATILE (a STABLE one could
+	// be evaluated once per statement), and the tombstone guard must be an
+	// enabled BEFORE INSERT OR UPDATE OR DELETE row trigger on communities.
+	CatalogServingObjects(ctx context.Context) (CatalogServingObjectsRow, error)
 	// Advisory locks and transaction-local settings of the deletion lifecycle.
 	// Takes the community's deletion lock exclusively until the transaction ends.
 	// Every lifecycle transition takes it before any row lock.
@@ -24,12 +47,30 @@ type Querier interface {
 	// Takes the community's deletion lock shared until the transaction ends, as
 	// every writer of community data does.
 	CommunityDeletionLockShared(ctx context.Context, communityID uuid.UUID) error
+	// Fences a quiescing community under a new fence generation. The caller is
+	// the authorized executor at that generation and holds the community lock.
+	CommunityFence(ctx context.Context, arg CommunityFenceParams) (int64, error)
 	CommunityGetByHost(ctx context.Context, host string) (Community, error)
 	CommunityGetByID(ctx context.Context, id uuid.UUID) (Community, error)
+	CommunityGetForUpdate(ctx context.Context, id uuid.UUID) (Community, error)
 	CommunityInsert(ctx context.Context, arg CommunityInsertParams) (Community, error)
 	CommunityListByIDs(ctx context.Context, ids []uuid.UUID) ([]Community, error)
+	// Moves an active (or already quiescing) community to quiescing and marks it
+	// archived unless it already was. The caller is the authorized executor at
+	// the current fence generation and holds the community lock.
+	CommunityQuiesce(ctx context.Context, id uuid.UUID) (int64, error)
+	// Returns a quiescing or fenced community to active under a new fence
+	// generation with the archived_at it had before quiescing (an abort). The
+	// caller is the authorized executor at that generation and holds the
+	// community lock.
+	CommunityRestoreActive(ctx context.Context, arg CommunityRestoreActiveParams) (int64, error)
 	CommunityScopedTableAttach(ctx context.Context, arg CommunityScopedTableAttachParams) error
 	CommunityScopedTableList(ctx context.Context) ([]CommunityScopedTable, error)
+	// The explicit write admission: refuses REPEATABLE READ and SERIALIZABLE with
+	// SQLSTATE 25000, takes the community's deletion lock shared until the
+	// transaction ends, then refuses with SQLSTATE 55000 ("community write
+	// refused: ...") unless community_write_allowed() admits the transaction.
+	CommunityWriteAssertAllowed(ctx context.Context, communityID uuid.UUID) error
 	DeletionApprovalGetByRequest(ctx context.Context, requestID uuid.UUID) (CommunityDeletionApproval, error)
 	DeletionApprovalInsert(ctx context.Context, arg DeletionApprovalInsertParams) (CommunityDeletionApproval, error)
 	DeletionCheckpointComplete(ctx context.Context, arg DeletionCheckpointCompleteParams) error
@@ -38,14 +79,75 @@ type Querier interface {
 	// An audit checkpoint with a unique unit key (operator abort, unblock).
 	DeletionCheckpointInsertCompleted(ctx context.Context, arg DeletionCheckpointInsertCompletedParams) error
 	DeletionCheckpointListByRequest(ctx context.Context, requestID uuid.UUID) ([]CommunityDeletionCheckpoint, error)
+	// Marks an executor stopped and draining, holding no request.
+	DeletionExecutorHeartbeatStop(ctx context.Context, executorID string) (int64, error)
+	// Records an executor's liveness, its mode and the request it works on.
+	DeletionExecutorHeartbeatUpsert(ctx context.Context, arg DeletionExecutorHeartbeatUpsertParams) error
 	// Marks the transaction as the authorized deletion executor of a community at
 	// a fence generation (transaction-local settings the guards read).
 	DeletionExecutorSet(ctx context.Context, arg DeletionExecutorSetParams) error
+	// Withdraws every chunk of a request; the guard refuses once the destructive
+	// manifest is frozen (until the request is logically verified).
+	DeletionManifestKeyDeleteByRequest(ctx context.Context, requestID uuid.UUID) (int64, error)
+	// The first chunk, in chunk order, not yet stamped deleted.
+	DeletionManifestKeyGetNextPending(ctx context.Context, requestID uuid.UUID) (CommunityDeletionManifestKey, error)
+	// Appends one chunk; an existing chunk of the same number is left alone (the
+	// caller compares it). The guard refuses unless the request is fenced and
+	// not yet frozen.
+	DeletionManifestKeyInsert(ctx context.Context, arg DeletionManifestKeyInsertParams) (int64, error)
+	DeletionManifestKeyListByRequest(ctx context.Context, requestID uuid.UUID) ([]CommunityDeletionManifestKey, error)
+	// Stamps one chunk deleted, once; the guard sets the database clock and
+	// refuses unless the request is drained with its manifest frozen.
+	DeletionManifestKeyMarkDeleted(ctx context.Context, arg DeletionManifestKeyMarkDeletedParams) (int64, error)
+	// Whether chunk chunk_no of the request holds exactly this prefix and keys.
+	DeletionManifestKeyMatches(ctx context.Context, arg DeletionManifestKeyMatchesParams) (bool, error)
+	DeletionManifestKeyProgress(ctx context.Context, requestID uuid.UUID) (DeletionManifestKeyProgressRow, error)
+	// Terminally aborts an abortable request: records who and why, clears the
+	// lease and any block, and raises lease_generation so every token is stale.
+	// fence_generation changes only when given (the community was restored to
+	// active under a new generation); the guard allows that only on this step.
+	DeletionRequestAbort(ctx context.Context, arg DeletionRequestAbortParams) (CommunityDeletionRequest, error)
 	// Moves a leased, unblocked request one stage forward and clears its retry
 	// streak; fence_generation is set when given (the step to fenced).
 	DeletionRequestAdvance(ctx context.Context, arg DeletionRequestAdvanceParams) (int64, error)
+	// Durably blocks a request that no executor holds (a pre-claim failure or a
+	// claim that found catalog drift) and drops any expired lease.
+	DeletionRequestBlock(ctx context.Context, arg DeletionRequestBlockParams) (CommunityDeletionRequest, error)
+	// Durably blocks the request its current lease holder names and releases
+	// the lease. No row: the lease is stale.
+	DeletionRequestBlockLeased(ctx context.Context, arg DeletionRequestBlockLeasedParams) (int64, error)
+	// Leases a candidate the caller holds FOR UPDATE to owner under a new lease
+	// generation. The lease runs from clock_timestamp(), so time spent waiting
+	// for locks is not lost from it.
+	DeletionRequestClaim(ctx context.Context, arg DeletionRequestClaimParams) (CommunityDeletionRequest, error)
+	// The oldest claimable request: approved for its frozen inventory, runnable,
+	// unblocked, due and not leased. Rows another claim holds are skipped. Served
+	// by community_deletion_requests_claimable_idx.
+	DeletionRequestClaimNextCandidate(ctx context.Context) (CommunityDeletionRequest, error)
+	// The request id when it is claimable, on the same terms as
+	// DeletionRequestClaimNextCandidate.
+	DeletionRequestClaimSpecificCandidate(ctx context.Context, id uuid.UUID) (CommunityDeletionRequest, error)
+	// Moves a leased, logically verified request to the terminal
+	// retention_pending stage under its fence generation and releases the lease.
+	DeletionRequestComplete(ctx context.Context, arg DeletionRequestCompleteParams) (int64, error)
+	// Freezes the destructive storage manifest of a leased, unblocked, fenced
+	// request that has none yet. The caller holds the request row lock.
+	DeletionRequestDestructiveStorageFreeze(ctx context.Context, arg DeletionRequestDestructiveStorageFreezeParams) (int64, error)
+	// Whether the request's frozen destructive storage manifest equals manifest
+	// as jsonb (key order and white space aside).
+	DeletionRequestDestructiveStorageMatches(ctx context.Context, arg DeletionRequestDestructiveStorageMatchesParams) (bool, error)
+	// Freezes the inventory of an unblocked submitted request and moves it to
+	// inventoried. No row: the request is not an unblocked submitted request.
+	DeletionRequestFreezeInventory(ctx context.Context, arg DeletionRequestFreezeInventoryParams) (CommunityDeletionRequest, error)
 	DeletionRequestGet(ctx context.Context, id uuid.UUID) (CommunityDeletionRequest, error)
+	// Locks a request for an operator action and says, on the database clock,
+	// whether an executor still holds an unexpired lease on it.
+	DeletionRequestGetForOperator(ctx context.Context, id uuid.UUID) (DeletionRequestGetForOperatorRow, error)
 	DeletionRequestGetForUpdate(ctx context.Context, id uuid.UUID) (CommunityDeletionRequest, error)
+	// Renews the lease its holder presents while the request is unexpired,
+	// unblocked, runnable, approved for its frozen inventory and under the
+	// token's fence generation (none before the fence).
+	DeletionRequestHeartbeat(ctx context.Context, arg DeletionRequestHeartbeatParams) (int64, error)
 	// Whether a lease token is current at a stage under a fence generation: the
 	// request is leased to it, unexpired, unblocked and approved, and the
 	// community is fenced (or a tombstone) at that generation.
@@ -53,14 +155,121 @@ type Querier interface {
 	// Whether a lease token is current at a stage: the request is leased to it,
 	// unexpired, unblocked, and approved for its frozen inventory.
 	DeletionRequestLeaseValid(ctx context.Context, arg DeletionRequestLeaseValidParams) (bool, error)
+	// The newest requests first. Served by community_deletion_requests_created_idx.
+	DeletionRequestList(ctx context.Context, maxRows int32) ([]CommunityDeletionRequest, error)
+	// One page of requests, newest first, strictly after the keyset cursor
+	// (created_at, id), optionally only the blocked or only the unblocked ones.
+	// Without a cursor it starts at the newest request. Served by
+	// community_deletion_requests_created_idx.
+	DeletionRequestListPage(ctx context.Context, arg DeletionRequestListPageParams) ([]CommunityDeletionRequest, error)
+	// DeletionRequestListPage for blocked requests only. Served by the partial
+	// index community_deletion_requests_blocked_created_idx.
+	DeletionRequestListPageBlocked(ctx context.Context, arg DeletionRequestListPageBlockedParams) ([]CommunityDeletionRequest, error)
+	// DeletionRequestListPage for one stage. Served by
+	// community_deletion_requests_stage_created_idx.
+	DeletionRequestListPageByStage(ctx context.Context, arg DeletionRequestListPageByStageParams) ([]CommunityDeletionRequest, error)
+	// Moves an unblocked inventoried request to approved and makes it due now;
+	// the guard refuses unless its approval row already exists.
+	DeletionRequestMarkApproved(ctx context.Context, id uuid.UUID) (CommunityDeletionRequest, error)
+	// Records, once, the community's archived_at from before quiescing and when
+	// quiescing started, so an abort can restore it.
+	DeletionRequestRecordQuiescing(ctx context.Context, arg DeletionRequestRecordQuiescingParams) (int64, error)
+	// Records a retryable failure of the lease holder at its current stage and
+	// releases the lease. The streak counts consecutive failures at one stage;
+	// the failure that brings it to max_retries blocks the request durably
+	// instead of scheduling another attempt. No row: the lease is stale.
+	DeletionRequestRecordRetry(ctx context.Context, arg DeletionRequestRecordRetryParams) (CommunityDeletionRequest, error)
+	// Releases a lease its holder presents, expired or not. No row: the lease
+	// was already taken over or released.
+	DeletionRequestReleaseLease(ctx context.Context, arg DeletionRequestReleaseLeaseParams) (int64, error)
+	// Submits a request for the active community named host (case-insensitive).
+	// Submitting again while the same requester's request is still submitted
+	// returns that request. No row: the community is missing, not active, or
+	// already has an open request.
+	DeletionRequestSubmit(ctx context.Context, arg DeletionRequestSubmitParams) (DeletionRequestSubmitRow, error)
+	// Clears a block after an operator's remediation: the retry streak, the last
+	// error and any expired lease go, and the request is due now.
+	DeletionRequestUnblock(ctx context.Context, id uuid.UUID) (CommunityDeletionRequest, error)
+	// The purge's completed per-table checkpoints of a request at a stage.
+	PurgeCheckpointList(ctx context.Context, arg PurgeCheckpointListParams) ([]PurgeCheckpointListRow, error)
+	// The partitions of registered 'delete' tables, partitioned LIST
+	// (community_id), whose bound holds exactly this community: they go by
+	// DETACH PARTITION and DROP TABLE instead of row deletes.
+	PurgeCommunityPartitions(ctx context.Context, communityID uuid.UUID) ([]PurgeCommunityPartitionsRow, error)
+	// Turns the fenced community into its tombstone at the fence generation and
+	// scrubs its profile; the tombstone guard admits it only as the executor
+	// with the request at bindings_removed under the same generation.
+	PurgeCommunityTombstone(ctx context.Context, arg PurgeCommunityTombstoneParams) (int64, error)
+	// Whether the community is the tombstone of a fence generation.
+	PurgeCommunityTombstoned(ctx context.Context, arg PurgeCommunityTombstonedParams) (bool, error)
+	// The foreign keys between registered 'delete' tables (partitions mapped to
+	// their partitioned root; the per-partition clones skipped), with whether the
+	// ON DELETE action removes or clears the child rows itself (CASCADE, SET
+	// NULL, SET DEFAULT), whether every referencing column is nullable, and the
+	// referencing columns in key order.
+	PurgeForeignKeys(ctx context.Context) ([]PurgeForeignKeysRow, error)
+	// The tables that hold the rows of a registered table: the table itself, or
+	// the leaf partitions of a partitioned one, with their size in blocks and
+	// the most line pointers a block holds (MaxHeapTuplesPerPage), for TID range
+	// batches.
+	PurgeLeafRelations(ctx context.Context, tableName string) ([]PurgeLeafRelationsRow, error)
+	// Bounds how long the transaction's DDL waits for a table lock.
+	PurgeLockTimeoutSet(ctx context.Context, timeout string) error
+	// The bounded PostgreSQL purge (lifecycle/purge.go). The per-table DELETE,
+	// UPDATE and EXISTS statements are built in Go from the table and column
+	// names these queries return, all read from the registry and the catalog.
+	// Every registered table that exists in the schema of communities, with what
+	// the purge needs to batch it: its schema; whether it is partitioned; the
+	// primary key column besides community_id when the primary key is that one
+	// column, alone or together with community_id ('' otherwise); whether a
+	// valid, non-partial btree index leads with (community_id, that column);
+	// whether a valid, non-partial index leads with community_id.
+	PurgeTableShapes(ctx context.Context) ([]PurgeTableShapesRow, error)
 	SchemaDestructionLockKey(ctx context.Context) (int64, error)
 	// Takes the schema-destruction lock shared until the transaction ends; a
 	// running migration holds it exclusively.
 	SchemaDestructionLockShared(ctx context.Context) error
 	// Tries the schema-destruction lock shared without waiting.
 	SchemaDestructionLockTryShared(ctx context.Context) (bool, error)
+	// Counts a community's unexpired serving write leases and names their
+	// distinct operations, sorted. It gates the fence, so it judges expiry on
+	// now(), which errs towards "still active". Served by
+	// community_serving_write_leases_community_idx.
+	ServingWriteLeaseCountActive(ctx context.Context, communityID uuid.UUID) (ServingWriteLeaseCountActiveRow, error)
+	// Releases exactly one lease; a lease already reaped deletes nothing.
+	ServingWriteLeaseDelete(ctx context.Context, arg ServingWriteLeaseDeleteParams) (int64, error)
+	// Reaps at most max_rows expired leases, oldest expiry first, skipping rows
+	// another transaction holds. The row lock rechecks expiry against a
+	// concurrent renewal, and the guard never extends an expired lease. Served
+	// by community_serving_write_leases_lease_until_idx, then the primary key.
+	ServingWriteLeaseDeleteExpired(ctx context.Context, maxRows int32) (int64, error)
+	// Admits a new lease for an active community at its current fence generation.
+	// The caller has already asserted the write admission (which holds the shared
+	// community lock); the row guard asserts it again and draws the generation
+	// from community_serving_write_lease_generation_seq. No row: not active.
+	ServingWriteLeaseInsert(ctx context.Context, arg ServingWriteLeaseInsertParams) (CommunityServingWriteLease, error)
+	// Extends exactly this unexpired lease while its community is active or
+	// quiescing at the lease's fence generation. The caller holds the shared
+	// community lock. No row: the lease is stale.
+	ServingWriteLeaseRenew(ctx context.Context, arg ServingWriteLeaseRenewParams) (time.Time, error)
 	// Carries a serving write lease in the transaction, for the write fence.
 	ServingWriteLeaseSet(ctx context.Context, arg ServingWriteLeaseSetParams) error
+	// Active and expired lease counts and PostgreSQL's dead-tuple estimate for
+	// the lease table.
+	ServingWriteLeaseStats(ctx context.Context) (ServingWriteLeaseStatsRow, error)
+	// Whether exactly this lease is unexpired and its community is active or
+	// quiescing at the lease's fence generation. Expiry is judged on
+	// clock_timestamp(), so a lease that expired while the transaction waited
+	// for a lock is never taken as current.
+	ServingWriteLeaseValid(ctx context.Context, arg ServingWriteLeaseValidParams) (bool, error)
+	// The sweep that completed last. Served by storage_taxonomy_sweeps_completed_idx.
+	StorageTaxonomySweepGetLatest(ctx context.Context) (StorageTaxonomySweep, error)
+	// Records a completed sweep. Completion is clock_timestamp(); a start up to
+	// five minutes in the database's future is clamped to it, a later one
+	// inserts nothing.
+	StorageTaxonomySweepInsert(ctx context.Context, arg StorageTaxonomySweepInsertParams) (StorageTaxonomySweep, error)
+	// The transaction's isolation level, as PostgreSQL names it ('read committed').
+	TransactionIsolationGet(ctx context.Context) (string, error)
 }
 
 var _ Querier = (*Queries)(nil)

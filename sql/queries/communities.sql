@@ -1,3 +1,13 @@
+-- name: CommunityFence :execrows
+-- Fences a quiescing community under a new fence generation. The caller is
+-- the authorized executor at that generation and holds the community lock.
+UPDATE communities
+SET deletion_state = 'fenced',
+    deletion_fence_generation = @fence_generation,
+    archived_at = COALESCE(archived_at, now())
+WHERE id = @id
+  AND deletion_state = 'quiescing';
+
 -- name: CommunityGetByHost :one
 SELECT *
 FROM communities
@@ -7,6 +17,12 @@ WHERE lower(host) = lower(@host);
 SELECT *
 FROM communities
 WHERE id = @id;
+
+-- name: CommunityGetForUpdate :one
+SELECT *
+FROM communities
+WHERE id = @id
+FOR UPDATE;
 
 -- name: CommunityInsert :one
 INSERT INTO communities (host, signing_key, icon)
@@ -18,3 +34,26 @@ SELECT *
 FROM communities
 WHERE id = ANY(@ids::uuid[])
 ORDER BY id;
+
+-- name: CommunityQuiesce :execrows
+-- Moves an active (or already quiescing) community to quiescing and marks it
+-- archived unless it already was. The caller is the authorized executor at
+-- the current fence generation and holds the community lock.
+UPDATE communities
+SET deletion_state = 'quiescing',
+    archived_at = COALESCE(archived_at, now())
+WHERE id = @id
+  AND deletion_state IN ('active', 'quiescing')
+  AND deleted_at IS NULL;
+
+-- name: CommunityRestoreActive :execrows
+-- Returns a quiescing or fenced community to active under a new fence
+-- generation with the archived_at it had before quiescing (an abort). The
+-- caller is the authorized executor at that generation and holds the
+-- community lock.
+UPDATE communities
+SET deletion_state = 'active',
+    deletion_fence_generation = @fence_generation,
+    archived_at = sqlc.narg('archived_at')::timestamptz
+WHERE id = @id
+  AND deletion_state IN ('quiescing', 'fenced');

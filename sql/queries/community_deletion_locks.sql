@@ -10,6 +10,13 @@ SELECT pg_advisory_xact_lock(community_deletion_lock_key(@community_id::uuid));
 -- every writer of community data does.
 SELECT pg_advisory_xact_lock_shared(community_deletion_lock_key(@community_id::uuid));
 
+-- name: CommunityWriteAssertAllowed :exec
+-- The explicit write admission: refuses REPEATABLE READ and SERIALIZABLE with
+-- SQLSTATE 25000, takes the community's deletion lock shared until the
+-- transaction ends, then refuses with SQLSTATE 55000 ("community write
+-- refused: ...") unless community_write_allowed() admits the transaction.
+SELECT assert_community_write_allowed(@community_id::uuid);
+
 -- name: DeletionExecutorSet :exec
 -- Marks the transaction as the authorized deletion executor of a community at
 -- a fence generation (transaction-local settings the guards read).
@@ -31,3 +38,7 @@ SELECT set_config('community_deletion.serving_write_lease_id', @lease_id::text, 
        set_config('community_deletion.serving_write_owner', @owner::text, true),
        set_config('community_deletion.serving_write_generation', @generation::text, true),
        set_config('community_deletion.serving_write_fence_generation', @fence_generation::text, true);
+
+-- name: TransactionIsolationGet :one
+-- The transaction's isolation level, as PostgreSQL names it ('read committed').
+SELECT current_setting('transaction_isolation')::text AS isolation;

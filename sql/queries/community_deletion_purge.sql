@@ -1,0 +1,146 @@
+-- The bounded PostgreSQL purge (lifecycle/purge.go). The per-table DELETE,
+-- UPDATE and EXISTS statements are built in Go from the table and column
+-- names these queries return, all read from the registry and the catalog.
+
+-- name: PurgeTableShapes :many
+-- Every registered table that exists in the schema of communities, with what
+-- the purge needs to batch it: its schema; whether it is partitioned; the
+-- primary key column besides community_id when the primary key is that one
+-- column, alone or together with community_id ('' otherwise); whether a
+-- valid, non-partial btree index leads with (community_id, that column);
+-- whether a valid, non-partial index leads with community_id.
+SELECT registered.table_name::text AS table_name,
+       registered.purge_action::text AS purge_action,
+       n.nspname::text AS schema_name,
+       (c.relkind = 'p')::boolean AS partitioned,
+       coalesce(pk.key_column::text, '')::text AS key_column,
+       coalesce(pk.key_indexed, false)::boolean AS key_indexed,
+       EXISTS (
+           SELECT 1 FROM pg_catalog.pg_index i
+           WHERE i.indrelid = c.oid AND i.indisvalid AND i.indpred IS NULL
+             AND i.indkey[0] = community.attnum
+       )::boolean AS community_indexed
+FROM community_scoped_tables registered
+JOIN pg_catalog.pg_class c ON c.relname = registered.table_name
+    AND c.relnamespace = (SELECT home.relnamespace FROM pg_catalog.pg_class home WHERE home.oid = 'communities'::regclass)
+    AND c.relkind IN ('r', 'p')
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_catalog.pg_attribute community ON community.attrelid = c.oid AND community.attname = 'community_id'
+    AND NOT community.attisdropped
+LEFT JOIN LATERAL (
+    SELECT a.attname AS key_column,
+           EXISTS (
+               SELECT 1 FROM pg_catalog.pg_index i
+               JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
+               JOIN pg_catalog.pg_am am ON am.oid = ic.relam AND am.amname = 'btree'
+               WHERE i.indrelid = c.oid AND i.indisvalid AND i.indpred IS NULL AND i.indnkeyatts >= 2
+                 AND i.indkey[0] = community.attnum AND i.indkey[1] = a.attnum
+           ) AS key_indexed
+    FROM pg_catalog.pg_constraint p
+    JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum = ANY (p.conkey) AND a.attnum <> community.attnum
+    WHERE p.conrelid = c.oid AND p.contype = 'p'
+      AND (cardinality(p.conkey) = 1 OR (cardinality(p.conkey) = 2 AND community.attnum = ANY (p.conkey)))
+) pk ON true
+ORDER BY registered.table_name;
+
+-- name: PurgeForeignKeys :many
+-- The foreign keys between registered 'delete' tables (partitions mapped to
+-- their partitioned root; the per-partition clones skipped), with whether the
+-- ON DELETE action removes or clears the child rows itself (CASCADE, SET
+-- NULL, SET DEFAULT), whether every referencing column is nullable, and the
+-- referencing columns in key order.
+SELECT child.relname::text AS child_table,
+       parent.relname::text AS parent_table,
+       con.conname::text AS constraint_name,
+       (con.confdeltype IN ('c', 'n', 'd'))::boolean AS soft,
+       coalesce(NOT EXISTS (
+           SELECT 1 FROM pg_catalog.pg_attribute a
+           WHERE a.attrelid = con.conrelid AND a.attnum = ANY (con.conkey) AND a.attnotnull
+       ), false)::boolean AS nullable,
+       ARRAY(
+           SELECT a.attname::text
+           FROM unnest(con.conkey) WITH ORDINALITY AS k (attnum, position)
+           JOIN pg_catalog.pg_attribute a ON a.attrelid = con.conrelid AND a.attnum = k.attnum
+           ORDER BY k.position
+       )::text[] AS columns
+FROM pg_catalog.pg_constraint con
+JOIN pg_catalog.pg_class child ON child.oid = coalesce(pg_partition_root(con.conrelid), con.conrelid)
+JOIN pg_catalog.pg_class parent ON parent.oid = coalesce(pg_partition_root(con.confrelid), con.confrelid)
+WHERE con.contype = 'f' AND con.conparentid = 0
+  AND child.relnamespace = (SELECT home.relnamespace FROM pg_catalog.pg_class home WHERE home.oid = 'communities'::regclass)
+  AND parent.relnamespace = child.relnamespace
+  AND child.relname IN (
+      SELECT r.table_name FROM community_scoped_tables r WHERE r.purge_action = 'delete')
+  AND parent.relname IN (
+      SELECT r.table_name FROM community_scoped_tables r WHERE r.purge_action = 'delete')
+ORDER BY 1, 2, 3;
+
+-- name: PurgeCommunityPartitions :many
+-- The partitions of registered 'delete' tables, partitioned LIST
+-- (community_id), whose bound holds exactly this community: they go by
+-- DETACH PARTITION and DROP TABLE instead of row deletes.
+SELECT registered.table_name::text AS table_name,
+       pn.nspname::text AS partition_schema,
+       part.relname::text AS partition_name
+FROM community_scoped_tables registered
+JOIN pg_catalog.pg_class parent ON parent.relname = registered.table_name
+    AND parent.relnamespace = (SELECT home.relnamespace FROM pg_catalog.pg_class home WHERE home.oid = 'communities'::regclass)
+    AND parent.relkind = 'p'
+JOIN pg_catalog.pg_inherits inh ON inh.inhparent = parent.oid
+JOIN pg_catalog.pg_class part ON part.oid = inh.inhrelid
+JOIN pg_catalog.pg_namespace pn ON pn.oid = part.relnamespace
+WHERE registered.purge_action = 'delete'
+  AND pg_get_partkeydef(parent.oid) = 'LIST (community_id)'
+  AND pg_get_expr(part.relpartbound, part.oid) = format('FOR VALUES IN (%L)', @community_id::uuid)
+ORDER BY 1, 3;
+
+-- name: PurgeLeafRelations :many
+-- The tables that hold the rows of a registered table: the table itself, or
+-- the leaf partitions of a partitioned one, with their size in blocks and
+-- the most line pointers a block holds (MaxHeapTuplesPerPage), for TID range
+-- batches.
+SELECT n.nspname::text AS schema_name,
+       c.relname::text AS relation_name,
+       (pg_relation_size(c.oid) / current_setting('block_size')::bigint)::bigint AS blocks,
+       ((current_setting('block_size')::bigint - 24) / 28)::bigint AS slots_per_block
+FROM pg_catalog.pg_class root
+JOIN pg_catalog.pg_class c ON c.oid = root.oid
+    OR c.oid IN (SELECT tree.relid FROM pg_partition_tree(root.oid) tree WHERE tree.isleaf)
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE root.relname = @table_name::text
+  AND root.relnamespace = (SELECT home.relnamespace FROM pg_catalog.pg_class home WHERE home.oid = 'communities'::regclass)
+  AND c.relkind = 'r'
+ORDER BY c.relname;
+
+-- name: PurgeCheckpointList :many
+-- The purge's completed per-table checkpoints of a request at a stage.
+SELECT unit_key, detail
+FROM community_deletion_checkpoints
+WHERE request_id = @request_id AND stage = @stage AND status = 'completed'
+  AND (unit_key LIKE 'purge:%' OR unit_key LIKE 'nullify:%')
+ORDER BY unit_key;
+
+-- name: PurgeCommunityTombstone :execrows
+-- Turns the fenced community into its tombstone at the fence generation and
+-- scrubs its profile; the tombstone guard admits it only as the executor
+-- with the request at bindings_removed under the same generation.
+UPDATE communities
+SET deletion_state = 'tombstone',
+    deleted_at = COALESCE(deleted_at, now()),
+    archived_at = COALESCE(archived_at, now()),
+    signing_key = NULL,
+    icon = NULL
+WHERE id = @id AND deletion_state = 'fenced' AND deletion_fence_generation = @fence_generation;
+
+-- name: PurgeCommunityTombstoned :one
+-- Whether the community is the tombstone of a fence generation.
+SELECT EXISTS (
+    SELECT 1 FROM communities
+    WHERE id = @id AND deletion_state = 'tombstone' AND deleted_at IS NOT NULL
+      AND deletion_fence_generation = @fence_generation
+)::boolean AS tombstoned;
+
+-- name: PurgeLockTimeoutSet :exec
+-- Bounds how long the transaction's DDL waits for a table lock.
+SELECT set_config('lock_timeout', @timeout::text, true);
+
