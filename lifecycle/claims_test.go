@@ -1,0 +1,206 @@
+package lifecycle_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
+)
+
+// Many executors claiming one request at once, by id and as the next
+// claimable request, produce exactly one winner per lease generation; the
+// losers get (nil, nil).
+func TestClaimRaceHasOneWinnerPerGeneration(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	request := b.lcApproved(t)
+	const claimers = 16
+	for round := int64(1); round <= 3; round++ {
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		results := make(chan *lifecycle.ClaimedDeletion, claimers)
+		errs := make(chan error, claimers)
+		for i := range claimers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				owner := "executor-" + string(rune('a'+i))
+				var claim *lifecycle.ClaimedDeletion
+				var err error
+				if i%2 == 0 {
+					claim, err = b.store.ClaimSpecific(ctx, request.ID, owner, lcLease)
+				} else {
+					claim, err = b.store.ClaimNext(ctx, owner, lcLease)
+				}
+				errs <- err
+				results <- claim
+			}()
+		}
+		close(start)
+		wg.Wait()
+		close(results)
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		var winners []*lifecycle.ClaimedDeletion
+		for claim := range results {
+			if claim != nil {
+				winners = append(winners, claim)
+			}
+		}
+		require.Len(t, winners, 1, "round %d", round)
+		winner := winners[0]
+		require.Equal(t, request.ID, winner.Request.ID)
+		require.Equal(t, round, winner.Lease.Generation)
+		require.Equal(t, int32(round), winner.Request.Attempts)
+		require.Equal(t, winner.Request.LeaseOwner, winner.Lease.Owner)
+		require.NoError(t, b.store.VerifyExecutionToken(ctx, winner.Lease, lifecycle.StageApproved))
+
+		// The lease expires; the next round reclaims it.
+		require.NoError(t, b.lcExec(t, "UPDATE community_deletion_requests SET lease_until = now() - interval '1 second' WHERE id = $1", request.ID))
+	}
+}
+
+// ClaimNext takes the oldest claimable request and skips the ones that are
+// not approved, blocked, leased or not yet due; ClaimSpecific tells a
+// missing request from an unclaimable one.
+func TestClaimNextTakesTheOldestClaimableRequest(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	inventoried, _ := b.lcInventoried(t)
+	blocked := b.lcApproved(t)
+	_, err := b.store.BlockPreclaimSetup(ctx, blocked.ID, "pre_claim:setup", "no credentials")
+	require.NoError(t, err)
+	notDue := b.lcApproved(t)
+	require.NoError(t, b.lcExec(t, "UPDATE community_deletion_requests SET next_attempt_at = now() + interval '1 hour' WHERE id = $1", notDue.ID))
+	first := b.lcApproved(t)
+	second := b.lcApproved(t)
+
+	claim, err := b.store.ClaimNext(ctx, "executor", lcLease)
+	require.NoError(t, err)
+	require.Equal(t, first.ID, claim.Request.ID)
+	claim, err = b.store.ClaimNext(ctx, "executor", lcLease)
+	require.NoError(t, err)
+	require.Equal(t, second.ID, claim.Request.ID)
+	claim, err = b.store.ClaimNext(ctx, "executor", lcLease)
+	require.NoError(t, err)
+	require.Nil(t, claim, "nothing else is claimable")
+
+	for _, id := range []uuid.UUID{inventoried.ID, blocked.ID, notDue.ID, first.ID} {
+		claim, err := b.store.ClaimSpecific(ctx, id, "executor-2", lcLease)
+		require.NoError(t, err)
+		require.Nil(t, claim, "request %s is not claimable", id)
+	}
+	_, err = b.store.ClaimSpecific(ctx, uuid.New(), "executor", lcLease)
+	require.ErrorIs(t, err, lifecycle.ErrNotFound)
+
+	// A retry delay is honoured: the request is due again only after it.
+	claim, err = b.store.ClaimSpecific(ctx, blocked.ID, "executor", lcLease)
+	require.NoError(t, err)
+	require.Nil(t, claim)
+	_, err = b.store.Unblock(ctx, blocked.ID, "operator", "credentials installed")
+	require.NoError(t, err)
+	claim, err = b.store.ClaimSpecific(ctx, blocked.ID, "executor", lcLease)
+	require.NoError(t, err)
+	require.NotNil(t, claim)
+	require.NoError(t, b.store.RecordRetry(ctx, claim.Lease, lifecycle.StageApproved, "dependency", "later", time.Hour))
+	claim, err = b.store.ClaimSpecific(ctx, blocked.ID, "executor", lcLease)
+	require.NoError(t, err)
+	require.Nil(t, claim, "not due before the retry delay")
+}
+
+// A claim that finds catalog drift blocks the request durably with a
+// failed 'claim:catalog_validation' checkpoint, commits that, and claims
+// nothing; once the catalog is repaired an operator unblocks it.
+func TestClaimBlocksOnCatalogDrift(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	request := b.lcApproved(t)
+	require.NoError(t, b.lcExec(t, "CREATE TABLE lc_unregistered_tenant (id bigint PRIMARY KEY, community_id uuid NOT NULL)"))
+
+	claim, err := b.store.ClaimNext(ctx, "executor", lcLease)
+	require.NoError(t, err)
+	require.Nil(t, claim)
+	blocked, err := b.store.Get(ctx, request.ID)
+	require.NoError(t, err)
+	require.True(t, blocked.Blocked())
+	require.Contains(t, blocked.BlockedReason, "lc_unregistered_tenant unregistered")
+	require.Equal(t, blocked.BlockedReason, blocked.LastError)
+	require.Empty(t, blocked.LeaseOwner)
+	require.Zero(t, blocked.LeaseGeneration, "no lease was handed out")
+	inspection, err := b.store.Inspect(ctx, request.ID)
+	require.NoError(t, err)
+	checkpoint := lcCheckpoint(t, inspection, "claim:catalog_validation")
+	require.Equal(t, lifecycle.StageApproved, checkpoint.Stage)
+	require.Equal(t, "failed", checkpoint.Status)
+	require.Contains(t, checkpoint.Error, "lc_unregistered_tenant")
+
+	claim, err = b.store.ClaimSpecific(ctx, request.ID, "executor", lcLease)
+	require.NoError(t, err)
+	require.Nil(t, claim, "a blocked request stays unclaimable")
+
+	require.NoError(t, b.lcExec(t, "DROP TABLE lc_unregistered_tenant"))
+	_, err = b.store.Unblock(ctx, request.ID, "operator", "dropped the stray table")
+	require.NoError(t, err)
+	claim, err = b.store.ClaimSpecific(ctx, request.ID, "executor", lcLease)
+	require.NoError(t, err)
+	require.NotNil(t, claim)
+}
+
+// Heartbeat renews an owned lease on the database clock and records the
+// executor; StopExecutor releases the lease and marks the executor stopped.
+func TestHeartbeatAndStopExecutor(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	request, token := b.lcClaimed(t)
+
+	require.NoError(t, b.store.Heartbeat(ctx, token, "continuous", time.Hour, false))
+	renewed, err := b.store.Get(ctx, request.ID)
+	require.NoError(t, err)
+	require.True(t, renewed.LeaseUntil.After(*request.LeaseUntil), "the lease was extended")
+	var mode string
+	var heartbeatRequest *uuid.UUID
+	var draining bool
+	var stoppedAt *time.Time
+	heartbeat := func() {
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT mode, request_id, draining, stopped_at
+			FROM community_deletion_executor_heartbeats WHERE executor_id = $1`, token.Owner).
+			Scan(&mode, &heartbeatRequest, &draining, &stoppedAt))
+	}
+	heartbeat()
+	require.Equal(t, "continuous", mode)
+	require.Equal(t, request.ID, *heartbeatRequest)
+	require.False(t, draining)
+	require.Nil(t, stoppedAt)
+
+	require.NoError(t, b.store.StopExecutor(ctx, &token, token.Owner))
+	heartbeat()
+	require.Nil(t, heartbeatRequest)
+	require.True(t, draining)
+	require.NotNil(t, stoppedAt)
+	released, err := b.store.Get(ctx, request.ID)
+	require.NoError(t, err)
+	require.Empty(t, released.LeaseOwner)
+	require.Nil(t, released.LeaseUntil)
+	err = b.store.Heartbeat(ctx, token, "continuous", time.Hour, false)
+	require.True(t, lifecycle.IsStaleLease(err), "a released lease cannot be renewed: %v", err)
+
+	// Released, the request is claimable again at once, under a new
+	// generation; stopping with the old token again reports the stale lease.
+	claim, err := b.store.ClaimSpecific(ctx, request.ID, "successor", lcLease)
+	require.NoError(t, err)
+	require.NotNil(t, claim)
+	require.Equal(t, token.Generation+1, claim.Lease.Generation)
+	require.True(t, lifecycle.IsStaleLease(b.store.StopExecutor(ctx, &token, token.Owner)))
+	require.NoError(t, b.store.StopExecutor(ctx, nil, "never-started"))
+}

@@ -1,0 +1,54 @@
+package lifecycle_test
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tombstoneworks/communitydeletion/ephemeralpg"
+	"github.com/tombstoneworks/communitydeletion/fixture"
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
+)
+
+// server is the throwaway PostgreSQL shared by the package's tests; each
+// test gets its own database cloned from a migrated template.
+var server *ephemeralpg.Server
+
+func TestMain(m *testing.M) {
+	var stop func()
+	server, stop = ephemeralpg.StartForTests(ephemeralpg.Options{})
+	code := m.Run()
+	stop()
+	os.Exit(code)
+}
+
+// testBundle is one test's database (migrations plus the fixture tenant
+// tables) and a Store over it.
+type testBundle struct {
+	url   string
+	pool  *pgxpool.Pool
+	store *lifecycle.Store
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	url := ephemeralpg.NewTestDatabase(t, server, fixture.Migrator{WithFixture: true})
+	pool, err := pgxpool.New(t.Context(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return &testBundle{url: url, pool: pool, store: lifecycle.New(pool)}
+}
+
+// createCommunity inserts an active community and returns its id and host.
+func (b *testBundle) createCommunity(t *testing.T) (uuid.UUID, string) {
+	t.Helper()
+	id := uuid.New()
+	host := fmt.Sprintf("c-%s.example", id)
+	_, err := b.pool.Exec(t.Context(), "INSERT INTO communities (id, host, signing_key, icon) VALUES ($1, $2, 'key', 'icon.png')", id, host)
+	require.NoError(t, err)
+	return id, host
+}

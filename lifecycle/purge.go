@@ -1,0 +1,1010 @@
+package lifecycle
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	dbgen "github.com/tombstoneworks/communitydeletion/db/gen"
+)
+
+// Defaults of PurgeOptions.
+const (
+	// DefaultPurgeTxBudget is the time each purge transaction aims at.
+	DefaultPurgeTxBudget = 100 * time.Millisecond
+	// DefaultPurgeMaxRowsPerTx caps the rows one purge transaction deletes.
+	DefaultPurgeMaxRowsPerTx = 50000
+)
+
+const (
+	// purgeStartRows is the first batch of a table no other table
+	// references: its rows cost about the same each, so a modest start
+	// grows to the budget in a few batches.
+	purgeStartRows = 1000
+	// purgeStartReferencedRows is the first batch of a table that other
+	// tables reference. Each of its rows costs a foreign key check per
+	// referencing table, which without an index on the referencing columns
+	// is a scan of that whole table, so it starts tiny and grows.
+	purgeStartReferencedRows = 4
+	// purgeStartWindow is the first TID range window, in line pointer
+	// slots (a few blocks).
+	purgeStartWindow = 1024
+	// purgeMaxWindow bounds a TID range window, in slots (some 3,600 blocks
+	// of 8 kB).
+	purgeMaxWindow = 1 << 20
+	// purgeMaxGrowth bounds how fast a batch grows from one to the next.
+	purgeMaxGrowth = 4
+	// purgeMaxPasses bounds how often the purge re-plans when its final
+	// proof still finds rows (a table registered meanwhile, rows moved).
+	purgeMaxPasses = 3
+	// purgeDDLLockTimeout bounds how long DETACH PARTITION waits for its
+	// ACCESS EXCLUSIVE lock on the partitioned table, while queueing every
+	// other user of that table behind itself.
+	purgeDDLLockTimeout = "2s"
+	// purgeDDLAttempts is how often a lock-timed-out DETACH is tried.
+	purgeDDLAttempts = 3
+)
+
+// Checkpoint units of the purge, all at StageBindingsRemoved.
+const (
+	purgeUnitPrefix     = "purge:"
+	nullifyUnitPrefix   = "nullify:"
+	purgeTombstoneUnit  = "postgres_tombstone_committed"
+	purgeActionDelete   = "delete"
+	purgeActionNullify  = "nullify"
+	sqlstateFKViolation = "23503"
+	sqlstateLockTimeout = "55P03"
+)
+
+// PurgeMethod selects how a table's rows are cut into batches.
+type PurgeMethod string
+
+// The batch mechanics. The zero value, PurgeMethodAuto, picks per table from
+// the catalog; the others force one mechanic wherever the table allows it
+// (and fall back as Auto does where it does not), for benchmarks and tests.
+const (
+	// PurgeMethodAuto uses PurgeMethodKeyset where the table has a primary
+	// key column besides community_id and an index on (community_id, that
+	// column); else PurgeMethodCommunityCTID where an index leads with
+	// community_id; else PurgeMethodTIDRange.
+	PurgeMethodAuto PurgeMethod = ""
+	// PurgeMethodKeyset walks a keyset cursor over (community_id, key): each
+	// batch finds the key N rows past the cursor with an index-only scan and
+	// deletes the key range up to it, so no batch revisits the index
+	// entries an earlier batch left dead.
+	PurgeMethodKeyset PurgeMethod = "keyset"
+	// PurgeMethodKeysetCTID is the keyset cursor deleting by the batch's
+	// row addresses: DELETE ... WHERE ctid = ANY(ARRAY(SELECT ctid ...
+	// ORDER BY key LIMIT N)).
+	PurgeMethodKeysetCTID PurgeMethod = "keyset-ctid"
+	// PurgeMethodKeysetArray is the keyset cursor deleting by the batch's
+	// keys: DELETE ... WHERE key = ANY(ARRAY(SELECT key ... LIMIT N)).
+	PurgeMethodKeysetArray PurgeMethod = "keyset-array"
+	// PurgeMethodCommunityCTID deletes the first N rows the community index
+	// yields, by address, with no cursor.
+	PurgeMethodCommunityCTID PurgeMethod = "community-ctid"
+	// PurgeMethodTIDRange walks each heap (each leaf partition) in windows
+	// of row addresses (TID range scans, PostgreSQL 14+) and deletes up to N
+	// of the community's rows from each, resuming after the last. Its cost
+	// follows the size of the heap, not the community's share of it.
+	PurgeMethodTIDRange PurgeMethod = "tid-range"
+)
+
+// PurgeOptions bounds the transactions of PurgePostgres.
+type PurgeOptions struct {
+	// TxBudget is the time each batch transaction aims at; the batch size
+	// grows while transactions finish faster and shrinks when they run
+	// slower. Zero means DefaultPurgeTxBudget.
+	TxBudget time.Duration
+	// MaxRowsPerTx caps the rows one batch transaction deletes or clears.
+	// Zero means DefaultPurgeMaxRowsPerTx.
+	MaxRowsPerTx int
+	// Progress, if not nil, is called after every committed batch with the
+	// rows so far of its table, on the purging goroutine.
+	Progress func(PurgeProgress)
+	// Method forces the batch mechanics; the zero value picks per table.
+	Method PurgeMethod
+}
+
+// PurgeProgress reports one committed batch.
+type PurgeProgress struct {
+	// Table is the registered table the batch worked on.
+	Table string
+	// Rows is the rows deleted (or, for a 'nullify' table, cleared) from
+	// Table so far, across every run of this request's purge.
+	Rows int64
+	// Done is set on the table's last batch.
+	Done bool
+}
+
+// PurgeResult describes a completed purge.
+type PurgeResult struct {
+	// Deleted is the rows deleted per registered 'delete' table, across
+	// every run of this request's purge (rows an ON DELETE CASCADE removed
+	// are counted by neither table).
+	Deleted map[string]int64
+	// Nullified is the rows whose community_id was cleared per registered
+	// 'nullify' table, across every run.
+	Nullified map[string]int64
+	// Batches is the batch transactions this call committed.
+	Batches int
+	// LongestTx is the longest transaction this call ran, the final one
+	// included, waits for locks included.
+	LongestTx time.Duration
+}
+
+// PurgePostgres purges the community of a request at StageBindingsRemoved
+// from every registered table, in bounded batches, and finally makes the
+// community a tombstone and advances the request to StagePostgresPurged.
+//
+// Every batch is a short transaction of its own: it takes the shared
+// schema-destruction lock, proves token current at bindings_removed under
+// its fence generation, acts as the authorized executor, deletes (or, for a
+// 'nullify' table, clears community_id of) at most a batch of the
+// community's rows from one table, and checkpoints the table's rows so far
+// as unit "purge:<table>" (or "nullify:<table>"). The batch size adapts to
+// opts.TxBudget. Tables go child before parent along the foreign keys among
+// them; a partition holding exactly this community goes whole, by DETACH
+// PARTITION and DROP TABLE. The final transaction validates the catalog,
+// proves that no registered table holds a row of the community, clears
+// stragglers in 'nullify' tables, writes the tombstone, advances the
+// request and checkpoints "postgres_tombstone_committed" with the counts.
+//
+// After a crash or an error, calling PurgePostgres again (with a newer
+// claim's token) continues where the checkpoints left off. A token that is
+// not current is refused with ErrStaleLease before anything is deleted;
+// catalog drift, a foreign-key cycle no ON DELETE action breaks, and rows
+// outside the community that still reference it are refused with
+// ErrRefused. The lease must stay current for the whole call: the caller
+// heartbeats it.
+func (s *Store) PurgePostgres(ctx context.Context, token LeaseToken, opts PurgeOptions) (*PurgeResult, error) {
+	generation, err := requireFence(token)
+	if err != nil {
+		return nil, err
+	}
+	if opts.TxBudget <= 0 {
+		opts.TxBudget = DefaultPurgeTxBudget
+	}
+	if opts.MaxRowsPerTx <= 0 {
+		opts.MaxRowsPerTx = DefaultPurgeMaxRowsPerTx
+	}
+	switch opts.Method {
+	case PurgeMethodAuto, PurgeMethodKeyset, PurgeMethodKeysetCTID, PurgeMethodKeysetArray,
+		PurgeMethodCommunityCTID, PurgeMethodTIDRange:
+	default:
+		return nil, invalidf("unknown purge method %q", boundText(string(opts.Method), 64))
+	}
+	run := &purgeRun{
+		store: s, token: token, generation: generation, opts: opts,
+		result: &PurgeResult{Deleted: map[string]int64{}, Nullified: map[string]int64{}},
+	}
+	for pass := 1; ; pass++ {
+		plan, err := run.plan(ctx, pass > 1)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range plan.nullify {
+			if err := run.purgeTable(ctx, t); err != nil {
+				return nil, err
+			}
+		}
+		for _, t := range plan.delete {
+			if err := run.purgeTable(ctx, t); err != nil {
+				return nil, err
+			}
+		}
+		remaining, err := run.finish(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if len(remaining) == 0 {
+			return run.result, nil
+		}
+		if pass == purgeMaxPasses {
+			return nil, refusef("purge of community %s: rows remain in %s after %d passes",
+				token.CommunityID, strings.Join(remaining, ", "), pass)
+		}
+	}
+}
+
+// VerifyPostgresLogicallyDeleted proves, for a request at StageCachePurged,
+// that the community is its fence generation's tombstone and that no
+// registered table, 'delete' or 'nullify', holds a row of it. It runs under
+// the shared schema-destruction lock after validating the catalog, so a
+// table created since the purge cannot escape the proof. Any failure is
+// refused with ErrRefused naming the table; it changes nothing.
+func (s *Store) VerifyPostgresLogicallyDeleted(ctx context.Context, token LeaseToken) error {
+	generation, err := requireFence(token)
+	if err != nil {
+		return err
+	}
+	return purgeTx(ctx, s, func(tx pgx.Tx, q *dbgen.Queries) error {
+		if err := q.SchemaDestructionLockShared(ctx); err != nil {
+			return fmt.Errorf("take the schema destruction lock: %w", err)
+		}
+		if err := purgeValidateCatalog(ctx, q); err != nil {
+			return err
+		}
+		if _, err := verifyLeaseAndFence(ctx, q, token, StageCachePurged); err != nil {
+			return err
+		}
+		tombstoned, err := q.PurgeCommunityTombstoned(ctx, dbgen.PurgeCommunityTombstonedParams{
+			ID: token.CommunityID, FenceGeneration: generation,
+		})
+		if err != nil {
+			return fmt.Errorf("read the tombstone of community %s: %w", token.CommunityID, err)
+		}
+		if !tombstoned {
+			return refusef("community %s is not the tombstone of fence generation %d", token.CommunityID, generation)
+		}
+		shapes, err := q.PurgeTableShapes(ctx)
+		if err != nil {
+			return fmt.Errorf("list registered tables: %w", err)
+		}
+		for _, shape := range shapes {
+			remains, err := purgeRowsRemain(ctx, tx, shape.SchemaName, shape.TableName, token)
+			if err != nil {
+				return err
+			}
+			if remains {
+				return refusef("logical verification of community %s found its rows in %s (%s)",
+					token.CommunityID, shape.TableName, shape.PurgeAction)
+			}
+		}
+		return nil
+	})
+}
+
+// purgeRun is one call of PurgePostgres.
+type purgeRun struct {
+	store      *Store
+	token      LeaseToken
+	generation int64
+	opts       PurgeOptions
+	result     *PurgeResult
+}
+
+// purgePlan is the work of one pass, read in one transaction.
+type purgePlan struct {
+	nullify []*purgeTable
+	delete  []*purgeTable
+}
+
+// purgeTable is one registered table and how its rows are batched.
+type purgeTable struct {
+	name, schema string
+	action       string
+	partitioned  bool
+	// key is the primary key column besides community_id, or "".
+	key string
+	// method is the resolved batch mechanic.
+	method PurgeMethod
+	// referenced is set when another registered table's key references it.
+	referenced bool
+	// selfRefs are the hard foreign keys from the table to itself.
+	selfRefs []dbgen.PurgeForeignKeysRow
+	// partitions hold exactly this community.
+	partitions []dbgen.PurgeCommunityPartitionsRow
+
+	// rows so far, from the checkpoint, then counted on.
+	rows int64
+	// done is set when the checkpoint (or this run) finished the table.
+	done bool
+}
+
+func (t *purgeTable) unit() string {
+	if t.action == purgeActionNullify {
+		return nullifyUnitPrefix + t.name
+	}
+	return purgeUnitPrefix + t.name
+}
+
+func (t *purgeTable) ident() string { return pgx.Identifier{t.schema, t.name}.Sanitize() }
+
+// purgeCheckpoint is the detail of a per-table purge checkpoint.
+type purgeCheckpoint struct {
+	Rows int64 `json:"rows"`
+	Done bool  `json:"done"`
+}
+
+// purgeTx runs fn in one READ COMMITTED transaction, as Store.tx does, with
+// the transaction itself for the dynamic per-table statements.
+func purgeTx(ctx context.Context, s *Store, fn func(tx pgx.Tx, q *dbgen.Queries) error) error {
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		return fn(tx, dbgen.New(tx))
+	})
+	return translate(err)
+}
+
+// tx runs fn as one purge transaction: the shared schema-destruction lock
+// first, then the token proven current at bindings_removed under its fence
+// generation, then the executor settings. It records the transaction's
+// duration.
+func (r *purgeRun) tx(ctx context.Context, fn func(tx pgx.Tx, q *dbgen.Queries) error) (time.Duration, error) {
+	start := time.Now()
+	err := purgeTx(ctx, r.store, func(tx pgx.Tx, q *dbgen.Queries) error {
+		if err := q.SchemaDestructionLockShared(ctx); err != nil {
+			return fmt.Errorf("take the schema destruction lock: %w", err)
+		}
+		if _, err := verifyLeaseAndFence(ctx, q, r.token, StageBindingsRemoved); err != nil {
+			return err
+		}
+		if err := setExecutor(ctx, q, r.token.CommunityID, r.generation); err != nil {
+			return err
+		}
+		return fn(tx, q)
+	})
+	elapsed := time.Since(start)
+	r.result.LongestTx = max(r.result.LongestTx, elapsed)
+	return elapsed, err
+}
+
+// purgeValidateCatalog refuses when the live catalog differs from the
+// registry.
+func purgeValidateCatalog(ctx context.Context, q *dbgen.Queries) error {
+	drift, err := q.CatalogDriftList(ctx)
+	if err != nil {
+		return fmt.Errorf("check catalog drift: %w", err)
+	}
+	if len(drift) == 0 {
+		return nil
+	}
+	problems := make([]string, 0, len(drift))
+	for _, d := range drift {
+		problems = append(problems, d.TableName+" ("+d.Problem+")")
+	}
+	return refusef("catalog drift: %s", strings.Join(problems, ", "))
+}
+
+// plan reads, in one transaction under the purge's guards, the registered
+// tables, the foreign keys among them, the community's own partitions and
+// the checkpoints so far, and orders the tables. recheck ignores the
+// checkpoints' done marks (a later pass).
+func (r *purgeRun) plan(ctx context.Context, recheck bool) (*purgePlan, error) {
+	plan := &purgePlan{}
+	_, err := r.tx(ctx, func(tx pgx.Tx, q *dbgen.Queries) error {
+		if err := purgeValidateCatalog(ctx, q); err != nil {
+			return err
+		}
+		shapes, err := q.PurgeTableShapes(ctx)
+		if err != nil {
+			return fmt.Errorf("list registered tables: %w", err)
+		}
+		keys, err := q.PurgeForeignKeys(ctx)
+		if err != nil {
+			return fmt.Errorf("list foreign keys: %w", err)
+		}
+		partitions, err := q.PurgeCommunityPartitions(ctx, r.token.CommunityID)
+		if err != nil {
+			return fmt.Errorf("list the community's partitions: %w", err)
+		}
+		checkpoints, err := q.PurgeCheckpointList(ctx, dbgen.PurgeCheckpointListParams{
+			RequestID: r.token.RequestID, Stage: string(StageBindingsRemoved),
+		})
+		if err != nil {
+			return fmt.Errorf("read purge checkpoints: %w", err)
+		}
+		done := make(map[string]purgeCheckpoint, len(checkpoints))
+		for _, c := range checkpoints {
+			var detail purgeCheckpoint
+			if err := json.Unmarshal(c.Detail, &detail); err != nil {
+				return refusef("purge checkpoint %s is unreadable: %w", c.UnitKey, err)
+			}
+			done[c.UnitKey] = detail
+		}
+
+		tables := make(map[string]*purgeTable, len(shapes))
+		var deleteNames []string
+		for _, shape := range shapes {
+			t := &purgeTable{
+				name: shape.TableName, schema: shape.SchemaName, action: shape.PurgeAction,
+				partitioned: shape.Partitioned, key: shape.KeyColumn,
+			}
+			t.method = purgeResolveMethod(r.opts.Method, shape)
+			if c, ok := done[t.unit()]; ok {
+				t.rows = c.Rows
+				t.done = c.Done && !recheck
+			}
+			tables[t.name] = t
+			switch t.action {
+			case purgeActionDelete:
+				deleteNames = append(deleteNames, t.name)
+			case purgeActionNullify:
+				plan.nullify = append(plan.nullify, t)
+			default:
+				return refusef("registered table %s has purge action %q", t.name, t.action)
+			}
+		}
+		edges := make([]purgeEdge, 0, len(keys))
+		for _, k := range keys {
+			edges = append(edges, purgeEdge{
+				Child: k.ChildTable, Parent: k.ParentTable, Constraint: k.ConstraintName, Soft: k.Soft,
+			})
+			parent := tables[k.ParentTable]
+			if parent == nil {
+				continue
+			}
+			parent.referenced = true
+			if k.ChildTable == k.ParentTable && !k.Soft {
+				parent.selfRefs = append(parent.selfRefs, k)
+			}
+		}
+		for _, p := range partitions {
+			if t := tables[p.TableName]; t != nil {
+				t.partitions = append(t.partitions, p)
+			}
+		}
+		order, err := purgeOrder(deleteNames, edges)
+		if err != nil {
+			return err
+		}
+		for _, name := range order {
+			plan.delete = append(plan.delete, tables[name])
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range plan.nullify {
+		r.result.Nullified[t.name] = t.rows
+	}
+	for _, t := range plan.delete {
+		r.result.Deleted[t.name] = t.rows
+	}
+	return plan, nil
+}
+
+// purgeResolveMethod picks the batch mechanic of one table.
+func purgeResolveMethod(forced PurgeMethod, shape dbgen.PurgeTableShapesRow) PurgeMethod {
+	keyset := shape.KeyColumn != "" && shape.KeyIndexed
+	switch forced {
+	case PurgeMethodKeyset, PurgeMethodKeysetArray:
+		if keyset {
+			return forced
+		}
+	case PurgeMethodKeysetCTID:
+		// A partitioned table repeats row addresses across partitions.
+		if keyset && !shape.Partitioned {
+			return forced
+		}
+		if keyset {
+			return PurgeMethodKeysetArray
+		}
+	case PurgeMethodCommunityCTID:
+		if shape.CommunityIndexed {
+			return forced
+		}
+	case PurgeMethodTIDRange:
+		return forced
+	}
+	switch {
+	case keyset:
+		return PurgeMethodKeyset
+	case shape.CommunityIndexed:
+		return PurgeMethodCommunityCTID
+	default:
+		return PurgeMethodTIDRange
+	}
+}
+
+// purgeBatcher cuts one table's rows into batches.
+type purgeBatcher struct {
+	run   *purgeRun
+	table *purgeTable
+	// clear switches a 'delete' table to clearing its self-references.
+	clear bool
+	// n is the next batch's size in rows.
+	n int
+	// cursor is the last key done (nil before the first batch).
+	cursor any
+	// leaves, leaf, slot and window walk the heaps for PurgeMethodTIDRange:
+	// slot counts line pointers from the start of the leaf, slots_per_block
+	// to a block; a batch scans at most window slots from slot on.
+	leaves []dbgen.PurgeLeafRelationsRow
+	leaf   int
+	slot   int64
+	window int64
+	// windowDone is set when the last batch scanned its whole window.
+	windowDone bool
+}
+
+// purgeTable works through one table: its own partitions first, then its
+// rows in batches until a batch finds no more.
+func (r *purgeRun) purgeTable(ctx context.Context, t *purgeTable) error {
+	if t.done {
+		return nil
+	}
+	for _, p := range t.partitions {
+		if err := r.dropPartition(ctx, t, p); err != nil {
+			return err
+		}
+	}
+	b := &purgeBatcher{run: r, table: t}
+	b.reset()
+	for {
+		done, err := b.batch(ctx)
+		if err != nil {
+			var pgErr *pgconn.PgError
+			if !b.clear && errors.As(err, &pgErr) && pgErr.Code == sqlstateFKViolation {
+				if self := t.selfRef(pgErr.ConstraintName); self != nil {
+					// A row references a newer one: clear the table's
+					// self-references of the community first, then go on.
+					if !t.selfRefsNullable() {
+						return refusef("purge of %s: %s references rows the batch deletes and is NOT NULL: %w",
+							t.name, pgErr.ConstraintName, err)
+					}
+					if err := r.clearSelfRefs(ctx, t); err != nil {
+						return err
+					}
+					// Clearing may have moved rows: walk the table again.
+					n := b.n
+					b.reset()
+					b.n = n
+					continue
+				}
+			}
+			if errors.As(err, &pgErr) && pgErr.Code == sqlstateFKViolation {
+				return refusef("purge of %s: rows outside the purge still reference the community's rows: %w", t.name, err)
+			}
+			return err
+		}
+		if done {
+			t.done = true
+			return nil
+		}
+	}
+}
+
+// selfRef returns the hard self-reference named constraint, or nil.
+func (t *purgeTable) selfRef(constraint string) *dbgen.PurgeForeignKeysRow {
+	for i := range t.selfRefs {
+		if t.selfRefs[i].ConstraintName == constraint {
+			return &t.selfRefs[i]
+		}
+	}
+	return nil
+}
+
+func (t *purgeTable) selfRefsNullable() bool {
+	for _, k := range t.selfRefs {
+		if !k.Nullable {
+			return false
+		}
+	}
+	return true
+}
+
+// clearSelfRefs sets the self-referencing columns of the community's rows
+// of t to NULL, in batches, so its rows can go in any order.
+func (r *purgeRun) clearSelfRefs(ctx context.Context, t *purgeTable) error {
+	b := &purgeBatcher{run: r, table: t, clear: true}
+	b.reset()
+	for {
+		done, err := b.batch(ctx)
+		if err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+	}
+}
+
+// reset starts the batcher over.
+func (b *purgeBatcher) reset() {
+	b.cursor = nil
+	b.leaves = nil
+	b.leaf, b.slot, b.window = 0, 0, purgeStartWindow
+	switch {
+	case b.table.referenced:
+		b.n = purgeStartReferencedRows
+	default:
+		b.n = purgeStartRows
+	}
+	b.n = min(b.n, b.run.opts.MaxRowsPerTx)
+}
+
+// descending reports whether the keyset walks newest first: a table that
+// references itself usually references older rows, which then go last.
+func (b *purgeBatcher) descending() bool { return len(b.table.selfRefs) > 0 }
+
+// batch runs one batch transaction and adapts the next batch's size.
+func (b *purgeBatcher) batch(ctx context.Context) (bool, error) {
+	r, t := b.run, b.table
+	if t.method == PurgeMethodTIDRange && b.leaves == nil {
+		if err := b.loadLeaves(ctx); err != nil {
+			return false, err
+		}
+	}
+	var rows int64
+	var done bool
+	var stmt time.Duration
+	elapsed, err := r.tx(ctx, func(tx pgx.Tx, q *dbgen.Queries) error {
+		start := time.Now()
+		var err error
+		rows, done, err = b.statement(ctx, tx)
+		stmt = time.Since(start)
+		if err != nil {
+			return err
+		}
+		if b.clear {
+			return nil
+		}
+		return checkpointCompleted(ctx, q, r.token, StageBindingsRemoved, t.unit(),
+			purgeCheckpoint{Rows: t.rows + rows, Done: done})
+	})
+	if err != nil {
+		return false, err
+	}
+	r.result.Batches++
+	if !b.clear {
+		t.rows += rows
+		r.record(t)
+		if done {
+			t.done = true
+		}
+		r.progress(t)
+	}
+	b.adapt(rows, stmt, elapsed)
+	return done, nil
+}
+
+// record copies t's rows so far into the result.
+func (r *purgeRun) record(t *purgeTable) {
+	if t.action == purgeActionNullify {
+		r.result.Nullified[t.name] = t.rows
+	} else {
+		r.result.Deleted[t.name] = t.rows
+	}
+}
+
+func (r *purgeRun) progress(t *purgeTable) {
+	if r.opts.Progress != nil {
+		r.opts.Progress(PurgeProgress{Table: t.name, Rows: t.rows, Done: t.done})
+	}
+}
+
+// adapt sizes the next batch so its transaction takes about the budget,
+// from the statement's time in this batch after the transaction's fixed
+// overhead; growth is bounded by purgeMaxGrowth. A batch that took its full
+// N rows sizes N by the cost per row. A TID range batch that ran out of its
+// window first sizes the window by the cost per slot scanned (and N by the
+// cost per row, when that alone would overrun).
+func (b *purgeBatcher) adapt(rows int64, stmt, elapsed time.Duration) {
+	budget := b.run.opts.TxBudget
+	available := max(budget-max(elapsed-stmt, 0), budget/4)
+	// scale returns n grown or shrunk in proportion to the time left over,
+	// measured for done units of work.
+	scale := func(n, done int64) int64 {
+		next := n * purgeMaxGrowth
+		if done > 0 && stmt > 0 {
+			next = min(next, int64(float64(available)/float64(stmt)*float64(done)))
+		}
+		return max(next, 1)
+	}
+	n := int64(b.n)
+	if b.table.method == PurgeMethodTIDRange && b.windowDone {
+		b.window = min(scale(b.window, b.window), purgeMaxWindow)
+		if rows > 0 && stmt > available {
+			n = min(n, scale(n, rows))
+		}
+	} else if rows > 0 {
+		n = scale(n, rows)
+	}
+	b.n = int(min(n, int64(b.run.opts.MaxRowsPerTx)))
+}
+
+// loadLeaves reads the heaps of a TID range walk.
+func (b *purgeBatcher) loadLeaves(ctx context.Context) error {
+	leaves, err := dbgen.New(b.run.store.pool).PurgeLeafRelations(ctx, b.table.name)
+	if err != nil {
+		return fmt.Errorf("list the heaps of %s: %w", b.table.name, err)
+	}
+	b.leaves = leaves
+	return nil
+}
+
+// statement runs the batch's one data statement and reports the rows it
+// deleted, cleared or nulled, and whether the table is done.
+func (b *purgeBatcher) statement(ctx context.Context, tx pgx.Tx) (int64, bool, error) {
+	t := b.table
+	community := b.run.token.CommunityID
+	n := b.n
+	table := t.ident()
+	// action turns a target and a row filter into the batch's data
+	// statement: delete the rows, clear their community_id, or clear their
+	// self-references.
+	action := func(target, where string) string {
+		switch {
+		case b.clear:
+			var sets []string
+			for _, k := range t.selfRefs {
+				for _, c := range k.Columns {
+					sets = append(sets, pgx.Identifier{c}.Sanitize()+" = NULL")
+				}
+			}
+			slices.Sort(sets)
+			return "UPDATE " + target + " SET " + strings.Join(slices.Compact(sets), ", ") + " WHERE " + where
+		case t.action == purgeActionNullify:
+			return "UPDATE " + target + " SET community_id = NULL WHERE " + where
+		default:
+			return "DELETE FROM " + target + " WHERE " + where
+		}
+	}
+	// rowFilter selects the rows still to work on.
+	rowFilter := "community_id = $1"
+	if b.clear {
+		var notNull []string
+		for _, k := range t.selfRefs {
+			for _, c := range k.Columns {
+				notNull = append(notNull, pgx.Identifier{c}.Sanitize()+" IS NOT NULL")
+			}
+		}
+		rowFilter += " AND (" + strings.Join(notNull, " OR ") + ")"
+	}
+	switch method := t.method; method {
+	case PurgeMethodKeyset:
+		key := pgx.Identifier{t.key}.Sanitize()
+		after, order := " > ", " ASC"
+		upTo := " <= "
+		if b.descending() {
+			after, order, upTo = " < ", " DESC", " >= "
+		}
+		args := []any{community}
+		filter := rowFilter
+		if b.cursor != nil {
+			args = append(args, b.cursor)
+			filter += " AND " + key + after + "$2"
+		}
+		var bound any
+		boundArgs := append(slices.Clone(args), n-1)
+		err := tx.QueryRow(ctx, "SELECT "+key+" FROM "+table+" WHERE "+filter+
+			" ORDER BY "+key+order+fmt.Sprintf(" OFFSET $%d LIMIT 1", len(boundArgs)), boundArgs...).Scan(&bound)
+		last := errors.Is(err, pgx.ErrNoRows)
+		if err != nil && !last {
+			return 0, false, fmt.Errorf("find the batch bound of %s: %w", t.name, err)
+		}
+		if !last {
+			args = append(args, bound)
+			filter += " AND " + key + upTo + fmt.Sprintf("$%d", len(args))
+		}
+		tag, err := tx.Exec(ctx, action(table, filter), args...)
+		if err != nil {
+			return 0, false, fmt.Errorf("purge batch of %s: %w", t.name, err)
+		}
+		b.cursor = bound
+		return tag.RowsAffected(), last, nil
+
+	case PurgeMethodKeysetCTID, PurgeMethodKeysetArray:
+		key := pgx.Identifier{t.key}.Sanitize()
+		// The cursor moves to the batch's last key; not max(), which
+		// some key types (uuid) lack.
+		after, order, edge := " > ", " ASC", " DESC"
+		if b.descending() {
+			after, order, edge = " < ", " DESC", " ASC"
+		}
+		args := []any{community}
+		filter := rowFilter
+		if b.cursor != nil {
+			args = append(args, b.cursor)
+			filter += " AND " + key + after + "$2"
+		}
+		args = append(args, n)
+		limit := fmt.Sprintf(" ORDER BY %s%s LIMIT $%d", key, order, len(args))
+		var where string
+		if method == PurgeMethodKeysetCTID {
+			where = "community_id = $1 AND ctid = ANY (ARRAY(SELECT ctid FROM " + table + " WHERE " + filter + limit + "))"
+		} else {
+			where = "community_id = $1 AND " + key + " = ANY (ARRAY(SELECT " + key + " FROM " + table + " WHERE " + filter + limit + "))"
+		}
+		var rows int64
+		var last any
+		err := tx.QueryRow(ctx, "WITH batch AS ("+action(table, where)+" RETURNING "+key+") SELECT (SELECT count(*) FROM batch), "+
+			"(SELECT "+key+" FROM batch ORDER BY "+key+edge+" LIMIT 1)", args...).Scan(&rows, &last)
+		if err != nil {
+			return 0, false, fmt.Errorf("purge batch of %s: %w", t.name, err)
+		}
+		if last != nil {
+			b.cursor = last
+		}
+		return rows, rows < int64(n), nil
+
+	case PurgeMethodCommunityCTID:
+		where := "community_id = $1 AND ctid = ANY (ARRAY(SELECT ctid FROM " + table + " WHERE " + rowFilter + " LIMIT $2))"
+		tag, err := tx.Exec(ctx, action(table, where), community, n)
+		if err != nil {
+			return 0, false, fmt.Errorf("purge batch of %s: %w", t.name, err)
+		}
+		return tag.RowsAffected(), tag.RowsAffected() < int64(n), nil
+
+	case PurgeMethodTIDRange:
+		for b.leaf < len(b.leaves) && b.slot >= b.leaves[b.leaf].Blocks*b.leaves[b.leaf].SlotsPerBlock {
+			b.leaf++
+			b.slot = 0
+		}
+		if b.leaf >= len(b.leaves) {
+			return 0, true, nil
+		}
+		leaf := b.leaves[b.leaf]
+		perBlock := leaf.SlotsPerBlock
+		// Slot s of the leaf is line pointer (s / per block, s % per block + 1).
+		tid := func(slot int64) string { return fmt.Sprintf("(%d,%d)", slot/perBlock, slot%perBlock+1) }
+		end := b.slot + b.window
+		heap := "ONLY " + pgx.Identifier{leaf.SchemaName, leaf.RelationName}.Sanitize()
+		// Up to n rows of the window, in the scan's (physical) order; the
+		// walk resumes after the last one picked. Were the order ever
+		// different, a skipped row stays for the final proof to find.
+		var rows int64
+		var last *string
+		err := tx.QueryRow(ctx, "WITH picked AS (SELECT ctid AS row_address FROM "+heap+" WHERE "+rowFilter+
+			" AND ctid >= $2::tid AND ctid < $3::tid LIMIT $4), "+
+			"batch AS ("+action(heap, "community_id = $1 AND ctid = ANY (ARRAY(SELECT row_address FROM picked))")+" RETURNING 1) "+
+			"SELECT (SELECT count(*) FROM batch), (SELECT max(row_address) FROM picked)::text",
+			community, tid(b.slot), tid(end), n).Scan(&rows, &last)
+		if err != nil {
+			return 0, false, fmt.Errorf("purge batch of %s: %w", leaf.RelationName, err)
+		}
+		b.windowDone = rows < int64(n)
+		if b.windowDone || last == nil {
+			b.slot = end
+		} else {
+			var block, offset int64
+			if _, err := fmt.Sscanf(*last, "(%d,%d)", &block, &offset); err != nil {
+				return 0, false, fmt.Errorf("purge batch of %s: row address %q: %w", leaf.RelationName, *last, err)
+			}
+			b.slot = block*perBlock + offset // the slot after the last row
+		}
+		done := b.leaf == len(b.leaves)-1 && b.slot >= leaf.Blocks*perBlock
+		return rows, done, nil
+	}
+	return 0, false, fmt.Errorf("purge of %s: no batch method %q", t.name, t.method)
+}
+
+// dropPartition removes a partition of t that holds exactly this community:
+// its rows are counted, then, in one purge transaction, it is detached and
+// dropped. DETACH waits at most purgeDDLLockTimeout for its lock on t (every
+// user of t queues behind it meanwhile) and is tried again a few times.
+func (r *purgeRun) dropPartition(ctx context.Context, t *purgeTable, p dbgen.PurgeCommunityPartitionsRow) error {
+	partition := pgx.Identifier{p.PartitionSchema, p.PartitionName}.Sanitize()
+	var rows int64
+	// Counted outside the DDL transaction, which holds t exclusively; the
+	// fenced partition gains no rows meanwhile.
+	if err := r.store.pool.QueryRow(ctx, "SELECT count(*) FROM "+partition).Scan(&rows); err != nil {
+		return fmt.Errorf("count partition %s of %s: %w", p.PartitionName, t.name, err)
+	}
+	var err error
+	for range purgeDDLAttempts {
+		_, err = r.tx(ctx, func(tx pgx.Tx, q *dbgen.Queries) error {
+			if err := q.PurgeLockTimeoutSet(ctx, purgeDDLLockTimeout); err != nil {
+				return fmt.Errorf("set lock_timeout: %w", err)
+			}
+			if _, err := tx.Exec(ctx, "ALTER TABLE "+t.ident()+" DETACH PARTITION "+partition); err != nil {
+				return fmt.Errorf("detach partition %s of %s: %w", p.PartitionName, t.name, err)
+			}
+			if _, err := tx.Exec(ctx, "DROP TABLE "+partition); err != nil {
+				return fmt.Errorf("drop partition %s of %s: %w", p.PartitionName, t.name, err)
+			}
+			return checkpointCompleted(ctx, q, r.token, StageBindingsRemoved, t.unit(),
+				purgeCheckpoint{Rows: t.rows + rows})
+		})
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != sqlstateLockTimeout {
+			break
+		}
+	}
+	if err != nil {
+		return err
+	}
+	r.result.Batches++
+	t.rows += rows
+	r.record(t)
+	r.progress(t)
+	return nil
+}
+
+// purgeRowsRemain reports whether the table still holds a row of the
+// token's community.
+func purgeRowsRemain(ctx context.Context, tx pgx.Tx, schema, table string, token LeaseToken) (bool, error) {
+	var remains bool
+	err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+pgx.Identifier{schema, table}.Sanitize()+
+		" WHERE community_id = $1)", token.CommunityID).Scan(&remains)
+	if err != nil {
+		return false, fmt.Errorf("look for rows of community %s in %s: %w", token.CommunityID, table, err)
+	}
+	return remains, nil
+}
+
+// purgeTombstoneDetail is the detail of the final checkpoint.
+type purgeTombstoneDetail struct {
+	Deleted   map[string]int64 `json:"deleted"`
+	Nullified map[string]int64 `json:"nullified"`
+}
+
+// finish runs the final transaction. It returns the 'delete' tables that
+// still hold rows of the community (and then commits nothing), or nil once
+// the tombstone is committed.
+func (r *purgeRun) finish(ctx context.Context) ([]string, error) {
+	var remaining []string
+	deleted := map[string]int64{}
+	nullified := map[string]int64{}
+	_, err := r.tx(ctx, func(tx pgx.Tx, q *dbgen.Queries) error {
+		// r.tx proved the lease after the lock; the catalog is validated
+		// under the same lock, before anything is written.
+		if err := purgeValidateCatalog(ctx, q); err != nil {
+			return err
+		}
+		shapes, err := q.PurgeTableShapes(ctx)
+		if err != nil {
+			return fmt.Errorf("list registered tables: %w", err)
+		}
+		for _, shape := range shapes {
+			if shape.PurgeAction != purgeActionDelete {
+				continue
+			}
+			remains, err := purgeRowsRemain(ctx, tx, shape.SchemaName, shape.TableName, r.token)
+			if err != nil {
+				return err
+			}
+			if remains {
+				remaining = append(remaining, shape.TableName)
+			}
+			deleted[shape.TableName] = r.result.Deleted[shape.TableName]
+		}
+		if len(remaining) > 0 {
+			return errPurgeRowsRemain
+		}
+		for _, shape := range shapes {
+			if shape.PurgeAction != purgeActionNullify {
+				continue
+			}
+			tag, err := tx.Exec(ctx, "UPDATE "+pgx.Identifier{shape.SchemaName, shape.TableName}.Sanitize()+
+				" SET community_id = NULL WHERE community_id = $1", r.token.CommunityID)
+			if err != nil {
+				return fmt.Errorf("clear community_id in %s: %w", shape.TableName, err)
+			}
+			nullified[shape.TableName] = r.result.Nullified[shape.TableName] + tag.RowsAffected()
+			remains, err := purgeRowsRemain(ctx, tx, shape.SchemaName, shape.TableName, r.token)
+			if err != nil {
+				return err
+			}
+			if remains {
+				return refusef("community %s still has rows in %s after clearing them", r.token.CommunityID, shape.TableName)
+			}
+		}
+		tombstoned, err := q.PurgeCommunityTombstone(ctx, dbgen.PurgeCommunityTombstoneParams{
+			ID: r.token.CommunityID, FenceGeneration: r.generation,
+		})
+		if err != nil {
+			return fmt.Errorf("tombstone community %s: %w", r.token.CommunityID, err)
+		}
+		if tombstoned != 1 {
+			return refusef("tombstone of community %s at fence generation %d updated %d rows",
+				r.token.CommunityID, r.generation, tombstoned)
+		}
+		if err := advance(ctx, q, r.token, StageBindingsRemoved, StagePostgresPurged, &r.generation); err != nil {
+			return err
+		}
+		return checkpointCompleted(ctx, q, r.token, StageBindingsRemoved, purgeTombstoneUnit,
+			purgeTombstoneDetail{Deleted: deleted, Nullified: nullified})
+	})
+	if errors.Is(err, errPurgeRowsRemain) {
+		return remaining, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	r.result.Deleted = deleted
+	r.result.Nullified = nullified
+	return nil, nil
+}
+
+// errPurgeRowsRemain rolls back a final transaction that found rows left.
+var errPurgeRowsRemain = errors.New("purge: rows remain")

@@ -1,0 +1,434 @@
+package lifecycle_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
+)
+
+// Submit is idempotent for the same requester while the request is
+// submitted, and refuses a missing, already requested, fenced or
+// tombstoned community.
+func TestSubmitIsIdempotentAndRefusesUnsubmittableCommunities(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	community, host := b.createCommunity(t)
+
+	first, err := b.store.Submit(ctx, strings.ToUpper(host), "  alice ", "spam tenant")
+	require.NoError(t, err)
+	require.Equal(t, community, first.CommunityID)
+	require.Equal(t, host, first.CommunityHost, "the stored host is the community's own")
+	require.Equal(t, "alice", first.RequestedBy)
+	require.Equal(t, "spam tenant", first.Reason)
+	require.Equal(t, lifecycle.StageSubmitted, first.Stage)
+
+	again, err := b.store.Submit(ctx, host, "alice", "second thoughts")
+	require.NoError(t, err)
+	require.Equal(t, first.ID, again.ID, "the same requester gets the same request back")
+	require.Equal(t, "spam tenant", again.Reason, "and it is unchanged")
+
+	_, err = b.store.Submit(ctx, host, "bob", "")
+	require.ErrorIs(t, err, lifecycle.ErrRefused, "another requester cannot open a second request")
+	_, err = b.store.Submit(ctx, "missing.example", "alice", "")
+	require.ErrorIs(t, err, lifecycle.ErrRefused)
+
+	// Once inventoried the request is no longer returned as a resubmission.
+	schema, err := b.store.InventorySchema(ctx, community)
+	require.NoError(t, err)
+	_, err = b.store.FreezeInventory(ctx, first.ID, lifecycle.FrozenInventory{Schema: *schema, Storage: lcStorage(community)})
+	require.NoError(t, err)
+	_, err = b.store.Submit(ctx, host, "alice", "")
+	require.ErrorIs(t, err, lifecycle.ErrRefused)
+
+	// A fenced and a tombstoned community are refused.
+	fenced, _ := b.lcAt(t, lifecycle.StageFenced, false)
+	_, err = b.store.Submit(ctx, fenced.CommunityHost, "alice", "")
+	require.ErrorIs(t, err, lifecycle.ErrRefused)
+	tombstoned, _ := b.lcAt(t, lifecycle.StagePostgresPurged, false)
+	_, err = b.store.Submit(ctx, tombstoned.CommunityHost, "alice", "")
+	require.ErrorIs(t, err, lifecycle.ErrRefused)
+
+	var requests int
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM community_deletion_requests").Scan(&requests))
+	require.Equal(t, 3, requests)
+}
+
+// FreezeInventory stores the inventory, its parts and its digest once;
+// Approve binds to it, refuses the requester and a stored inventory that no
+// longer hashes to its digest, and Inspect shows the approval.
+func TestFreezeApproveAndInspect(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	request, inventory := b.lcInventoried(t)
+	digest, err := inventory.Digest()
+	require.NoError(t, err)
+	require.Equal(t, request.InventoryDigest, hex.EncodeToString(digest[:]))
+	require.NotNil(t, request.Inventory)
+	stored, err := request.Inventory.Digest()
+	require.NoError(t, err)
+	require.Equal(t, digest, stored, "the stored inventory decodes to the frozen one")
+	require.NotNil(t, request.InventoryFrozenAt)
+
+	_, err = b.store.FreezeInventory(ctx, request.ID, inventory)
+	require.ErrorIs(t, err, lifecycle.ErrRefused, "the inventory is frozen once")
+	_, err = b.store.FreezeInventory(ctx, uuid.New(), inventory)
+	require.ErrorIs(t, err, lifecycle.ErrNotFound)
+
+	before := b.lcSnapshot(t, request.ID)
+	_, err = b.store.Approve(ctx, request.ID, "Requester", "")
+	require.ErrorIs(t, err, lifecycle.ErrRefused, "the requester cannot approve")
+	require.Equal(t, before, b.lcSnapshot(t, request.ID))
+
+	approved, err := b.store.Approve(ctx, request.ID, "approver", "  looks right ")
+	require.NoError(t, err)
+	require.Equal(t, lifecycle.StageApproved, approved.Stage)
+	_, err = b.store.Approve(ctx, request.ID, "approver-2", "")
+	require.ErrorIs(t, err, lifecycle.ErrRefused, "approved once")
+
+	inspection, err := b.store.Inspect(ctx, request.ID)
+	require.NoError(t, err)
+	require.Equal(t, approved.ID, inspection.Request.ID)
+	require.NotNil(t, inspection.Approval)
+	require.Equal(t, request.InventoryDigest, inspection.Approval.InventoryDigest)
+	require.Equal(t, "approver", inspection.Approval.ApprovedBy)
+	require.Equal(t, "looks right", inspection.Approval.Note)
+	require.False(t, inspection.Approval.ApprovedAt.IsZero())
+	require.Empty(t, inspection.Checkpoints)
+	_, err = b.store.Inspect(ctx, uuid.New())
+	require.ErrorIs(t, err, lifecycle.ErrNotFound)
+	_, err = b.store.Get(ctx, uuid.New())
+	require.ErrorIs(t, err, lifecycle.ErrNotFound)
+
+	// An inventory frozen behind the Store's back with a digest that does
+	// not match it is never approved.
+	community, host := b.createCommunity(t)
+	forged, err := b.store.Submit(ctx, host, "requester", "")
+	require.NoError(t, err)
+	bogus := sha256.Sum256([]byte("not the inventory"))
+	require.NoError(t, b.lcExec(t, `UPDATE community_deletion_requests
+		SET stage = 'inventoried', schema_manifest = '{}', storage_manifest = $2, inventory_manifest = $3,
+		    inventory_digest = $4, inventory_frozen_at = now() WHERE id = $1`,
+		forged.ID, lcJSON(t, lcStorage(community)), lcJSON(t, lifecycle.FrozenInventory{Storage: lcStorage(community)}), bogus[:]))
+	before = b.lcSnapshot(t, forged.ID)
+	_, err = b.store.Approve(ctx, forged.ID, "approver", "")
+	require.ErrorIs(t, err, lifecycle.ErrRefused)
+	require.Contains(t, err.Error(), "stored digest")
+	require.Equal(t, before, b.lcSnapshot(t, forged.ID))
+}
+
+// List and ListPage return requests newest first; ListPage pages by keyset
+// without gaps or repeats and filters by stage and blocked state.
+func TestListPageKeysetPaginationAndFilters(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	var all []uuid.UUID // oldest first
+	stages := map[uuid.UUID]lifecycle.Stage{}
+	blocked := map[uuid.UUID]bool{}
+	for i := range 9 {
+		var request *lifecycle.Request
+		switch i % 3 {
+		case 0:
+			_, host := b.createCommunity(t)
+			r, err := b.store.Submit(ctx, host, "requester", "")
+			require.NoError(t, err)
+			request = r
+		case 1:
+			request, _ = b.lcInventoried(t)
+		case 2:
+			request = b.lcApproved(t)
+		}
+		if i%4 == 0 {
+			r, err := b.store.BlockPreclaimSetup(ctx, request.ID, "pre_claim:setup", "held")
+			require.NoError(t, err)
+			request = r
+		}
+		all = append(all, request.ID)
+		stages[request.ID] = request.Stage
+		blocked[request.ID] = request.Blocked()
+	}
+	newestFirst := slices.Clone(all)
+	slices.Reverse(newestFirst)
+
+	listed, err := b.store.List(ctx, 1000)
+	require.NoError(t, err)
+	require.Equal(t, newestFirst, lcIDs(listed))
+	listed, err = b.store.List(ctx, 2)
+	require.NoError(t, err)
+	require.Equal(t, newestFirst[:2], lcIDs(listed))
+
+	pages := func(params lifecycle.ListParams) []uuid.UUID {
+		t.Helper()
+		var ids []uuid.UUID
+		for range 20 {
+			page, err := b.store.ListPage(ctx, params)
+			require.NoError(t, err)
+			require.LessOrEqual(t, len(page.Requests), params.Limit)
+			ids = append(ids, lcIDs(page.Requests)...)
+			if page.Next == nil {
+				return ids
+			}
+			require.Len(t, page.Requests, params.Limit, "only the last page is short")
+			params.After = page.Next
+		}
+		t.Fatal("pagination did not end")
+		return nil
+	}
+	filter := func(keep func(uuid.UUID) bool) []uuid.UUID {
+		var ids []uuid.UUID
+		for _, id := range newestFirst {
+			if keep(id) {
+				ids = append(ids, id)
+			}
+		}
+		return ids
+	}
+
+	for _, limit := range []int{1, 2, 4, 9, 10} {
+		require.Equal(t, newestFirst, pages(lifecycle.ListParams{Limit: limit}), "limit %d", limit)
+	}
+	yes, no := true, false
+	approved := lifecycle.StageApproved
+	inventoried := lifecycle.StageInventoried
+	require.Equal(t, filter(func(id uuid.UUID) bool { return blocked[id] }), pages(lifecycle.ListParams{Limit: 2, Blocked: &yes}))
+	require.Equal(t, filter(func(id uuid.UUID) bool { return !blocked[id] }), pages(lifecycle.ListParams{Limit: 2, Blocked: &no}))
+	require.Equal(t, filter(func(id uuid.UUID) bool { return stages[id] == approved }), pages(lifecycle.ListParams{Limit: 2, Stage: &approved}))
+	require.Equal(t, filter(func(id uuid.UUID) bool { return stages[id] == inventoried && !blocked[id] }),
+		pages(lifecycle.ListParams{Limit: 1, Stage: &inventoried, Blocked: &no}))
+	require.Equal(t, filter(func(id uuid.UUID) bool { return stages[id] == approved && blocked[id] }),
+		pages(lifecycle.ListParams{Limit: 5, Stage: &approved, Blocked: &yes}))
+
+	// A request created after the first page was read never shifts the
+	// pages that follow: it sorts before the cursor.
+	first, err := b.store.ListPage(ctx, lifecycle.ListParams{Limit: 3})
+	require.NoError(t, err)
+	_, host := b.createCommunity(t)
+	_, err = b.store.Submit(ctx, host, "requester", "")
+	require.NoError(t, err)
+	rest := pages(lifecycle.ListParams{Limit: 3, After: first.Next})
+	require.Equal(t, newestFirst[3:], rest)
+}
+
+// The listing and claim queries are served by their indexes on a table
+// large enough for the planner to care.
+func TestRequestQueriesUseTheirIndexes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// 3,000 aborted requests (aborted is the only stage rows can be bulk
+	// loaded into without walking the lifecycle), a tenth of them blocked.
+	require.NoError(t, b.lcExec(t, `INSERT INTO communities (host) SELECT format('list-%s.example', g) FROM generate_series(1, 3000) g`))
+	require.NoError(t, b.lcExec(t, `INSERT INTO community_deletion_requests (community_id, community_host, requested_by)
+		SELECT id, host, 'requester' FROM communities`))
+	require.NoError(t, b.lcExec(t, `WITH pick AS (SELECT id, random() < 0.1 AS held FROM community_deletion_requests)
+		UPDATE community_deletion_requests r
+		SET stage = 'aborted', aborted_at = now(), completed_at = now(), aborted_by = 'operator', abort_reason = 'bulk',
+		    blocked_at = CASE WHEN pick.held THEN now() END, blocked_reason = CASE WHEN pick.held THEN 'held' END
+		FROM pick WHERE pick.id = r.id`))
+	b.lcApproved(t)
+	require.NoError(t, b.lcExec(t, "ANALYZE community_deletion_requests"))
+
+	const file = "community_deletion_requests.sql"
+	later := time.Now().Add(time.Hour)
+	cursor := uuid.New()
+	lcRequireIndex(t, b.lcExplain(t, file, "DeletionRequestList", 50), "community_deletion_requests_created_idx")
+	lcRequireIndex(t, b.lcExplain(t, file, "DeletionRequestListPage", later, cursor, nil, 50), "community_deletion_requests_created_idx")
+	lcRequireIndex(t, b.lcExplain(t, file, "DeletionRequestListPage", nil, nil, false, 50), "community_deletion_requests_created_idx")
+	lcRequireIndex(t, b.lcExplain(t, file, "DeletionRequestListPageBlocked", later, cursor, 50), "community_deletion_requests_blocked_created_idx")
+	lcRequireIndex(t, b.lcExplain(t, file, "DeletionRequestListPageByStage", "approved", later, cursor, nil, 50),
+		"community_deletion_requests_stage_created_idx")
+	// With few approvals the planner may start from them instead of from
+	// community_deletion_requests_claimable_idx; either way it never reads
+	// the whole request table.
+	lcRequireNoSeqScan(t, b.lcExplain(t, file, "DeletionRequestClaimNextCandidate"), "community_deletion_requests")
+	lcRequireNoSeqScan(t, b.lcExplain(t, file, "DeletionRequestClaimSpecificCandidate", uuid.New()), "community_deletion_requests")
+}
+
+// Malformed arguments are refused with ErrInvalidInput before anything is
+// written.
+func TestInputValidationChangesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	request, token := b.lcClaimed(t)
+	_, host := b.createCommunity(t)
+	before := b.lcSnapshot(t, request.ID)
+	noStage := lifecycle.Stage("nowhere")
+	zeroCursor := &lifecycle.Cursor{ID: uuid.New()}
+
+	calls := map[string]error{}
+	record := func(name string, err error) { calls[name] = err }
+	_, err := b.store.Submit(ctx, host, " \t", "")
+	record("Submit blank requester", err)
+	_, err = b.store.Submit(ctx, "", "alice", "")
+	record("Submit blank host", err)
+	_, err = b.store.Submit(ctx, host, strings.Repeat("x", lifecycle.MaxOperatorBytes+1), "")
+	record("Submit long requester", err)
+	_, err = b.store.Submit(ctx, host, "ali\x00ce", "")
+	record("Submit NUL requester", err)
+	_, err = b.store.Approve(ctx, request.ID, "", "")
+	record("Approve blank approver", err)
+	_, err = b.store.Abort(ctx, request.ID, " ", "reason")
+	record("Abort blank operator", err)
+	_, err = b.store.Abort(ctx, request.ID, "operator", "  ")
+	record("Abort blank reason", err)
+	_, err = b.store.Unblock(ctx, request.ID, "", "reason")
+	record("Unblock blank operator", err)
+	_, err = b.store.Unblock(ctx, request.ID, "operator", "")
+	record("Unblock blank reason", err)
+	_, err = b.store.BlockPreclaimSetup(ctx, request.ID, "", "error")
+	record("BlockPreclaimSetup blank unit", err)
+	record("Block blank unit", b.store.Block(ctx, token, lifecycle.StageApproved, "", "error"))
+	record("Block unknown stage", b.store.Block(ctx, token, noStage, "unit", "error"))
+	record("Block non-execution stage", b.store.Block(ctx, token, lifecycle.StageInventoried, "unit", "error"))
+	record("RecordRetry negative delay", b.store.RecordRetry(ctx, token, lifecycle.StageApproved, "unit", "error", -time.Second))
+	record("RecordRetry long unit", b.store.RecordRetry(ctx, token, lifecycle.StageApproved, strings.Repeat("u", 513), "error", 0))
+	_, err = b.store.ClaimNext(ctx, "", lcLease)
+	record("ClaimNext blank owner", err)
+	_, err = b.store.ClaimNext(ctx, "executor", 0)
+	record("ClaimNext zero lease", err)
+	_, err = b.store.ClaimSpecific(ctx, request.ID, "executor", -time.Second)
+	record("ClaimSpecific negative lease", err)
+	_, err = b.store.ClaimSpecific(ctx, request.ID, "executor", time.Nanosecond)
+	record("ClaimSpecific sub-microsecond lease", err)
+	record("Heartbeat zero lease", b.store.Heartbeat(ctx, token, "worker", 0, false))
+	record("Heartbeat blank mode", b.store.Heartbeat(ctx, token, "", lcLease, false))
+	record("StopExecutor blank id", b.store.StopExecutor(ctx, &token, " "))
+	record("VerifyExecutionToken unknown stage", b.store.VerifyExecutionToken(ctx, token, noStage))
+	_, err = b.store.List(ctx, 0)
+	record("List limit 0", err)
+	_, err = b.store.List(ctx, lifecycle.MaxListLimit+1)
+	record("List limit 1001", err)
+	_, err = b.store.ListPage(ctx, lifecycle.ListParams{Limit: 0})
+	record("ListPage limit 0", err)
+	_, err = b.store.ListPage(ctx, lifecycle.ListParams{Limit: -5})
+	record("ListPage negative limit", err)
+	_, err = b.store.ListPage(ctx, lifecycle.ListParams{Limit: 1001})
+	record("ListPage limit 1001", err)
+	_, err = b.store.ListPage(ctx, lifecycle.ListParams{Limit: 10, Stage: &noStage})
+	record("ListPage unknown stage", err)
+	_, err = b.store.ListPage(ctx, lifecycle.ListParams{Limit: 10, After: zeroCursor})
+	record("ListPage zero cursor", err)
+	_, err = b.store.FreezeInventory(ctx, request.ID, lifecycle.FrozenInventory{})
+	record("FreezeInventory empty inventory", err)
+	record("MarkBindingsRemoved non-JSON detail", b.store.MarkBindingsRemoved(ctx, token.WithFence(1), func() {}))
+
+	for name, err := range calls {
+		require.ErrorIs(t, err, lifecycle.ErrInvalidInput, name)
+	}
+	require.Equal(t, before, b.lcSnapshot(t, request.ID), "no refused call changed anything")
+	var requests int
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM community_deletion_requests").Scan(&requests))
+	require.Equal(t, 1, requests)
+}
+
+func lcIDs(requests []*lifecycle.Request) []uuid.UUID {
+	ids := make([]uuid.UUID, 0, len(requests))
+	for _, r := range requests {
+		ids = append(ids, r.ID)
+	}
+	return ids
+}
+
+// lcJSON encodes v.
+func lcJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return b
+}
+
+// lcExplain returns the plan nodes of the named query in sql/queries/file,
+// its parameters (@name and sqlc.arg/sqlc.narg) numbered in order of first
+// use, as sqlc numbers them, and bound to args.
+func (b *testBundle) lcExplain(t *testing.T, file, name string, args ...any) []map[string]any {
+	t.Helper()
+	body, err := os.ReadFile("../sql/queries/" + file)
+	require.NoError(t, err)
+	var query string
+	for _, block := range strings.Split(string(body), "-- name: ")[1:] {
+		if strings.HasPrefix(block, name+" ") {
+			query = block
+		}
+	}
+	require.NotEmpty(t, query, "query %s not found in %s", name, file)
+	var lines []string
+	for _, line := range strings.Split(query, "\n")[1:] {
+		if !strings.HasPrefix(strings.TrimSpace(line), "--") {
+			lines = append(lines, line)
+		}
+	}
+	params := map[string]int{}
+	param := regexp.MustCompile(`@([a-z_]+)|sqlc\.n?arg\('([a-z_]+)'\)`)
+	query = param.ReplaceAllStringFunc(strings.Join(lines, "\n"), func(match string) string {
+		groups := param.FindStringSubmatch(match)
+		key := groups[1] + groups[2]
+		if _, ok := params[key]; !ok {
+			params[key] = len(params) + 1
+		}
+		return fmt.Sprintf("$%d", params[key])
+	})
+	require.Len(t, args, len(params), "arguments for %s", name)
+	query = strings.TrimSuffix(strings.TrimSpace(query), ";")
+	var plan []byte
+	require.NoError(t, b.pool.QueryRow(t.Context(), "EXPLAIN (FORMAT JSON) "+query, args...).Scan(&plan))
+	var doc []struct {
+		Plan map[string]any `json:"Plan"`
+	}
+	require.NoError(t, json.Unmarshal(plan, &doc))
+	require.Len(t, doc, 1)
+	var nodes []map[string]any
+	var walk func(node map[string]any)
+	walk = func(node map[string]any) {
+		nodes = append(nodes, node)
+		children, _ := node["Plans"].([]any)
+		for _, child := range children {
+			if c, ok := child.(map[string]any); ok {
+				walk(c)
+			}
+		}
+	}
+	walk(doc[0].Plan)
+	return nodes
+}
+
+// lcRequireIndex asserts that some node of plan reads index.
+func lcRequireIndex(t *testing.T, plan []map[string]any, index string) {
+	t.Helper()
+	var seen []string
+	for _, node := range plan {
+		kind, _ := node["Node Type"].(string)
+		name, _ := node["Index Name"].(string)
+		seen = append(seen, fmt.Sprintf("%s(%s)", kind, name))
+		switch kind {
+		case "Index Scan", "Index Only Scan", "Bitmap Index Scan":
+			if name == index {
+				return
+			}
+		}
+	}
+	t.Fatalf("plan does not use %s: %s", index, strings.Join(seen, " -> "))
+}
+
+// lcRequireNoSeqScan asserts that no node of plan scans all of relation.
+func lcRequireNoSeqScan(t *testing.T, plan []map[string]any, relation string) {
+	t.Helper()
+	for _, node := range plan {
+		if node["Node Type"] == "Seq Scan" && node["Relation Name"] == relation {
+			t.Fatalf("plan scans all of %s", relation)
+		}
+	}
+}

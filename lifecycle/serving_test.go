@@ -1,0 +1,705 @@
+package lifecycle_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
+)
+
+// storeApprovedRequest creates a community and walks a deletion request of
+// it to approved through the Store: Submit, FreezeInventory of its live
+// schema and empty tenant prefixes, and Approve by a second operator.
+func (b *testBundle) storeApprovedRequest(t *testing.T) (community, request uuid.UUID) {
+	t.Helper()
+	ctx := t.Context()
+	community, host := b.createCommunity(t)
+	submitted, err := b.store.Submit(ctx, host, "requester", "test deletion")
+	require.NoError(t, err)
+	schema, err := b.store.InventorySchema(ctx, community)
+	require.NoError(t, err)
+	_, err = b.store.FreezeInventory(ctx, submitted.ID, lifecycle.FrozenInventory{Schema: *schema, Storage: emptyStorage(community)})
+	require.NoError(t, err)
+	_, err = b.store.Approve(ctx, submitted.ID, "approver", "")
+	require.NoError(t, err)
+	return community, submitted.ID
+}
+
+// storeClaim claims request for "executor" and returns the lease token.
+func (b *testBundle) storeClaim(t *testing.T, request uuid.UUID) lifecycle.LeaseToken {
+	t.Helper()
+	claimed, err := b.store.ClaimSpecific(t.Context(), request, "executor", lifecycle.DefaultLeaseDuration)
+	require.NoError(t, err)
+	require.NotNil(t, claimed, "request %s is not claimable", request)
+	return claimed.Lease
+}
+
+// storeQuiescing creates a claimed request whose community is quiescing.
+func (b *testBundle) storeQuiescing(t *testing.T) (community uuid.UUID, token lifecycle.LeaseToken) {
+	t.Helper()
+	community, request := b.storeApprovedRequest(t)
+	token = b.storeClaim(t, request)
+	require.NoError(t, b.store.BeginQuiescing(t.Context(), token))
+	return community, token
+}
+
+// storeFencedToken creates a claimed, fenced request and returns its
+// community and the token bound to the fence.
+func (b *testBundle) storeFencedToken(t *testing.T) (community uuid.UUID, token lifecycle.LeaseToken) {
+	t.Helper()
+	community, token = b.storeQuiescing(t)
+	generation, err := b.store.Fence(t.Context(), token)
+	require.NoError(t, err)
+	return community, token.WithFence(generation)
+}
+
+// purgeToTombstone purges the community of the bindings_removed request of
+// token, which makes it a tombstone, and moves the request to
+// postgres_purged.
+func (b *testBundle) purgeToTombstone(t *testing.T, token lifecycle.LeaseToken) {
+	t.Helper()
+	_, err := b.store.PurgePostgres(t.Context(), token, lifecycle.PurgeOptions{})
+	require.NoError(t, err)
+}
+
+// sqlCommunityState returns the community's deletion state.
+func (b *testBundle) sqlCommunityState(t *testing.T, community uuid.UUID) string {
+	t.Helper()
+	var state string
+	require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT deletion_state FROM communities WHERE id = $1", community).Scan(&state))
+	return state
+}
+
+// requirePgCode asserts that err wraps a PostgreSQL error with SQLSTATE code.
+func requirePgCode(t *testing.T, err error, code string) {
+	t.Helper()
+	var pgErr *pgconn.PgError
+	require.True(t, errors.As(err, &pgErr), "want a wrapped PostgreSQL error, got %v", err)
+	require.Equal(t, code, pgErr.Code, pgErr.Message)
+}
+
+// waitForAdvisoryLockWaiters blocks until n backends of the test database
+// wait for an advisory lock, which is how a test learns that concurrent
+// calls have queued behind a lock.
+func (b *testBundle) waitForAdvisoryLockWaiters(t *testing.T, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	for {
+		var waiting int
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*)
+			FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+			WHERE l.locktype = 'advisory' AND NOT l.granted AND a.datname = current_database()`).Scan(&waiting))
+		if waiting >= n {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("fewer than %d backends started waiting for an advisory lock", n)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// fixtureWrite inserts one fixture_members row of community in tx.
+func fixtureWrite(ctx context.Context, tx pgx.Tx, community uuid.UUID) error {
+	_, err := tx.Exec(ctx, "INSERT INTO fixture_members (community_id, handle) VALUES ($1, 'member')", community)
+	return err
+}
+
+func TestServingLeaseLifecycleWhileActive(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	community, _ := b.createCommunity(t)
+
+	lease, err := b.store.AcquireServingWriteLease(ctx, community, "  upload  ", " server-1 ", 1500*time.Millisecond)
+	require.NoError(t, err)
+	require.Equal(t, community, lease.CommunityID)
+	require.Equal(t, "upload", lease.Operation, "operation is trimmed")
+	require.Equal(t, "server-1", lease.Owner, "owner is trimmed")
+	require.EqualValues(t, 0, lease.FenceGeneration)
+	var dbNow time.Time
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT now()").Scan(&dbNow))
+	require.WithinDuration(t, dbNow.Add(2*time.Second), lease.LeaseUntil, time.Second, "1.5s rounds up to 2s")
+
+	second, err := b.store.AcquireServingWriteLease(ctx, community, "upload", "server-1", time.Minute)
+	require.NoError(t, err)
+	require.Greater(t, second.Generation, lease.Generation, "generations come from the sequence")
+
+	require.True(t, mustServingActive(t, b, community))
+	drained, err := b.store.ServingWritesDrained(ctx, community)
+	require.NoError(t, err)
+	require.False(t, drained)
+
+	require.NoError(t, b.store.VerifyServingWriteLease(ctx, lease))
+	before := lease.LeaseUntil
+	require.NoError(t, b.store.RenewServingWriteLease(ctx, lease, time.Hour))
+	require.True(t, lease.LeaseUntil.After(before))
+
+	// A lease that differs from the stored one in any identity field is stale.
+	for name, forged := range map[string]func(l *lifecycle.ServingWriteLease){
+		"owner":            func(l *lifecycle.ServingWriteLease) { l.Owner = "server-2" },
+		"generation":       func(l *lifecycle.ServingWriteLease) { l.Generation++ },
+		"fence generation": func(l *lifecycle.ServingWriteLease) { l.FenceGeneration++ },
+		"community":        func(l *lifecycle.ServingWriteLease) { l.CommunityID = uuid.New() },
+		"id":               func(l *lifecycle.ServingWriteLease) { l.ID = uuid.New() },
+	} {
+		t.Run(name, func(t *testing.T) {
+			copied := *lease
+			forged(&copied)
+			err := b.store.VerifyServingWriteLease(ctx, &copied)
+			var stale *lifecycle.StaleServingLeaseError
+			require.ErrorAs(t, err, &stale)
+			require.ErrorIs(t, err, lifecycle.ErrAccessDenied)
+			require.False(t, lifecycle.IsStaleLease(err), "a serving lease is not a deletion lease")
+			require.ErrorIs(t, b.store.RenewServingWriteLease(ctx, &copied, time.Minute), lifecycle.ErrAccessDenied)
+			released, err := b.store.ReleaseServingWriteLease(ctx, &copied)
+			require.NoError(t, err)
+			require.False(t, released)
+		})
+	}
+
+	released, err := b.store.ReleaseServingWriteLease(ctx, lease)
+	require.NoError(t, err)
+	require.True(t, released)
+	released, err = b.store.ReleaseServingWriteLease(ctx, lease)
+	require.NoError(t, err)
+	require.False(t, released, "a second release is harmless")
+	require.ErrorIs(t, b.store.VerifyServingWriteLease(ctx, lease), lifecycle.ErrAccessDenied)
+
+	// An expired lease is neither current nor renewable.
+	_, err = b.pool.Exec(ctx, "UPDATE community_serving_write_leases SET lease_until = now() - interval '1 second' WHERE id = $1", second.ID)
+	require.NoError(t, err)
+	require.ErrorIs(t, b.store.VerifyServingWriteLease(ctx, second), lifecycle.ErrAccessDenied)
+	require.ErrorIs(t, b.store.RenewServingWriteLease(ctx, second, time.Minute), lifecycle.ErrAccessDenied)
+	drained, err = b.store.ServingWritesDrained(ctx, community)
+	require.NoError(t, err)
+	require.True(t, drained)
+}
+
+func mustServingActive(t *testing.T, b *testBundle, community uuid.UUID) bool {
+	t.Helper()
+	active, err := b.store.IsServingActive(t.Context(), community)
+	require.NoError(t, err)
+	return active
+}
+
+func TestServingLeaseInputsAreValidatedFirst(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	community, _ := b.createCommunity(t)
+
+	for name, call := range map[string]func() error{
+		"nil community": func() error {
+			_, err := b.store.AcquireServingWriteLease(ctx, uuid.Nil, "upload", "owner", time.Minute)
+			return err
+		},
+		"blank operation": func() error {
+			_, err := b.store.AcquireServingWriteLease(ctx, community, " \t", "owner", time.Minute)
+			return err
+		},
+		"long owner": func() error {
+			_, err := b.store.AcquireServingWriteLease(ctx, community, "upload", strings.Repeat("o", 513), time.Minute)
+			return err
+		},
+		"NUL owner": func() error {
+			_, err := b.store.AcquireServingWriteLease(ctx, community, "upload", "own\x00er", time.Minute)
+			return err
+		},
+		"zero duration": func() error {
+			_, err := b.store.AcquireServingWriteLease(ctx, community, "upload", "owner", 0)
+			return err
+		},
+		"negative duration": func() error {
+			_, err := b.store.AcquireServingWriteLease(ctx, community, "upload", "owner", -time.Second)
+			return err
+		},
+		"renew nil lease":   func() error { return b.store.RenewServingWriteLease(ctx, nil, time.Minute) },
+		"verify nil lease":  func() error { return b.store.VerifyServingWriteLease(ctx, nil) },
+		"release nil lease": func() error { _, err := b.store.ReleaseServingWriteLease(ctx, nil); return err },
+		"renew zero duration": func() error {
+			return b.store.RenewServingWriteLease(ctx, &lifecycle.ServingWriteLease{ID: uuid.New(), CommunityID: community, Owner: "o"}, 0)
+		},
+		"reap zero":         func() error { _, err := b.store.ReapExpiredServingWriteLeases(ctx, 0); return err },
+		"reap over 10000":   func() error { _, err := b.store.ReapExpiredServingWriteLeases(ctx, 10001); return err },
+		"guard nil tx":      func() error { return b.store.GuardTransaction(ctx, nil, community) },
+		"guard nil lease":   func() error { return b.store.GuardTransactionWithServingLease(ctx, nil, nil) },
+		"lease without ids": func() error { return b.store.VerifyServingWriteLease(ctx, &lifecycle.ServingWriteLease{Owner: "o"}) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			require.ErrorIs(t, call(), lifecycle.ErrInvalidInput)
+		})
+	}
+	var leases int
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM community_serving_write_leases").Scan(&leases))
+	require.Zero(t, leases)
+}
+
+// Port of quiescing_rejects_new_leases_but_renews_admitted_lease_until_release.
+func TestQuiescingRejectsNewLeasesButRenewsAdmittedLeaseUntilRelease(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	community, request := b.storeApprovedRequest(t)
+	token := b.storeClaim(t, request)
+	serving, err := b.store.AcquireServingWriteLease(ctx, community, "test_external", "test-owner", time.Minute)
+	require.NoError(t, err)
+
+	require.NoError(t, b.store.BeginQuiescing(ctx, token))
+	_, err = b.store.AcquireServingWriteLease(ctx, community, "late_external", "late-owner", time.Minute)
+	require.ErrorIs(t, err, lifecycle.ErrAccessDenied)
+	require.False(t, lifecycle.IsStaleLease(err))
+	require.Contains(t, err.Error(), "is quiescing")
+	require.False(t, mustServingActive(t, b, community))
+
+	require.NoError(t, b.store.VerifyServingWriteLease(ctx, serving))
+	before := serving.LeaseUntil
+	require.NoError(t, b.store.RenewServingWriteLease(ctx, serving, 2*time.Minute), "the admitted lease renews while quiescing")
+	require.True(t, serving.LeaseUntil.After(before), "renewal extends the admitted lease")
+
+	_, err = b.store.Fence(ctx, token)
+	var notDrained *lifecycle.ServingWritesNotDrainedError
+	require.ErrorAs(t, err, &notDrained)
+	require.EqualValues(t, 1, notDrained.ActiveCount)
+	require.Equal(t, []string{"test_external"}, notDrained.Operations)
+	require.Equal(t, "quiescing", b.sqlCommunityState(t, community))
+
+	released, err := b.store.ReleaseServingWriteLease(ctx, serving)
+	require.NoError(t, err)
+	require.True(t, released)
+	generation, err := b.store.Fence(ctx, token)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, generation)
+	require.Equal(t, "fenced", b.sqlCommunityState(t, community))
+
+	// Past the fence nothing renews or verifies, not even a lease of the
+	// old generation that was still in the table.
+	require.ErrorIs(t, b.store.RenewServingWriteLease(ctx, serving, time.Minute), lifecycle.ErrAccessDenied)
+	require.ErrorIs(t, b.store.VerifyServingWriteLease(ctx, serving), lifecycle.ErrAccessDenied)
+}
+
+// Port of sustained_admission_cannot_starve_fence_after_quiescing.
+func TestSustainedAdmissionCannotStarveFenceAfterQuiescing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	community, token := b.storeQuiescing(t)
+
+	for attempt := range 100 {
+		_, err := b.store.AcquireServingWriteLease(ctx, community, "sustained_admission", fmt.Sprintf("owner-%d", attempt), time.Minute)
+		require.ErrorIs(t, err, lifecycle.ErrAccessDenied, "attempt %d", attempt)
+	}
+	generation, err := b.store.Fence(ctx, token)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, generation)
+}
+
+// Lock ordering: BeginQuiescing waits for an in-flight guarded writer, and
+// an acquisition that arrives while it waits queues behind it instead of
+// starving it; once the transition commits, the acquisition sees quiescing
+// and is refused.
+func TestServingLeaseAcquisitionQueuesBehindWaitingTransition(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	community, request := b.storeApprovedRequest(t)
+	token := b.storeClaim(t, request)
+
+	writer, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer writer.Rollback(context.Background())
+	require.NoError(t, b.store.GuardTransaction(ctx, writer, community))
+
+	quiesced := make(chan error, 1)
+	go func() { quiesced <- b.store.BeginQuiescing(ctx, token) }()
+	b.waitForAdvisoryLockWaiters(t, 1)
+
+	acquired := make(chan error, 1)
+	go func() {
+		_, err := b.store.AcquireServingWriteLease(ctx, community, "upload", "server-1", time.Minute)
+		acquired <- err
+	}()
+	b.waitForAdvisoryLockWaiters(t, 2)
+
+	require.NoError(t, fixtureWrite(ctx, writer, community))
+	require.NoError(t, writer.Commit(ctx))
+	require.NoError(t, <-quiesced)
+	require.ErrorIs(t, <-acquired, lifecycle.ErrAccessDenied, "the queued acquisition sees the committed transition")
+	require.Equal(t, "quiescing", b.sqlCommunityState(t, community))
+	drained, err := b.store.ServingWritesDrained(ctx, community)
+	require.NoError(t, err)
+	require.True(t, drained)
+}
+
+// Port of serving_lease_reaper_is_bounded_and_reports_stats.
+func TestServingLeaseReaperIsBoundedAndReportsStats(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	community, _ := b.createCommunity(t)
+	for _, owner := range []string{"expired-a", "expired-b", "expired-c", "live"} {
+		lease, err := b.store.AcquireServingWriteLease(ctx, community, "reaper_test", owner, time.Minute)
+		require.NoError(t, err)
+		if owner != "live" {
+			_, err = b.pool.Exec(ctx, "UPDATE community_serving_write_leases SET lease_until = now() - interval '1 second' WHERE id = $1", lease.ID)
+			require.NoError(t, err)
+		}
+	}
+
+	before, err := b.store.ServingLeaseStats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(3), before.Expired)
+	require.Equal(t, int64(1), before.Active)
+	require.GreaterOrEqual(t, before.DeadTuples, int64(0))
+
+	reaped, err := b.store.ReapExpiredServingWriteLeases(ctx, 2)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), reaped, "the batch is bounded")
+	after, err := b.store.ServingLeaseStats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, before.Expired-2, after.Expired)
+	require.Equal(t, before.Active, after.Active, "live leases are never reaped")
+
+	reaped, err = b.store.ReapExpiredServingWriteLeases(ctx, lifecycle.MaxServingLeaseReapBatch)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), reaped)
+	reaped, err = b.store.ReapExpiredServingWriteLeases(ctx, 1)
+	require.NoError(t, err)
+	require.Zero(t, reaped)
+}
+
+// A lease another transaction holds is skipped, not waited for.
+func TestServingLeaseReaperSkipsLockedRows(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	community, _ := b.createCommunity(t)
+	var ids []uuid.UUID
+	for _, owner := range []string{"a", "b"} {
+		lease, err := b.store.AcquireServingWriteLease(ctx, community, "upload", owner, time.Minute)
+		require.NoError(t, err)
+		ids = append(ids, lease.ID)
+	}
+	_, err := b.pool.Exec(ctx, "UPDATE community_serving_write_leases SET lease_until = now() - interval '1 second'")
+	require.NoError(t, err)
+
+	holder, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer holder.Rollback(context.Background())
+	_, err = holder.Exec(ctx, "SELECT 1 FROM community_serving_write_leases WHERE id = $1 FOR UPDATE", ids[0])
+	require.NoError(t, err)
+
+	reaped, err := b.store.ReapExpiredServingWriteLeases(ctx, 10)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), reaped, "the locked lease is skipped")
+	require.NoError(t, holder.Rollback(ctx))
+	reaped, err = b.store.ReapExpiredServingWriteLeases(ctx, 10)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), reaped)
+}
+
+// Port of serving_lease_reaper_remains_global_across_tombstoned_tenant.
+func TestServingLeaseReaperRemainsGlobalAcrossTombstonedTenant(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	activeA, _ := b.createCommunity(t)
+	target, request := b.storeApprovedRequest(t)
+	activeX, _ := b.createCommunity(t)
+	for _, community := range []uuid.UUID{activeA, target, activeX} {
+		lease, err := b.store.AcquireServingWriteLease(ctx, community, "global_reaper_test", "owner", time.Minute)
+		require.NoError(t, err)
+		_, err = b.pool.Exec(ctx, "UPDATE community_serving_write_leases SET lease_until = now() - interval '1 second' WHERE id = $1", lease.ID)
+		require.NoError(t, err)
+	}
+
+	// Walk the target to a tombstone; its expired lease does not hold the
+	// fence off.
+	token := b.storeClaim(t, request)
+	require.NoError(t, b.store.BeginQuiescing(ctx, token))
+	generation, err := b.store.Fence(ctx, token)
+	require.NoError(t, err)
+	token = token.WithFence(generation)
+	require.NoError(t, b.store.FreezeDestructiveStorageManifest(ctx, token, emptyStorage(target)))
+	require.NoError(t, b.store.MarkDrained(ctx, token))
+	require.NoError(t, b.store.MarkBindingsRemoved(ctx, token, nil))
+	b.purgeToTombstone(t, token)
+	require.Equal(t, "tombstone", b.sqlCommunityState(t, target))
+
+	reaped, err := b.store.ReapExpiredServingWriteLeases(ctx, 10)
+	require.NoError(t, err)
+	require.Equal(t, int64(3), reaped, "the reaper is global: a tombstoned tenant's leases go too")
+}
+
+// GuardTransaction runs the database's write admission in the caller's
+// transaction.
+func TestGuardTransactionAdmitsOnlyReadCommittedWritesToActiveCommunities(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	active, _ := b.createCommunity(t)
+
+	t.Run("repeatable read", func(t *testing.T) {
+		for _, level := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
+			tx, err := b.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: level})
+			require.NoError(t, err)
+			err = b.store.GuardTransaction(ctx, tx, active)
+			require.ErrorIs(t, err, lifecycle.ErrRefused, "level %s", level)
+			requirePgCode(t, err, "25000")
+			require.NoError(t, tx.Rollback(ctx))
+		}
+	})
+
+	t.Run("active", func(t *testing.T) {
+		tx, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(context.Background())
+		require.NoError(t, b.store.GuardTransaction(ctx, tx, active))
+		require.NoError(t, fixtureWrite(ctx, tx, active))
+		// The guard holds the shared community lock: a transition cannot
+		// take it exclusively until the transaction ends.
+		var locked bool
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(community_deletion_lock_key($1))`, active).Scan(&locked))
+		require.False(t, locked)
+		require.NoError(t, tx.Commit(ctx))
+	})
+
+	fenced, _ := b.storeFencedToken(t)
+	quiescing, _ := b.storeQuiescing(t)
+	for name, community := range map[string]uuid.UUID{"fenced": fenced, "quiescing": quiescing, "missing": uuid.New()} {
+		t.Run(name, func(t *testing.T) {
+			tx, err := b.pool.Begin(ctx)
+			require.NoError(t, err)
+			defer tx.Rollback(context.Background())
+			err = b.store.GuardTransaction(ctx, tx, community)
+			require.ErrorIs(t, err, lifecycle.ErrAccessDenied)
+			require.False(t, lifecycle.IsStaleLease(err))
+			requirePgCode(t, err, "55000")
+		})
+	}
+}
+
+// GuardTransactionWithServingLease lets the admitted side effect finish its
+// writes while quiescing, and nothing else.
+func TestGuardTransactionWithServingLeaseAdmitsQuiescingWriteOnlyWithCurrentLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	community, request := b.storeApprovedRequest(t)
+	token := b.storeClaim(t, request)
+	lease, err := b.store.AcquireServingWriteLease(ctx, community, "upload", "server-1", time.Minute)
+	require.NoError(t, err)
+	spare, err := b.store.AcquireServingWriteLease(ctx, community, "upload", "server-2", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, b.store.BeginQuiescing(ctx, token))
+
+	// Without the lease the write fence refuses the write.
+	err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return fixtureWrite(ctx, tx, community) })
+	requirePgCode(t, err, "55000")
+
+	// With the current lease it is admitted.
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		if err := b.store.GuardTransactionWithServingLease(ctx, tx, lease); err != nil {
+			return err
+		}
+		return fixtureWrite(ctx, tx, community)
+	}))
+	var members int
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM fixture_members WHERE community_id = $1", community).Scan(&members))
+	require.Equal(t, 1, members)
+
+	// Pinned snapshots are refused before anything else.
+	tx, err := b.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	require.NoError(t, err)
+	require.ErrorIs(t, b.store.GuardTransactionWithServingLease(ctx, tx, lease), lifecycle.ErrRefused)
+	require.NoError(t, tx.Rollback(ctx))
+
+	// A stale lease is refused: forged, expired or released.
+	forged := *lease
+	forged.Generation = spare.Generation + 1
+	_, err = b.pool.Exec(ctx, "UPDATE community_serving_write_leases SET lease_until = now() - interval '1 second' WHERE id = $1", spare.ID)
+	require.NoError(t, err)
+	released, err := b.store.ReleaseServingWriteLease(ctx, lease)
+	require.NoError(t, err)
+	require.True(t, released)
+	for name, stale := range map[string]*lifecycle.ServingWriteLease{"forged": &forged, "expired": spare, "released": lease} {
+		t.Run(name, func(t *testing.T) {
+			tx, err := b.pool.Begin(ctx)
+			require.NoError(t, err)
+			defer tx.Rollback(context.Background())
+			err = b.store.GuardTransactionWithServingLease(ctx, tx, stale)
+			var staleErr *lifecycle.StaleServingLeaseError
+			require.ErrorAs(t, err, &staleErr)
+			require.ErrorIs(t, err, lifecycle.ErrAccessDenied)
+			require.Equal(t, stale.ID, staleErr.LeaseID)
+		})
+	}
+
+	// No new lease is admitted to carry a write while quiescing.
+	fresh, err := b.store.AcquireServingWriteLease(ctx, community, "upload", "server-3", time.Minute)
+	require.ErrorIs(t, err, lifecycle.ErrAccessDenied)
+	require.Nil(t, fresh)
+}
+
+// The guarded write and a fence that starts during it are ordered by the
+// shared community lock: the fence waits for the write to commit.
+func TestGuardTransactionWithServingLeaseHoldsTransitionsOff(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	community, request := b.storeApprovedRequest(t)
+	token := b.storeClaim(t, request)
+	lease, err := b.store.AcquireServingWriteLease(ctx, community, "upload", "server-1", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, b.store.BeginQuiescing(ctx, token))
+
+	writer, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer writer.Rollback(context.Background())
+	require.NoError(t, b.store.GuardTransactionWithServingLease(ctx, writer, lease))
+
+	type fenced struct {
+		generation int64
+		err        error
+	}
+	done := make(chan fenced, 1)
+	go func() {
+		generation, err := b.store.Fence(ctx, token)
+		done <- fenced{generation, err}
+	}()
+	b.waitForAdvisoryLockWaiters(t, 1)
+
+	// The side effect makes its final write and releases its lease in the
+	// same transaction; only then does the fence run, and find it drained.
+	require.NoError(t, fixtureWrite(ctx, writer, community))
+	_, err = writer.Exec(ctx, "DELETE FROM community_serving_write_leases WHERE id = $1", lease.ID)
+	require.NoError(t, err)
+	require.NoError(t, writer.Commit(ctx))
+	result := <-done
+	require.NoError(t, result.err)
+	require.EqualValues(t, 1, result.generation)
+	var members int
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM fixture_members WHERE community_id = $1", community).Scan(&members))
+	require.Equal(t, 1, members, "the write committed before the fence")
+}
+
+// explainQuery returns the plan of the named query in sql/queries/file, with
+// its @parameters bound positionally in order of first use, as sqlc binds
+// them.
+func (b *testBundle) explainQuery(t *testing.T, file, name string, args ...any) []map[string]any {
+	t.Helper()
+	body, err := os.ReadFile("../sql/queries/" + file)
+	require.NoError(t, err)
+	var query string
+	for _, block := range strings.Split(string(body), "-- name: ")[1:] {
+		if strings.HasPrefix(block, name+" ") {
+			query = block
+		}
+	}
+	require.NotEmpty(t, query, "query %s not found in %s", name, file)
+	var lines []string
+	for _, line := range strings.Split(query, "\n")[1:] {
+		if !strings.HasPrefix(strings.TrimSpace(line), "--") {
+			lines = append(lines, line)
+		}
+	}
+	params := map[string]int{}
+	query = regexp.MustCompile(`@([a-z_]+)`).ReplaceAllStringFunc(strings.Join(lines, "\n"), func(param string) string {
+		if _, ok := params[param]; !ok {
+			params[param] = len(params) + 1
+		}
+		return fmt.Sprintf("$%d", params[param])
+	})
+	query = strings.TrimSuffix(strings.TrimSpace(query), ";")
+	var plan []byte
+	require.NoError(t, b.pool.QueryRow(t.Context(), "EXPLAIN (FORMAT JSON) "+query, args...).Scan(&plan))
+	var doc []struct {
+		Plan map[string]any `json:"Plan"`
+	}
+	require.NoError(t, json.Unmarshal(plan, &doc))
+	require.Len(t, doc, 1)
+	var nodes []map[string]any
+	var walk func(node map[string]any)
+	walk = func(node map[string]any) {
+		nodes = append(nodes, node)
+		children, _ := node["Plans"].([]any)
+		for _, child := range children {
+			if c, ok := child.(map[string]any); ok {
+				walk(c)
+			}
+		}
+	}
+	walk(doc[0].Plan)
+	return nodes
+}
+
+// requireIndexUse asserts that some node of plan reads index.
+func requireIndexUse(t *testing.T, plan []map[string]any, index string) {
+	t.Helper()
+	var seen []string
+	for _, node := range plan {
+		kind, _ := node["Node Type"].(string)
+		name, _ := node["Index Name"].(string)
+		seen = append(seen, fmt.Sprintf("%s(%s)", kind, name))
+		switch kind {
+		case "Index Scan", "Index Only Scan", "Bitmap Index Scan":
+			if name == index {
+				return
+			}
+		}
+	}
+	t.Fatalf("plan does not use %s: %s", index, strings.Join(seen, " -> "))
+}
+
+// The serving-lease lookups by community and the reaper stay index reads
+// on a large lease table.
+func TestServingLeaseQueriesUseTheirIndexes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	_, err := b.pool.Exec(ctx, `INSERT INTO communities (host)
+		SELECT format('explain-%s.example', g) FROM generate_series(1, 200) g`)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(ctx, `INSERT INTO community_serving_write_leases (community_id, operation, owner, fence_generation, lease_until)
+		SELECT c.id, 'upload', format('server-%s', g), 0, now() + ((g % 100) - 5) * interval '1 minute'
+		FROM communities c CROSS JOIN generate_series(1, 100) g`)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(ctx, "ANALYZE community_serving_write_leases")
+	require.NoError(t, err)
+	var rows int
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM community_serving_write_leases").Scan(&rows))
+	require.Equal(t, 20000, rows)
+	var community uuid.UUID
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT id FROM communities ORDER BY host LIMIT 1").Scan(&community))
+
+	const file = "community_serving_write_leases.sql"
+	requireIndexUse(t, b.explainQuery(t, file, "ServingWriteLeaseCountActive", community),
+		"community_serving_write_leases_community_idx")
+	reaper := b.explainQuery(t, file, "ServingWriteLeaseDeleteExpired", 100)
+	requireIndexUse(t, reaper, "community_serving_write_leases_lease_until_idx")
+	requireIndexUse(t, reaper, "community_serving_write_leases_pkey")
+	requireIndexUse(t, b.explainQuery(t, file, "ServingWriteLeaseValid", uuid.New(), community, "server-1", 1, 0),
+		"community_serving_write_leases_pkey")
+
+	// And the calls behave on the large table.
+	drained, err := b.store.ServingWritesDrained(ctx, community)
+	require.NoError(t, err)
+	require.False(t, drained)
+	reaped, err := b.store.ReapExpiredServingWriteLeases(ctx, 100)
+	require.NoError(t, err)
+	require.Equal(t, int64(100), reaped)
+}

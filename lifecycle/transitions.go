@@ -1,0 +1,281 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/jackc/pgx/v5"
+
+	dbgen "github.com/tombstoneworks/communitydeletion/db/gen"
+)
+
+// BeginQuiescing starts draining serving writes of the approved request
+// token holds: the community moves to quiescing (and is marked archived
+// unless it already was), so no new serving write lease or unleased write is
+// admitted, while leases admitted before may finish. The community's
+// archived_at from before and the time quiescing started are recorded once,
+// for an abort to restore. It takes the community lock before any row lock
+// and re-verifies the token under it, so it serializes with Abort. Calling
+// it again while quiescing is harmless. A stale token returns a stale-lease
+// error and changes nothing.
+func (s *Store) BeginQuiescing(ctx context.Context, token LeaseToken) error {
+	err := s.tx(ctx, func(q *dbgen.Queries) error {
+		if _, err := lockTransition(ctx, q, token, StageApproved); err != nil {
+			return err
+		}
+		community, err := q.CommunityGetForUpdate(ctx, token.CommunityID)
+		if err != nil {
+			return fmt.Errorf("lock community %s: %w", token.CommunityID, err)
+		}
+		if community.DeletionState != "active" && community.DeletionState != "quiescing" {
+			return refusef("community %s is %s and cannot enter quiescing", token.CommunityID, community.DeletionState)
+		}
+		if _, err := q.DeletionRequestRecordQuiescing(ctx, dbgen.DeletionRequestRecordQuiescingParams{
+			PreQuiesceArchivedAt: community.ArchivedAt, ID: token.RequestID,
+		}); err != nil {
+			return fmt.Errorf("record quiescing: %w", err)
+		}
+		if err := setExecutor(ctx, q, token.CommunityID, community.DeletionFenceGeneration); err != nil {
+			return err
+		}
+		n, err := q.CommunityQuiesce(ctx, token.CommunityID)
+		if err != nil {
+			return fmt.Errorf("quiesce community %s: %w", token.CommunityID, err)
+		}
+		if n != 1 {
+			return refusef("community %s cannot enter quiescing", token.CommunityID)
+		}
+		return checkpointCompleted(ctx, q, token, StageApproved, "quiesce_serving_writes", map[string]any{
+			"community_state": "quiescing", "fence_generation": community.DeletionFenceGeneration,
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("begin quiescing deletion %s: %w", token.RequestID, err)
+	}
+	return nil
+}
+
+// Fence activates the write fence of the quiescing community of the approved
+// request token holds and moves the request to fenced, in one transaction:
+// the community becomes fenced under a new fence generation, which is
+// returned and bound to the request. From then on every write into the
+// community is refused. While unexpired serving write leases remain it
+// returns a *ServingWritesNotDrainedError (matching ErrRefused) and changes
+// nothing; retry once they finish or expire. It takes the community lock
+// before any row lock and re-verifies the token under it. Use
+// token.WithFence(generation) for the calls that follow.
+func (s *Store) Fence(ctx context.Context, token LeaseToken) (int64, error) {
+	var generation int64
+	err := s.tx(ctx, func(q *dbgen.Queries) error {
+		if _, err := lockTransition(ctx, q, token, StageApproved); err != nil {
+			return err
+		}
+		if err := requireServingWritesDrained(ctx, q, token); err != nil {
+			return err
+		}
+		community, err := q.CommunityGetForUpdate(ctx, token.CommunityID)
+		if err != nil {
+			return fmt.Errorf("lock community %s: %w", token.CommunityID, err)
+		}
+		if community.DeletionState != "quiescing" {
+			return refusef("community %s is %s, not quiescing: begin quiescing first", token.CommunityID, community.DeletionState)
+		}
+		if community.DeletionFenceGeneration == math.MaxInt64 {
+			return refusef("community %s fence generation would overflow", token.CommunityID)
+		}
+		next := community.DeletionFenceGeneration + 1
+		if err := setExecutor(ctx, q, token.CommunityID, next); err != nil {
+			return err
+		}
+		n, err := q.CommunityFence(ctx, dbgen.CommunityFenceParams{FenceGeneration: next, ID: token.CommunityID})
+		if err != nil {
+			return fmt.Errorf("fence community %s: %w", token.CommunityID, err)
+		}
+		if n != 1 {
+			return refusef("community %s stopped quiescing while it was being fenced", token.CommunityID)
+		}
+		if err := advance(ctx, q, token, StageApproved, StageFenced, &next); err != nil {
+			return err
+		}
+		if err := checkpointCompleted(ctx, q, token, StageApproved, "activate_fence", map[string]any{"fence_generation": next}); err != nil {
+			return err
+		}
+		generation = next
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("fence deletion %s: %w", token.RequestID, err)
+	}
+	return generation, nil
+}
+
+// MarkDrained records that serving writes drained behind the fence and moves
+// the fenced request token holds to drained. It needs the destructive storage
+// manifest frozen, and refuses with a *ServingWritesNotDrainedError while
+// unexpired serving write leases remain. A stale token, or one under another
+// fence generation, returns a stale-lease error; a token without a fence
+// generation is refused. Nothing changes on any error.
+func (s *Store) MarkDrained(ctx context.Context, token LeaseToken) error {
+	err := s.tx(ctx, func(q *dbgen.Queries) error {
+		row, err := lockTransition(ctx, q, token, StageFenced)
+		if err != nil {
+			return err
+		}
+		if row.DestructiveStorageManifest == nil {
+			return refusef("deletion %s has no frozen destructive storage manifest", token.RequestID)
+		}
+		if err := requireServingWritesDrained(ctx, q, token); err != nil {
+			return err
+		}
+		if err := advance(ctx, q, token, StageFenced, StageDrained, nil); err != nil {
+			return err
+		}
+		return checkpointCompleted(ctx, q, token, StageFenced, "serving_writes_drained",
+			map[string]any{"fence_generation": *token.FenceGeneration})
+	})
+	if err != nil {
+		return fmt.Errorf("mark deletion %s drained: %w", token.RequestID, err)
+	}
+	return nil
+}
+
+// MarkBindingsRemoved records, with detail as the checkpoint's JSON detail,
+// that the community's object-store bindings were removed, and moves the
+// drained request token holds to bindings_removed.
+func (s *Store) MarkBindingsRemoved(ctx context.Context, token LeaseToken, detail any) error {
+	if err := s.markStage(ctx, token, StageDrained, "remove_storage_bindings", detail, nil); err != nil {
+		return fmt.Errorf("mark deletion %s bindings removed: %w", token.RequestID, err)
+	}
+	return nil
+}
+
+// MarkCachePurged records, with detail as the checkpoint's JSON detail, that
+// the community's cache namespace was purged, and moves the postgres_purged
+// request token holds to cache_purged.
+func (s *Store) MarkCachePurged(ctx context.Context, token LeaseToken, detail any) error {
+	if err := s.markStage(ctx, token, StagePostgresPurged, "purge_cache_namespace", detail, nil); err != nil {
+		return fmt.Errorf("mark deletion %s cache purged: %w", token.RequestID, err)
+	}
+	return nil
+}
+
+// MarkLogicallyVerified records, with detail as the checkpoint's JSON
+// detail, that the community's absence was verified across every store, and
+// moves the cache_purged request token holds to logically_verified. In the
+// same transaction it deletes the request's destructive key chunks: they are
+// working data, and the raw key list of a deleted community is not kept.
+func (s *Store) MarkLogicallyVerified(ctx context.Context, token LeaseToken, detail any) error {
+	dropChunks := func(q *dbgen.Queries) error {
+		if _, err := q.DeletionManifestKeyDeleteByRequest(ctx, token.RequestID); err != nil {
+			return fmt.Errorf("delete manifest key chunks: %w", err)
+		}
+		return nil
+	}
+	if err := s.markStage(ctx, token, StageCachePurged, "verify_cross_store_absence", detail, dropChunks); err != nil {
+		return fmt.Errorf("mark deletion %s logically verified: %w", token.RequestID, err)
+	}
+	return nil
+}
+
+// MarkRetentionPending completes the logically verified request token holds:
+// it records detail as the checkpoint's JSON detail and moves the request to
+// the terminal retention_pending stage, stamping completed_at and releasing
+// the lease. Only deferred physical expiry of shared storage remains.
+func (s *Store) MarkRetentionPending(ctx context.Context, token LeaseToken, detail any) error {
+	if _, err := marshalDetail(detail); err != nil {
+		return err
+	}
+	err := s.tx(ctx, func(q *dbgen.Queries) error {
+		if _, err := lockTransition(ctx, q, token, StageLogicallyVerified); err != nil {
+			return err
+		}
+		if err := checkpointCompleted(ctx, q, token, StageLogicallyVerified, "retention_physical_expiry_pending", detail); err != nil {
+			return err
+		}
+		n, err := q.DeletionRequestComplete(ctx, dbgen.DeletionRequestCompleteParams{
+			ID: token.RequestID, LeaseOwner: &token.Owner, LeaseGeneration: token.Generation,
+			FenceGeneration: token.FenceGeneration,
+		})
+		if err != nil {
+			return fmt.Errorf("complete: %w", err)
+		}
+		if n != 1 {
+			return staleLease(token)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("mark deletion %s retention pending: %w", token.RequestID, err)
+	}
+	return nil
+}
+
+// markStage advances the request token holds from from to its next stage
+// with a completed checkpoint unit at from, then runs after, if any, in the
+// same transaction.
+func (s *Store) markStage(ctx context.Context, token LeaseToken, from Stage, unit string, detail any, after func(q *dbgen.Queries) error) error {
+	if _, err := marshalDetail(detail); err != nil {
+		return err
+	}
+	to, ok := from.Next()
+	if !ok {
+		return refusef("deletion stage %s has no next stage", from)
+	}
+	return s.tx(ctx, func(q *dbgen.Queries) error {
+		if _, err := lockTransition(ctx, q, token, from); err != nil {
+			return err
+		}
+		if err := advance(ctx, q, token, from, to, nil); err != nil {
+			return err
+		}
+		if err := checkpointCompleted(ctx, q, token, from, unit, detail); err != nil {
+			return err
+		}
+		if after != nil {
+			return after(q)
+		}
+		return nil
+	})
+}
+
+// lockTransition verifies token at stage, takes the community lock and then
+// the request row lock, in that order, and verifies the token again under
+// them; it returns the locked row. The first check keeps a stale token from
+// queueing on a community lock; the second is the one that counts, as the
+// request may have been aborted or reclaimed while this transaction waited.
+func lockTransition(ctx context.Context, q *dbgen.Queries, token LeaseToken, stage Stage) (dbgen.CommunityDeletionRequest, error) {
+	if err := verifyTokenAt(ctx, q, token, stage); err != nil {
+		return dbgen.CommunityDeletionRequest{}, err
+	}
+	if err := q.CommunityDeletionLockExclusive(ctx, token.CommunityID); err != nil {
+		return dbgen.CommunityDeletionRequest{}, fmt.Errorf("take community lock: %w", err)
+	}
+	row, err := q.DeletionRequestGetForUpdate(ctx, token.RequestID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return row, staleLease(token)
+	}
+	if err != nil {
+		return row, fmt.Errorf("lock deletion %s: %w", token.RequestID, err)
+	}
+	if err := verifyTokenAt(ctx, q, token, stage); err != nil {
+		return row, err
+	}
+	return row, nil
+}
+
+// requireServingWritesDrained refuses while the token's community has
+// unexpired serving write leases.
+func requireServingWritesDrained(ctx context.Context, q *dbgen.Queries, token LeaseToken) error {
+	active, err := q.ServingWriteLeaseCountActive(ctx, token.CommunityID)
+	if err != nil {
+		return fmt.Errorf("count serving write leases: %w", err)
+	}
+	if active.ActiveCount > 0 {
+		return &ServingWritesNotDrainedError{
+			CommunityID: token.CommunityID, ActiveCount: active.ActiveCount, Operations: active.Operations,
+		}
+	}
+	return nil
+}
