@@ -33,7 +33,7 @@ vet:
 
 # test and demo targets go below.
 
-.PHONY: test demo bench-fence
+.PHONY: test demo bench-fence bench-purge
 
 # Every test: the generated code is current, vet is clean, and all packages
 # pass against a real PostgreSQL (started by the tests themselves).
@@ -47,3 +47,7 @@ demo:
 # The write-fence benchmark: fenced against unfenced, side by side.
 bench-fence:
 	go run ./bench/fence
+
+# The batched purge against one DELETE per table in a single transaction.
+bench-purge:
+	go run ./bench/purge

@@ -120,7 +120,9 @@ type PurgeProgress struct {
 	// Rows is the rows deleted (or, for a 'nullify' table, cleared) from
 	// Table so far, across every run of this request's purge.
 	Rows int64
-	// Done is set on the table's last batch.
+	// Done is set on the batch that finished the table. (Should the proof
+	// that follows still find a row, the table is walked again and reported
+	// again.)
 	Done bool
 }
 
@@ -248,6 +250,9 @@ func (s *Store) VerifyPostgresLogicallyDeleted(ctx context.Context, token LeaseT
 		if err != nil {
 			return fmt.Errorf("list registered tables: %w", err)
 		}
+		if err := q.PurgeSeqScanSet(ctx, "off"); err != nil {
+			return fmt.Errorf("set enable_seqscan: %w", err)
+		}
 		for _, shape := range shapes {
 			remains, err := purgeRowsRemain(ctx, tx, shape.SchemaName, shape.TableName, token)
 			if err != nil {
@@ -286,7 +291,7 @@ type purgeTable struct {
 	key string
 	// method is the resolved batch mechanic.
 	method PurgeMethod
-	// referenced is set when another registered table's key references it.
+	// referenced is set when a foreign key references the table.
 	referenced bool
 	// selfRefs are the hard foreign keys from the table to itself.
 	selfRefs []dbgen.PurgeForeignKeysRow
@@ -324,14 +329,20 @@ func purgeTx(ctx context.Context, s *Store, fn func(tx pgx.Tx, q *dbgen.Queries)
 }
 
 // tx runs fn as one purge transaction: the shared schema-destruction lock
-// first, then the token proven current at bindings_removed under its fence
-// generation, then the executor settings. It records the transaction's
+// first; then, with validate, the catalog checked against the registry;
+// then the token proven current at bindings_removed under its fence
+// generation; then the executor settings. It records the transaction's
 // duration.
-func (r *purgeRun) tx(ctx context.Context, fn func(tx pgx.Tx, q *dbgen.Queries) error) (time.Duration, error) {
+func (r *purgeRun) tx(ctx context.Context, validate bool, fn func(tx pgx.Tx, q *dbgen.Queries) error) (time.Duration, error) {
 	start := time.Now()
 	err := purgeTx(ctx, r.store, func(tx pgx.Tx, q *dbgen.Queries) error {
 		if err := q.SchemaDestructionLockShared(ctx); err != nil {
 			return fmt.Errorf("take the schema destruction lock: %w", err)
+		}
+		if validate {
+			if err := purgeValidateCatalog(ctx, q); err != nil {
+				return err
+			}
 		}
 		if _, err := verifyLeaseAndFence(ctx, q, r.token, StageBindingsRemoved); err != nil {
 			return err
@@ -369,10 +380,7 @@ func purgeValidateCatalog(ctx context.Context, q *dbgen.Queries) error {
 // checkpoints' done marks (a later pass).
 func (r *purgeRun) plan(ctx context.Context, recheck bool) (*purgePlan, error) {
 	plan := &purgePlan{}
-	_, err := r.tx(ctx, func(tx pgx.Tx, q *dbgen.Queries) error {
-		if err := purgeValidateCatalog(ctx, q); err != nil {
-			return err
-		}
+	_, err := r.tx(ctx, true, func(tx pgx.Tx, q *dbgen.Queries) error {
 		shapes, err := q.PurgeTableShapes(ctx)
 		if err != nil {
 			return fmt.Errorf("list registered tables: %w", err)
@@ -405,7 +413,7 @@ func (r *purgeRun) plan(ctx context.Context, recheck bool) (*purgePlan, error) {
 		for _, shape := range shapes {
 			t := &purgeTable{
 				name: shape.TableName, schema: shape.SchemaName, action: shape.PurgeAction,
-				partitioned: shape.Partitioned, key: shape.KeyColumn,
+				partitioned: shape.Partitioned, key: shape.KeyColumn, referenced: shape.Referenced,
 			}
 			t.method = purgeResolveMethod(r.opts.Method, shape)
 			if c, ok := done[t.unit()]; ok {
@@ -427,12 +435,7 @@ func (r *purgeRun) plan(ctx context.Context, recheck bool) (*purgePlan, error) {
 			edges = append(edges, purgeEdge{
 				Child: k.ChildTable, Parent: k.ParentTable, Constraint: k.ConstraintName, Soft: k.Soft,
 			})
-			parent := tables[k.ParentTable]
-			if parent == nil {
-				continue
-			}
-			parent.referenced = true
-			if k.ChildTable == k.ParentTable && !k.Soft {
+			if parent := tables[k.ParentTable]; parent != nil && k.ChildTable == k.ParentTable && !k.Soft {
 				parent.selfRefs = append(parent.selfRefs, k)
 			}
 		}
@@ -505,6 +508,9 @@ type purgeBatcher struct {
 	n int
 	// cursor is the last key done (nil before the first batch).
 	cursor any
+	// bounds are the upper keys of this walk's keyset batches, in walk
+	// order, for the sweep.
+	bounds []any
 	// leaves, leaf, slot and window walk the heaps for PurgeMethodTIDRange:
 	// slot counts line pointers from the start of the leaf, slots_per_block
 	// to a block; a batch scans at most window slots from slot on.
@@ -529,48 +535,110 @@ func (r *purgeRun) purgeTable(ctx context.Context, t *purgeTable) error {
 	}
 	b := &purgeBatcher{run: r, table: t}
 	b.reset()
+	// restart walks the table again from the start, keeping the batch size.
+	restart := func() {
+		n := b.n
+		b.reset()
+		b.n = n
+	}
+	cleared, swept := false, false
 	for {
 		done, err := b.batch(ctx)
-		if err != nil {
-			var pgErr *pgconn.PgError
-			if !b.clear && errors.As(err, &pgErr) && pgErr.Code == sqlstateFKViolation {
-				if self := t.selfRef(pgErr.ConstraintName); self != nil {
-					// A row references a newer one: clear the table's
-					// self-references of the community first, then go on.
-					if !t.selfRefsNullable() {
-						return refusef("purge of %s: %s references rows the batch deletes and is NOT NULL: %w",
-							t.name, pgErr.ConstraintName, err)
-					}
-					if err := r.clearSelfRefs(ctx, t); err != nil {
-						return err
-					}
-					// Clearing may have moved rows: walk the table again.
-					n := b.n
-					b.reset()
-					b.n = n
-					continue
-				}
+		var pgErr *pgconn.PgError
+		switch {
+		case errors.As(err, &pgErr) && pgErr.Code == sqlstateFKViolation:
+			if cleared || !t.hasSelfRef(pgErr.ConstraintName) {
+				return refusef("purge of %s: rows the purge does not delete still reference the community's rows: %w", t.name, err)
 			}
-			if errors.As(err, &pgErr) && pgErr.Code == sqlstateFKViolation {
-				return refusef("purge of %s: rows outside the purge still reference the community's rows: %w", t.name, err)
+			// A row references a newer one, which the walk (newest first)
+			// deleted before it: clear the self-references of the
+			// community's rows, then walk again (clearing may move rows).
+			if !t.selfRefsNullable() {
+				return refusef("purge of %s: a row references a newer one through %s, which is NOT NULL: %w",
+					t.name, pgErr.ConstraintName, err)
 			}
+			if err := r.clearSelfRefs(ctx, t); err != nil {
+				return err
+			}
+			cleared = true
+			restart()
+			continue
+		case err != nil:
 			return err
+		case !done:
+			continue
 		}
-		if done {
-			t.done = true
-			return nil
+		if t.method == PurgeMethodKeyset && !swept {
+			// Prove the walk left nothing, range by range; once is enough.
+			swept = true
+			clean, err := b.sweep(ctx)
+			if err != nil {
+				return err
+			}
+			if !clean {
+				restart()
+				continue
+			}
 		}
+		t.done = true
+		return nil
 	}
 }
 
-// selfRef returns the hard self-reference named constraint, or nil.
-func (t *purgeTable) selfRef(constraint string) *dbgen.PurgeForeignKeysRow {
-	for i := range t.selfRefs {
-		if t.selfRefs[i].ConstraintName == constraint {
-			return &t.selfRefs[i]
+// sweep proves that the keyset walk left no row of the community, one
+// batch's key range at a time, each in a short read-only transaction. Each
+// probe visits the index entries its batch left dead, and marks them so
+// (once no snapshot can still see the rows), so the final transaction's
+// proof does not walk them all at once.
+func (b *purgeBatcher) sweep(ctx context.Context) (bool, error) {
+	t := b.table
+	key := pgx.Identifier{t.key}.Sanitize()
+	after, upTo, order := " > ", " <= ", " ASC"
+	if b.descending() {
+		after, upTo, order = " < ", " >= ", " DESC"
+	}
+	var from any
+	for i := 0; i <= len(b.bounds); i++ {
+		args := []any{b.run.token.CommunityID}
+		filter := "community_id = $1"
+		if from != nil {
+			args = append(args, from)
+			filter += " AND " + key + after + fmt.Sprintf("$%d", len(args))
+		}
+		if i < len(b.bounds) {
+			args = append(args, b.bounds[i])
+			filter += " AND " + key + upTo + fmt.Sprintf("$%d", len(args))
+			from = b.bounds[i]
+		}
+		var found bool
+		start := time.Now()
+		err := pgx.BeginTxFunc(ctx, b.run.store.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted, AccessMode: pgx.ReadOnly},
+			func(tx pgx.Tx) error {
+				if err := dbgen.New(tx).PurgeSeqScanSet(ctx, "off"); err != nil {
+					return fmt.Errorf("set enable_seqscan: %w", err)
+				}
+				var one int
+				err := tx.QueryRow(ctx, "SELECT 1 FROM "+t.ident()+" WHERE "+filter+" ORDER BY "+key+order+" LIMIT 1", args...).Scan(&one)
+				found = err == nil
+				if errors.Is(err, pgx.ErrNoRows) {
+					return nil
+				}
+				return err
+			})
+		b.run.result.LongestTx = max(b.run.result.LongestTx, time.Since(start))
+		if err != nil {
+			return false, fmt.Errorf("sweep %s: %w", t.name, err)
+		}
+		if found {
+			return false, nil
 		}
 	}
-	return nil
+	return true, nil
+}
+
+// hasSelfRef reports whether constraint is one of t's hard self-references.
+func (t *purgeTable) hasSelfRef(constraint string) bool {
+	return slices.ContainsFunc(t.selfRefs, func(k dbgen.PurgeForeignKeysRow) bool { return k.ConstraintName == constraint })
 }
 
 func (t *purgeTable) selfRefsNullable() bool {
@@ -601,6 +669,7 @@ func (r *purgeRun) clearSelfRefs(ctx context.Context, t *purgeTable) error {
 // reset starts the batcher over.
 func (b *purgeBatcher) reset() {
 	b.cursor = nil
+	b.bounds = nil
 	b.leaves = nil
 	b.leaf, b.slot, b.window = 0, 0, purgeStartWindow
 	switch {
@@ -627,7 +696,7 @@ func (b *purgeBatcher) batch(ctx context.Context) (bool, error) {
 	var rows int64
 	var done bool
 	var stmt time.Duration
-	elapsed, err := r.tx(ctx, func(tx pgx.Tx, q *dbgen.Queries) error {
+	elapsed, err := r.tx(ctx, false, func(tx pgx.Tx, q *dbgen.Queries) error {
 		start := time.Now()
 		var err error
 		rows, done, err = b.statement(ctx, tx)
@@ -648,10 +717,7 @@ func (b *purgeBatcher) batch(ctx context.Context) (bool, error) {
 	if !b.clear {
 		t.rows += rows
 		r.record(t)
-		if done {
-			t.done = true
-		}
-		r.progress(t)
+		r.progress(t, done)
 	}
 	b.adapt(rows, stmt, elapsed)
 	return done, nil
@@ -666,9 +732,9 @@ func (r *purgeRun) record(t *purgeTable) {
 	}
 }
 
-func (r *purgeRun) progress(t *purgeTable) {
+func (r *purgeRun) progress(t *purgeTable, done bool) {
 	if r.opts.Progress != nil {
-		r.opts.Progress(PurgeProgress{Table: t.name, Rows: t.rows, Done: t.done})
+		r.opts.Progress(PurgeProgress{Table: t.name, Rows: t.rows, Done: done})
 	}
 }
 
@@ -780,7 +846,10 @@ func (b *purgeBatcher) statement(ctx context.Context, tx pgx.Tx) (int64, bool, e
 		if err != nil {
 			return 0, false, fmt.Errorf("purge batch of %s: %w", t.name, err)
 		}
-		b.cursor = bound
+		if !last {
+			b.cursor = bound
+			b.bounds = append(b.bounds, bound)
+		}
 		return tag.RowsAffected(), last, nil
 
 	case PurgeMethodKeysetCTID, PurgeMethodKeysetArray:
@@ -882,7 +951,7 @@ func (r *purgeRun) dropPartition(ctx context.Context, t *purgeTable, p dbgen.Pur
 	}
 	var err error
 	for range purgeDDLAttempts {
-		_, err = r.tx(ctx, func(tx pgx.Tx, q *dbgen.Queries) error {
+		_, err = r.tx(ctx, false, func(tx pgx.Tx, q *dbgen.Queries) error {
 			if err := q.PurgeLockTimeoutSet(ctx, purgeDDLLockTimeout); err != nil {
 				return fmt.Errorf("set lock_timeout: %w", err)
 			}
@@ -906,7 +975,7 @@ func (r *purgeRun) dropPartition(ctx context.Context, t *purgeTable, p dbgen.Pur
 	r.result.Batches++
 	t.rows += rows
 	r.record(t)
-	r.progress(t)
+	r.progress(t, false)
 	return nil
 }
 
@@ -935,15 +1004,19 @@ func (r *purgeRun) finish(ctx context.Context) ([]string, error) {
 	var remaining []string
 	deleted := map[string]int64{}
 	nullified := map[string]int64{}
-	_, err := r.tx(ctx, func(tx pgx.Tx, q *dbgen.Queries) error {
-		// r.tx proved the lease after the lock; the catalog is validated
-		// under the same lock, before anything is written.
-		if err := purgeValidateCatalog(ctx, q); err != nil {
-			return err
-		}
+	_, err := r.tx(ctx, true, func(tx pgx.Tx, q *dbgen.Queries) error {
 		shapes, err := q.PurgeTableShapes(ctx)
 		if err != nil {
 			return fmt.Errorf("list registered tables: %w", err)
+		}
+		// The proofs, and the clearing of stragglers, use an index wherever
+		// there is one.
+		seqscan, err := q.PurgeSeqScanGet(ctx)
+		if err != nil {
+			return fmt.Errorf("read enable_seqscan: %w", err)
+		}
+		if err := q.PurgeSeqScanSet(ctx, "off"); err != nil {
+			return fmt.Errorf("set enable_seqscan: %w", err)
 		}
 		for _, shape := range shapes {
 			if shape.PurgeAction != purgeActionDelete {
@@ -978,6 +1051,9 @@ func (r *purgeRun) finish(ctx context.Context) ([]string, error) {
 			if remains {
 				return refusef("community %s still has rows in %s after clearing them", r.token.CommunityID, shape.TableName)
 			}
+		}
+		if err := q.PurgeSeqScanSet(ctx, seqscan); err != nil {
+			return fmt.Errorf("restore enable_seqscan: %w", err)
 		}
 		tombstoned, err := q.PurgeCommunityTombstone(ctx, dbgen.PurgeCommunityTombstoneParams{
 			ID: r.token.CommunityID, FenceGeneration: r.generation,

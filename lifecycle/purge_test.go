@@ -698,3 +698,105 @@ func TestPurgePostgresBatchMethods(t *testing.T) {
 		})
 	}
 }
+
+func TestPurgePostgresTakesATableRegisteredWhileItRuns(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	target := purgeNewCommunity(t, b)
+	other := purgeNewCommunity(t, b)
+	purgePopulate(t, b, target, purgeSmall)
+	purgePopulate(t, b, other, purgeSmall)
+	token := purgeReady(t, b, target)
+
+	// A migration, after the purge planned its tables, creates a tenant
+	// table, backfills rows of both communities into it (it is not fenced
+	// yet) and registers it. The final proof finds the target's rows there,
+	// and the purge plans again and takes them.
+	var once sync.Once
+	var migrationErr error
+	result, err := b.store.PurgePostgres(ctx, token, lifecycle.PurgeOptions{
+		Progress: func(lifecycle.PurgeProgress) {
+			once.Do(func() {
+				migrationErr = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+					for _, sql := range []string{
+						"CREATE TABLE purge_midway (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, community_id uuid NOT NULL, note text)",
+						"CREATE INDEX ON purge_midway (community_id, id)",
+						fmt.Sprintf("INSERT INTO purge_midway (community_id, note) SELECT c, 'n' || g FROM generate_series(1, 500) g, "+
+							"unnest(ARRAY['%s', '%s', '%s']::uuid[]) c", target, other, target),
+						"SELECT attach_community_write_fence('purge_midway')",
+					} {
+						if _, err := tx.Exec(ctx, sql); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+			})
+		},
+	})
+	require.NoError(t, migrationErr)
+	require.NoError(t, err)
+	require.Equal(t, int64(1000), result.Deleted["purge_midway"])
+	rows, ok := purgeCheckpointRows(t, b, token.RequestID, "purge:purge_midway")
+	require.True(t, ok)
+	require.Equal(t, int64(1000), rows)
+	purgeRequireGone(t, b, token)
+	var left int64
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM purge_midway WHERE community_id = $1", other).Scan(&left))
+	require.Equal(t, int64(500), left)
+}
+
+func TestPurgePostgresWithinTheWholeLifecycle(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	community, host := b.createCommunity(t)
+	other := purgeNewCommunity(t, b)
+	purgePopulate(t, b, community, purgeSmall)
+	purgePopulate(t, b, other, purgeSmall)
+	otherBefore := purgeChecksums(t, b, other)
+	counts := purgeCounts(t, b, community)
+
+	// Every step before and after the purge through the Store.
+	submitted, err := b.store.Submit(ctx, host, "requester", "purge end to end")
+	require.NoError(t, err)
+	schema, err := b.store.InventorySchema(ctx, community)
+	require.NoError(t, err)
+	storage := lifecycle.StorageManifest{Version: lifecycle.StorageManifestVersion, Prefixes: []lifecycle.PrefixManifest{
+		{Prefix: "_uploads/" + community.String() + "/", KeysDigest: lifecycle.EmptyKeysDigest},
+	}}
+	request, err := b.store.FreezeInventory(ctx, submitted.ID, lifecycle.FrozenInventory{Schema: *schema, Storage: storage})
+	require.NoError(t, err)
+	_, err = b.store.Approve(ctx, request.ID, "approver", "")
+	require.NoError(t, err)
+	claim, err := b.store.ClaimSpecific(ctx, request.ID, "executor", lifecycle.DefaultLeaseDuration)
+	require.NoError(t, err)
+	require.NotNil(t, claim)
+	token := claim.Lease
+	require.NoError(t, b.store.BeginQuiescing(ctx, token))
+	generation, err := b.store.Fence(ctx, token)
+	require.NoError(t, err)
+	token = token.WithFence(generation)
+	require.NoError(t, b.store.FreezeDestructiveStorageManifest(ctx, token, storage))
+	require.NoError(t, b.store.MarkDrained(ctx, token))
+	require.NoError(t, b.store.MarkBindingsRemoved(ctx, token, map[string]int{"keys": 0}))
+
+	result, err := b.store.PurgePostgres(ctx, token, lifecycle.PurgeOptions{MaxRowsPerTx: 1000})
+	require.NoError(t, err)
+	for _, table := range fixture.Tables {
+		require.Equal(t, counts[table], result.Deleted[table], table)
+	}
+	purgeRequireGone(t, b, token)
+	require.Equal(t, otherBefore, purgeChecksums(t, b, other))
+
+	// Verification belongs to cache_purged.
+	err = b.store.VerifyPostgresLogicallyDeleted(ctx, token)
+	require.True(t, lifecycle.IsStaleLease(err), "%v", err)
+	require.NoError(t, b.store.MarkCachePurged(ctx, token, map[string]int{"keys": 0}))
+	require.NoError(t, b.store.VerifyPostgresLogicallyDeleted(ctx, token))
+	require.NoError(t, b.store.MarkLogicallyVerified(ctx, token, map[string]bool{"all": true}))
+	current, err := b.store.Get(ctx, request.ID)
+	require.NoError(t, err)
+	require.Equal(t, lifecycle.StageLogicallyVerified, current.Stage)
+}

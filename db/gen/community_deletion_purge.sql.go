@@ -273,6 +273,31 @@ func (q *Queries) PurgeLockTimeoutSet(ctx context.Context, timeout string) error
 	return err
 }
 
+const purgeSeqScanGet = `-- name: PurgeSeqScanGet :one
+SELECT current_setting('enable_seqscan')::text AS value
+`
+
+// The transaction's enable_seqscan, to restore after the proofs.
+func (q *Queries) PurgeSeqScanGet(ctx context.Context) (string, error) {
+	row := q.db.QueryRow(ctx, purgeSeqScanGet)
+	var value string
+	err := row.Scan(&value)
+	return value, err
+}
+
+const purgeSeqScanSet = `-- name: PurgeSeqScanSet :exec
+SELECT set_config('enable_seqscan', $1::text, true)
+`
+
+// Sets enable_seqscan for the rest of the transaction: the absence proofs
+// run with it off, so they use an index wherever one exists. (With the
+// statistics of before the purge, the planner expects an early match and
+// picks a scan of the whole table.)
+func (q *Queries) PurgeSeqScanSet(ctx context.Context, value string) error {
+	_, err := q.db.Exec(ctx, purgeSeqScanSet, value)
+	return err
+}
+
 const purgeTableShapes = `-- name: PurgeTableShapes :many
 
 SELECT registered.table_name::text AS table_name,
@@ -285,7 +310,10 @@ SELECT registered.table_name::text AS table_name,
            SELECT 1 FROM pg_catalog.pg_index i
            WHERE i.indrelid = c.oid AND i.indisvalid AND i.indpred IS NULL
              AND i.indkey[0] = community.attnum
-       )::boolean AS community_indexed
+       )::boolean AS community_indexed,
+       EXISTS (
+           SELECT 1 FROM pg_catalog.pg_constraint f WHERE f.contype = 'f' AND f.confrelid = c.oid
+       )::boolean AS referenced
 FROM community_scoped_tables registered
 JOIN pg_catalog.pg_class c ON c.relname = registered.table_name
     AND c.relnamespace = (SELECT home.relnamespace FROM pg_catalog.pg_class home WHERE home.oid = 'communities'::regclass)
@@ -318,6 +346,7 @@ type PurgeTableShapesRow struct {
 	KeyColumn        string
 	KeyIndexed       bool
 	CommunityIndexed bool
+	Referenced       bool
 }
 
 // The bounded PostgreSQL purge (lifecycle/purge.go). The per-table DELETE,
@@ -328,7 +357,8 @@ type PurgeTableShapesRow struct {
 // primary key column besides community_id when the primary key is that one
 // column, alone or together with community_id (” otherwise); whether a
 // valid, non-partial btree index leads with (community_id, that column);
-// whether a valid, non-partial index leads with community_id.
+// whether a valid, non-partial index leads with community_id; whether any
+// foreign key references the table.
 func (q *Queries) PurgeTableShapes(ctx context.Context) ([]PurgeTableShapesRow, error) {
 	rows, err := q.db.Query(ctx, purgeTableShapes)
 	if err != nil {
@@ -346,6 +376,7 @@ func (q *Queries) PurgeTableShapes(ctx context.Context) ([]PurgeTableShapesRow, 
 			&i.KeyColumn,
 			&i.KeyIndexed,
 			&i.CommunityIndexed,
+			&i.Referenced,
 		); err != nil {
 			return nil, err
 		}

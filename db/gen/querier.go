@@ -215,6 +215,13 @@ type Querier interface {
 	PurgeLeafRelations(ctx context.Context, tableName string) ([]PurgeLeafRelationsRow, error)
 	// Bounds how long the transaction's DDL waits for a table lock.
 	PurgeLockTimeoutSet(ctx context.Context, timeout string) error
+	// The transaction's enable_seqscan, to restore after the proofs.
+	PurgeSeqScanGet(ctx context.Context) (string, error)
+	// Sets enable_seqscan for the rest of the transaction: the absence proofs
+	// run with it off, so they use an index wherever one exists. (With the
+	// statistics of before the purge, the planner expects an early match and
+	// picks a scan of the whole table.)
+	PurgeSeqScanSet(ctx context.Context, value string) error
 	// The bounded PostgreSQL purge (lifecycle/purge.go). The per-table DELETE,
 	// UPDATE and EXISTS statements are built in Go from the table and column
 	// names these queries return, all read from the registry and the catalog.
@@ -223,7 +230,8 @@ type Querier interface {
 	// primary key column besides community_id when the primary key is that one
 	// column, alone or together with community_id ('' otherwise); whether a
 	// valid, non-partial btree index leads with (community_id, that column);
-	// whether a valid, non-partial index leads with community_id.
+	// whether a valid, non-partial index leads with community_id; whether any
+	// foreign key references the table.
 	PurgeTableShapes(ctx context.Context) ([]PurgeTableShapesRow, error)
 	SchemaDestructionLockKey(ctx context.Context) (int64, error)
 	// Takes the schema-destruction lock shared until the transaction ends; a

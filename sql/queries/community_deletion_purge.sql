@@ -8,7 +8,8 @@
 -- primary key column besides community_id when the primary key is that one
 -- column, alone or together with community_id ('' otherwise); whether a
 -- valid, non-partial btree index leads with (community_id, that column);
--- whether a valid, non-partial index leads with community_id.
+-- whether a valid, non-partial index leads with community_id; whether any
+-- foreign key references the table.
 SELECT registered.table_name::text AS table_name,
        registered.purge_action::text AS purge_action,
        n.nspname::text AS schema_name,
@@ -19,7 +20,10 @@ SELECT registered.table_name::text AS table_name,
            SELECT 1 FROM pg_catalog.pg_index i
            WHERE i.indrelid = c.oid AND i.indisvalid AND i.indpred IS NULL
              AND i.indkey[0] = community.attnum
-       )::boolean AS community_indexed
+       )::boolean AS community_indexed,
+       EXISTS (
+           SELECT 1 FROM pg_catalog.pg_constraint f WHERE f.contype = 'f' AND f.confrelid = c.oid
+       )::boolean AS referenced
 FROM community_scoped_tables registered
 JOIN pg_catalog.pg_class c ON c.relname = registered.table_name
     AND c.relnamespace = (SELECT home.relnamespace FROM pg_catalog.pg_class home WHERE home.oid = 'communities'::regclass)
@@ -139,6 +143,17 @@ SELECT EXISTS (
     WHERE id = @id AND deletion_state = 'tombstone' AND deleted_at IS NOT NULL
       AND deletion_fence_generation = @fence_generation
 )::boolean AS tombstoned;
+
+-- name: PurgeSeqScanGet :one
+-- The transaction's enable_seqscan, to restore after the proofs.
+SELECT current_setting('enable_seqscan')::text AS value;
+
+-- name: PurgeSeqScanSet :exec
+-- Sets enable_seqscan for the rest of the transaction: the absence proofs
+-- run with it off, so they use an index wherever one exists. (With the
+-- statistics of before the purge, the planner expects an early match and
+-- picks a scan of the whole table.)
+SELECT set_config('enable_seqscan', @value::text, true);
 
 -- name: PurgeLockTimeoutSet :exec
 -- Bounds how long the transaction's DDL waits for a table lock.

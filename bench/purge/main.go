@@ -1,0 +1,591 @@
+// Command purge measures the bounded PostgreSQL purge of a whole community
+// against the naive purge it replaces. On a throwaway PostgreSQL server it
+// builds one database holding a community of -rows rows spread over the
+// fixture tables (generated with INSERT ... SELECT generate_series, every
+// trigger and foreign key in force) beside another community's rows, with
+// the deletion request already at bindings_removed; the server clones it
+// with CREATE DATABASE ... TEMPLATE so every run starts from identical data.
+// Then, on separate clones:
+//
+//   - batched: lifecycle.Store.PurgePostgres, bounded transactions;
+//   - single transaction: one DELETE per table, child before parent, and the
+//     'nullify' UPDATE, in one transaction as the authorized executor.
+//
+// It prints one table side by side and checks two targets:
+//
+//   - total time of the batched purge <= 1.5x the single transaction
+//   - longest batched purge transaction < 250 ms
+//
+// Run it with: go run ./bench/purge
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tombstoneworks/communitydeletion/ephemeralpg"
+	"github.com/tombstoneworks/communitydeletion/fixture"
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
+)
+
+// The targets.
+const (
+	maxTotalRatio = 1.5
+	maxLongestTx  = 250 * time.Millisecond
+)
+
+// Fixed identities, so every clone names the same community and request.
+var (
+	target    = uuid.MustParse("0b5e55ed-0000-4000-8000-000000000001")
+	bystander = uuid.MustParse("0b5e55ed-0000-4000-8000-000000000002")
+)
+
+const executor = "bench-purge-executor"
+
+// share is one fixture table's part of a community's rows, in millionths.
+type share struct {
+	table string
+	parts int
+}
+
+// shares spread a community's rows over the fixture tables. The parents are
+// few: the fixture (like many schemas) has no index on most referencing
+// columns, so each parent row deleted costs a scan of every table that
+// references it, in both purges alike.
+var shares = []share{
+	{"fixture_members", 1000},
+	{"fixture_channels", 100},
+	{"fixture_messages", 200000},
+	{"fixture_reactions", 400000},
+	{"fixture_attachments", 2000},
+	{"fixture_activity", 386900},
+	{"fixture_audit_events", 10000},
+}
+
+// dataset is a Migrator: the fixture schema plus the generated rows and the
+// deletion request, built once per server as a template database.
+type dataset struct {
+	rows, otherRows int
+	rounds          int
+}
+
+func (d dataset) counts(total int) map[string]int {
+	counts := map[string]int{}
+	for _, s := range shares {
+		counts[s.table] = max(total*s.parts/1000000, 1)
+	}
+	return counts
+}
+
+// Hash identifies the dataset: the fixture schema and the generation.
+func (d dataset) Hash() (string, error) {
+	base, err := fixture.Migrator{WithFixture: true}.Hash()
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00purge-bench-v1\x00%d\x00%d\x00%d\x00%v", base, d.rows, d.otherRows, d.rounds, shares))
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// Migrate builds the dataset into the database at connString.
+func (d dataset) Migrate(ctx context.Context, connString string) error {
+	if err := (fixture.Migrator{WithFixture: true}).Migrate(ctx, connString); err != nil {
+		return err
+	}
+	conn, err := pgx.Connect(ctx, connString)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	exec := func(sql string, args ...any) error {
+		if _, err := conn.Exec(ctx, sql, args...); err != nil {
+			return fmt.Errorf("%s: %w", strings.Join(strings.Fields(sql), " "), err)
+		}
+		return nil
+	}
+	for i, c := range []uuid.UUID{target, bystander} {
+		if err := exec("INSERT INTO communities (id, host, signing_key, icon) VALUES ($1, $2, 'key', 'icon.png')",
+			c, fmt.Sprintf("bench-%d.example", i)); err != nil {
+			return err
+		}
+	}
+	// Interleave the two communities in rounds, as tenants share pages.
+	for round := range d.rounds {
+		for _, c := range []struct {
+			id    uuid.UUID
+			total int
+		}{{target, d.rows}, {bystander, d.otherRows}} {
+			if err := populate(exec, c.id, d.counts(c.total), round, d.rounds); err != nil {
+				return err
+			}
+		}
+	}
+	for _, c := range []uuid.UUID{target, bystander} {
+		// Members were invited by the member before them; every 97th by a
+		// newer one (an import), which the purge must cope with too.
+		if err := exec(`UPDATE fixture_members m SET invited_by = CASE WHEN m.id % 97 = 0 THEN p.next ELSE p.prev END
+			FROM (SELECT id, lag(id) OVER (ORDER BY id) AS prev, lead(id) OVER (ORDER BY id) AS next
+			      FROM fixture_members WHERE community_id = $1) p
+			WHERE m.id = p.id`, c); err != nil {
+			return err
+		}
+	}
+	if err := ready(ctx, conn); err != nil {
+		return err
+	}
+	return exec("VACUUM ANALYZE")
+}
+
+// populate writes round (of rounds) of the rows of community: its share of
+// each table, and all the members and channels in the first round, so
+// later rows can refer to them.
+func populate(exec func(string, ...any) error, community uuid.UUID, counts map[string]int, round, rounds int) error {
+	statements := []struct {
+		table, sql string
+	}{
+		{"fixture_members", `INSERT INTO fixture_members (community_id, handle) SELECT $1, 'member-' || g FROM generate_series(1, $2::int) g`},
+		{"fixture_channels", `INSERT INTO fixture_channels (community_id, name, created_by)
+			SELECT $1, 'channel-' || g, mb[1 + g % cardinality(mb)] FROM generate_series(1, $2::int) g,
+			(SELECT array_agg(id) AS mb FROM fixture_members WHERE community_id = $1) m`},
+		{"fixture_messages", `INSERT INTO fixture_messages (community_id, channel_id, author_id, body)
+			SELECT $1, ch[1 + g % cardinality(ch)], mb[1 + g % cardinality(mb)], 'a message of some length, number ' || g
+			FROM generate_series(1, $2::int) g,
+			(SELECT array_agg(id) AS ch FROM fixture_channels WHERE community_id = $1) c,
+			(SELECT array_agg(id) AS mb FROM fixture_members WHERE community_id = $1) m`},
+		{"fixture_reactions", `INSERT INTO fixture_reactions (community_id, message_id, member_id, emoji)
+			SELECT $1, ms[1 + g % cardinality(ms)], mb[1 + g % cardinality(mb)], 'emoji-' || (g % 5)
+			FROM generate_series(1, $2::int) g,
+			(SELECT array_agg(id) AS ms FROM fixture_messages WHERE community_id = $1) s,
+			(SELECT array_agg(id) AS mb FROM fixture_members WHERE community_id = $1) m`},
+		{"fixture_attachments", `INSERT INTO fixture_attachments (community_id, message_id, storage_key)
+			SELECT $1, ms[1 + g % cardinality(ms)], 'objects/' || g FROM generate_series(1, $2::int) g,
+			(SELECT array_agg(id) AS ms FROM fixture_messages WHERE community_id = $1) s`},
+		{"fixture_activity", `INSERT INTO fixture_activity (community_id, kind) SELECT $1, 'kind-' || (g % 7) FROM generate_series(1, $2::int) g`},
+		{"fixture_audit_events", `INSERT INTO fixture_audit_events (community_id, action) SELECT $1, 'action-' || g FROM generate_series(1, $2::int) g`},
+	}
+	for _, s := range statements {
+		n := counts[s.table] / rounds
+		if round == rounds-1 {
+			n = counts[s.table] - n*(rounds-1)
+		}
+		if s.table == "fixture_members" || s.table == "fixture_channels" {
+			if n = 0; round == 0 {
+				n = counts[s.table]
+			}
+		}
+		if n == 0 {
+			continue
+		}
+		if err := exec(s.sql, community, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ready walks a deletion request of the target to bindings_removed, the way
+// the guards want it, claimed by executor for an hour.
+func ready(ctx context.Context, conn *pgx.Conn) error {
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		asExecutor := func(generation int64) error {
+			_, err := tx.Exec(ctx, `SELECT set_config('community_deletion.executor_community', $1, true),
+				set_config('community_deletion.fence_generation', $2, true)`, target.String(), fmt.Sprint(generation))
+			return err
+		}
+		var request uuid.UUID
+		if err := tx.QueryRow(ctx, `INSERT INTO community_deletion_requests (community_id, community_host, requested_by)
+			SELECT id, host, 'bench-requester' FROM communities WHERE id = $1 RETURNING id`, target).Scan(&request); err != nil {
+			return err
+		}
+		digest := sha256.Sum256(request[:])
+		steps := []func() error{
+			func() error {
+				_, err := tx.Exec(ctx, `UPDATE community_deletion_requests
+					SET stage = 'inventoried', schema_manifest = '{}', storage_manifest = '{}', inventory_manifest = '{}',
+					    inventory_digest = $2, inventory_frozen_at = now() WHERE id = $1`, request, digest[:])
+				return err
+			},
+			func() error {
+				_, err := tx.Exec(ctx, `INSERT INTO community_deletion_approvals (request_id, community_id, inventory_digest, approved_by)
+					SELECT id, community_id, inventory_digest, 'bench-approver' FROM community_deletion_requests WHERE id = $1`, request)
+				return err
+			},
+			func() error {
+				_, err := tx.Exec(ctx, `UPDATE community_deletion_requests SET stage = 'approved', lease_owner = $2,
+					lease_generation = 1, lease_until = now() + interval '1 hour', attempts = 1 WHERE id = $1`, request, executor)
+				return err
+			},
+			func() error { return asExecutor(0) },
+			func() error {
+				_, err := tx.Exec(ctx, "UPDATE communities SET deletion_state = 'quiescing', archived_at = now() WHERE id = $1", target)
+				return err
+			},
+			func() error { return asExecutor(1) },
+			func() error {
+				_, err := tx.Exec(ctx, "UPDATE communities SET deletion_state = 'fenced', deletion_fence_generation = 1 WHERE id = $1", target)
+				return err
+			},
+			func() error {
+				_, err := tx.Exec(ctx, "UPDATE community_deletion_requests SET stage = 'fenced', fence_generation = 1 WHERE id = $1", request)
+				return err
+			},
+			func() error {
+				_, err := tx.Exec(ctx, `UPDATE community_deletion_requests
+					SET destructive_storage_manifest = '{"version": 1}', destructive_storage_frozen_at = now() WHERE id = $1`, request)
+				return err
+			},
+			func() error {
+				_, err := tx.Exec(ctx, "UPDATE community_deletion_requests SET stage = 'drained' WHERE id = $1", request)
+				return err
+			},
+			func() error {
+				_, err := tx.Exec(ctx, "UPDATE community_deletion_requests SET stage = 'bindings_removed' WHERE id = $1", request)
+				return err
+			},
+		}
+		for i, step := range steps {
+			if err := step(); err != nil {
+				return fmt.Errorf("deletion request step %d: %w", i+1, err)
+			}
+		}
+		return nil
+	})
+}
+
+// run is one measured purge.
+type run struct {
+	name      string
+	total     time.Duration
+	batches   int
+	longestTx time.Duration
+	rows      int64
+	perTable  map[string]tableRun
+	digest    string
+}
+
+// tableRun is one table's part of a run.
+type tableRun struct {
+	rows    int64
+	batches int
+	elapsed time.Duration
+}
+
+func main() {
+	var d dataset
+	flag.IntVar(&d.rows, "rows", 1000000, "rows of the purged community, spread over the fixture tables")
+	flag.IntVar(&d.otherRows, "other-rows", 200000, "rows of the other community, which must survive")
+	flag.IntVar(&d.rounds, "rounds", 10, "insert rounds interleaving the two communities")
+	repeat := flag.Int("repeat", 1, "runs of each purge on fresh clones (the median is reported)")
+	methods := flag.String("methods", "auto", `batched mechanics to run, comma-separated: auto, keyset, keyset-ctid, keyset-array, community-ctid, tid-range, or "all"`)
+	budget := flag.Duration("tx-budget", lifecycle.DefaultPurgeTxBudget, "PurgeOptions.TxBudget")
+	maxRows := flag.Int("max-rows", lifecycle.DefaultPurgeMaxRowsPerTx, "PurgeOptions.MaxRowsPerTx")
+	strict := flag.Bool("strict", false, "exit 1 when a target is missed")
+	flag.Parse()
+
+	var chosen []lifecycle.PurgeMethod
+	all := []lifecycle.PurgeMethod{lifecycle.PurgeMethodAuto, lifecycle.PurgeMethodKeyset, lifecycle.PurgeMethodKeysetCTID,
+		lifecycle.PurgeMethodKeysetArray, lifecycle.PurgeMethodCommunityCTID, lifecycle.PurgeMethodTIDRange}
+	for _, m := range strings.Split(*methods, ",") {
+		switch m = strings.TrimSpace(m); m {
+		case "all":
+			chosen = all
+		case "auto":
+			chosen = append(chosen, lifecycle.PurgeMethodAuto)
+		default:
+			if !slices.Contains(all, lifecycle.PurgeMethod(m)) {
+				fmt.Fprintf(os.Stderr, "unknown method %q\n", m)
+				os.Exit(2)
+			}
+			chosen = append(chosen, lifecycle.PurgeMethod(m))
+		}
+	}
+
+	ctx := context.Background()
+	ok, err := bench(ctx, os.Stdout, d, chosen, *repeat, lifecycle.PurgeOptions{TxBudget: *budget, MaxRowsPerTx: *maxRows})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "purge benchmark: %v\n", err)
+		os.Exit(1)
+	}
+	if !ok && *strict {
+		os.Exit(1)
+	}
+}
+
+func bench(ctx context.Context, out io.Writer, d dataset, methods []lifecycle.PurgeMethod, repeat int, opts lifecycle.PurgeOptions) (bool, error) {
+	server, err := ephemeralpg.Start(ctx, ephemeralpg.Options{Fsync: false})
+	if err != nil {
+		return false, fmt.Errorf("start server: %w", err)
+	}
+	defer server.Close(ctx)
+	durability := "fsync, synchronous_commit and full_page_writes off (a throwaway server; disk cost left out of both sides alike)"
+	if server.Source() == ephemeralpg.SourceURL {
+		durability = "the TEST_DATABASE_URL server's own durability settings"
+	}
+
+	fmt.Fprintf(out, "building %d + %d rows (once, as a template database)...\n", d.rows, d.otherRows)
+	start := time.Now()
+	clone := func() (string, func(context.Context) error, error) { return server.NewDatabase(ctx, d) }
+	url, drop, err := clone()
+	if err != nil {
+		return false, fmt.Errorf("build dataset: %w", err)
+	}
+	var version string
+	var rows int64
+	if err := withPool(ctx, url, func(pool *pgxpool.Pool) error {
+		if err := pool.QueryRow(ctx, "SELECT current_setting('server_version')").Scan(&version); err != nil {
+			return err
+		}
+		for _, s := range shares {
+			var n int64
+			if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{s.table}.Sanitize()+" WHERE community_id = $1", target).Scan(&n); err != nil {
+				return err
+			}
+			rows += n
+		}
+		return nil
+	}); err != nil {
+		return false, err
+	}
+	_ = drop(ctx)
+	fmt.Fprintf(out, "built in %s\n\n", time.Since(start).Round(time.Second))
+
+	single := make([]run, 0, repeat)
+	batched := make(map[lifecycle.PurgeMethod][]run)
+	for i := range repeat {
+		// Alternate which side goes first.
+		sides := []func() error{
+			func() error {
+				r, err := onClone(ctx, clone, runSingle)
+				single = append(single, r)
+				return err
+			},
+			func() error {
+				for _, m := range methods {
+					o := opts
+					o.Method = m
+					r, err := onClone(ctx, clone, func(ctx context.Context, pool *pgxpool.Pool) (run, error) { return runBatched(ctx, pool, o) })
+					batched[m] = append(batched[m], r)
+					if err != nil {
+						return err
+					}
+				}
+				return nil
+			},
+		}
+		if i%2 == 1 {
+			slices.Reverse(sides)
+		}
+		for _, side := range sides {
+			if err := side(); err != nil {
+				return false, err
+			}
+		}
+	}
+
+	base := median(single)
+	fmt.Fprintf(out, "PostgreSQL %s, %s\n", version, durability)
+	fmt.Fprintf(out, "purged community: %d rows in %d tables (+ %d rows of another community that must survive); median of %d run(s)\n",
+		rows, len(shares), d.otherRows, repeat)
+	fmt.Fprintf(out, "batched: TxBudget %s, MaxRowsPerTx %d\n\n", opts.TxBudget, opts.MaxRowsPerTx)
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "purge\ttotal\tbatches\tlongest tx\trows/s\ttotal vs single\t")
+	line := func(r run) {
+		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%.0f\t%.2fx\t\n", r.name, r.total.Round(time.Millisecond), r.batches,
+			r.longestTx.Round(time.Millisecond), float64(r.rows)/r.total.Seconds(), r.total.Seconds()/base.total.Seconds())
+	}
+	line(base)
+	for _, m := range methods {
+		line(median(batched[m]))
+	}
+	w.Flush()
+
+	fmt.Fprintln(out, "\nper table (single: the statement's time; batched: batches, and time from the previous table's last batch to this one's,")
+	fmt.Fprintln(out, "so the plan counts toward the first table and each table's closing sweep toward the next):")
+	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	header := "table\trows\tsingle\t"
+	for _, m := range methods {
+		header += fmt.Sprintf("%s batches\t%s\t", methodName(m), methodName(m))
+	}
+	fmt.Fprintln(w, header)
+	for _, s := range shares {
+		fmt.Fprintf(w, "%s\t%d\t%s\t", s.table, base.perTable[s.table].rows, base.perTable[s.table].elapsed.Round(time.Millisecond))
+		for _, m := range methods {
+			t := median(batched[m]).perTable[s.table]
+			fmt.Fprintf(w, "%d\t%s\t", t.batches, t.elapsed.Round(time.Millisecond))
+		}
+		fmt.Fprintln(w)
+	}
+	w.Flush()
+
+	ok := true
+	fmt.Fprintln(out)
+	for _, m := range methods {
+		r := median(batched[m])
+		if r.digest != base.digest {
+			return false, fmt.Errorf("%s left different surviving data than the single transaction", r.name)
+		}
+		ratio := r.total.Seconds() / base.total.Seconds()
+		check := func(pass bool) string {
+			if pass {
+				return "PASS"
+			}
+			ok = false
+			return "MISS"
+		}
+		fmt.Fprintf(out, "%s: total %.2fx the single transaction (target <= %.1fx) %s; longest transaction %s (target < %s) %s\n",
+			r.name, ratio, maxTotalRatio, check(ratio <= maxTotalRatio),
+			r.longestTx.Round(time.Millisecond), maxLongestTx, check(r.longestTx < maxLongestTx))
+	}
+	fmt.Fprintln(out, "surviving data (the other community, the nullified audit rows) is identical after every run")
+	return ok, nil
+}
+
+func methodName(m lifecycle.PurgeMethod) string {
+	if m == lifecycle.PurgeMethodAuto {
+		return "auto"
+	}
+	return string(m)
+}
+
+// median returns the run with the median total.
+func median(runs []run) run {
+	sorted := slices.Clone(runs)
+	slices.SortFunc(sorted, func(a, b run) int { return int(a.total - b.total) })
+	return sorted[len(sorted)/2]
+}
+
+func withPool(ctx context.Context, url string, fn func(*pgxpool.Pool) error) error {
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return fn(pool)
+}
+
+// onClone runs fn on a fresh clone of the dataset and digests what survives.
+func onClone(ctx context.Context, clone func() (string, func(context.Context) error, error),
+	fn func(context.Context, *pgxpool.Pool) (run, error)) (run, error) {
+	url, drop, err := clone()
+	if err != nil {
+		return run{}, fmt.Errorf("clone dataset: %w", err)
+	}
+	defer drop(ctx)
+	var r run
+	err = withPool(ctx, url, func(pool *pgxpool.Pool) error {
+		var err error
+		if r, err = fn(ctx, pool); err != nil {
+			return fmt.Errorf("%s: %w", r.name, err)
+		}
+		r.digest, err = survivors(ctx, pool)
+		return err
+	})
+	return r, err
+}
+
+// survivors digests the other community's rows and the audit rows, and
+// fails if the target kept any row.
+func survivors(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+	sum := sha256.New()
+	for _, s := range shares {
+		var left int64
+		var digest string
+		if err := pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+pgx.Identifier{s.table}.Sanitize()+" WHERE community_id = $1), "+
+			"(SELECT md5(coalesce(string_agg(t::text, '|' ORDER BY t::text), '')) FROM "+pgx.Identifier{s.table}.Sanitize()+
+			" t WHERE community_id = $2 OR community_id IS NULL)", target, bystander).Scan(&left, &digest); err != nil {
+			return "", err
+		}
+		if left != 0 {
+			return "", fmt.Errorf("%d rows of the purged community left in %s", left, s.table)
+		}
+		fmt.Fprintf(sum, "%s=%s\n", s.table, digest)
+	}
+	return hex.EncodeToString(sum.Sum(nil)), nil
+}
+
+// runBatched runs PurgePostgres.
+func runBatched(ctx context.Context, pool *pgxpool.Pool, opts lifecycle.PurgeOptions) (run, error) {
+	r := run{name: "batched (" + methodName(opts.Method) + ")", perTable: map[string]tableRun{}}
+	var token lifecycle.LeaseToken
+	// The clone's lease is as old as the template: renew it.
+	if err := pool.QueryRow(ctx, `UPDATE community_deletion_requests SET lease_until = now() + interval '1 hour'
+		WHERE community_id = $1 AND stage = 'bindings_removed'
+		RETURNING id, lease_owner, lease_generation`, target).Scan(&token.RequestID, &token.Owner, &token.Generation); err != nil {
+		return r, fmt.Errorf("find the request: %w", err)
+	}
+	token.CommunityID = target
+	token = token.WithFence(1)
+	store := lifecycle.New(pool)
+	last := time.Now()
+	opts.Progress = func(p lifecycle.PurgeProgress) {
+		now := time.Now()
+		t := r.perTable[p.Table]
+		t.rows, t.batches, t.elapsed = p.Rows, t.batches+1, t.elapsed+now.Sub(last)
+		r.perTable[p.Table] = t
+		last = now
+	}
+	start := time.Now()
+	result, err := store.PurgePostgres(ctx, token, opts)
+	r.total = time.Since(start)
+	if err != nil {
+		return r, err
+	}
+	r.batches, r.longestTx = result.Batches, result.LongestTx
+	for _, n := range result.Deleted {
+		r.rows += n
+	}
+	for _, n := range result.Nullified {
+		r.rows += n
+	}
+	return r, nil
+}
+
+// runSingle deletes the target's rows with one DELETE per table, child
+// before parent, and clears its 'nullify' rows, in one transaction as the
+// authorized executor.
+func runSingle(ctx context.Context, pool *pgxpool.Pool) (run, error) {
+	r := run{name: "single transaction", batches: 1, perTable: map[string]tableRun{}}
+	start := time.Now()
+	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock_shared(community_schema_destruction_lock_key())"); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `SELECT set_config('community_deletion.executor_community', $1, true),
+			set_config('community_deletion.fence_generation', '1', true)`, target.String()); err != nil {
+			return err
+		}
+		statements := make([][2]string, 0, len(fixture.Tables)+len(fixture.NullifyTables))
+		for _, table := range fixture.Tables {
+			statements = append(statements, [2]string{table, "DELETE FROM " + pgx.Identifier{table}.Sanitize() + " WHERE community_id = $1"})
+		}
+		for _, table := range fixture.NullifyTables {
+			statements = append(statements, [2]string{table, "UPDATE " + pgx.Identifier{table}.Sanitize() + " SET community_id = NULL WHERE community_id = $1"})
+		}
+		for _, s := range statements {
+			began := time.Now()
+			tag, err := tx.Exec(ctx, s[1], target)
+			if err != nil {
+				return fmt.Errorf("%s: %w", s[0], err)
+			}
+			r.perTable[s[0]] = tableRun{rows: tag.RowsAffected(), batches: 1, elapsed: time.Since(began)}
+			r.rows += tag.RowsAffected()
+		}
+		return nil
+	})
+	r.total = time.Since(start)
+	r.longestTx = r.total
+	return r, err
+}
