@@ -560,21 +560,14 @@ func (s *Store) Abort(ctx context.Context, id uuid.UUID, abortedBy, reason strin
 			return refusef("community %s is %s and cannot be restored", current.CommunityID, community.DeletionState)
 		}
 
-		detail, err := json.Marshal(map[string]any{
+		if err := recordOperatorAudit(ctx, q, &current, "operator_abort", map[string]any{
 			"aborted_by":           abortedBy,
 			"reason":               reason,
 			"community_state":      community.DeletionState,
 			"old_fence_generation": oldGeneration,
 			"new_fence_generation": newGeneration,
-		})
-		if err != nil {
-			return fmt.Errorf("encode abort audit: %w", err)
-		}
-		if err := q.DeletionCheckpointInsertCompleted(ctx, dbgen.DeletionCheckpointInsertCompletedParams{
-			RequestID: id, Stage: current.Stage, UnitKey: "operator_abort:" + uuid.NewString(),
-			LeaseGeneration: max(current.LeaseGeneration, 1), Detail: detail,
 		}); err != nil {
-			return fmt.Errorf("record abort audit: %w", err)
+			return err
 		}
 		row, err := q.DeletionRequestAbort(ctx, dbgen.DeletionRequestAbortParams{
 			AbortedBy: &abortedBy, AbortReason: &reason, FenceGeneration: newGeneration,
@@ -631,19 +624,12 @@ func (s *Store) Unblock(ctx context.Context, id uuid.UUID, unblockedBy, reason s
 		case locked.LeaseLive:
 			return refusef("deletion %s still has a live executor lease (owner %q)", id, boundText(deref(current.LeaseOwner), MaxOperatorBytes))
 		}
-		detail, err := json.Marshal(map[string]any{
+		if err := recordOperatorAudit(ctx, q, &current, "operator_unblock", map[string]any{
 			"unblocked_by":   unblockedBy,
 			"reason":         reason,
 			"previous_block": current.BlockedReason,
-		})
-		if err != nil {
-			return fmt.Errorf("encode unblock audit: %w", err)
-		}
-		if err := q.DeletionCheckpointInsertCompleted(ctx, dbgen.DeletionCheckpointInsertCompletedParams{
-			RequestID: id, Stage: current.Stage, UnitKey: "operator_unblock:" + uuid.NewString(),
-			LeaseGeneration: max(current.LeaseGeneration, 1), Detail: detail,
 		}); err != nil {
-			return fmt.Errorf("record unblock audit: %w", err)
+			return err
 		}
 		row, err := q.DeletionRequestUnblock(ctx, id)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -829,6 +815,22 @@ func checkUnitKey(unitKey string) error {
 		return invalidf("checkpoint unit key %q is not NUL-free UTF-8", boundText(unitKey, 64))
 	case len(unitKey) > MaxOperatorBytes:
 		return invalidf("checkpoint unit key is %d bytes long; at most %d are allowed", len(unitKey), MaxOperatorBytes)
+	}
+	return nil
+}
+
+// recordOperatorAudit appends a completed checkpoint '<kind>:<uuid>' at the
+// request's stage whose detail records an operator's action.
+func recordOperatorAudit(ctx context.Context, q *dbgen.Queries, current *dbgen.CommunityDeletionRequest, kind string, detail map[string]any) error {
+	b, err := json.Marshal(detail)
+	if err != nil {
+		return fmt.Errorf("encode %s audit: %w", kind, err)
+	}
+	if err := q.DeletionCheckpointInsertCompleted(ctx, dbgen.DeletionCheckpointInsertCompletedParams{
+		RequestID: current.ID, Stage: current.Stage, UnitKey: kind + ":" + uuid.NewString(),
+		LeaseGeneration: max(current.LeaseGeneration, 1), Detail: b,
+	}); err != nil {
+		return fmt.Errorf("record %s audit: %w", kind, err)
 	}
 	return nil
 }

@@ -2,11 +2,8 @@ package lifecycle_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -595,74 +592,6 @@ func TestGuardTransactionWithServingLeaseHoldsTransitionsOff(t *testing.T) {
 	var members int
 	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM fixture_members WHERE community_id = $1", community).Scan(&members))
 	require.Equal(t, 1, members, "the write committed before the fence")
-}
-
-// explainQuery returns the plan of the named query in sql/queries/file, with
-// its @parameters bound positionally in order of first use, as sqlc binds
-// them.
-func (b *testBundle) explainQuery(t *testing.T, file, name string, args ...any) []map[string]any {
-	t.Helper()
-	body, err := os.ReadFile("../sql/queries/" + file)
-	require.NoError(t, err)
-	var query string
-	for _, block := range strings.Split(string(body), "-- name: ")[1:] {
-		if strings.HasPrefix(block, name+" ") {
-			query = block
-		}
-	}
-	require.NotEmpty(t, query, "query %s not found in %s", name, file)
-	var lines []string
-	for _, line := range strings.Split(query, "\n")[1:] {
-		if !strings.HasPrefix(strings.TrimSpace(line), "--") {
-			lines = append(lines, line)
-		}
-	}
-	params := map[string]int{}
-	query = regexp.MustCompile(`@([a-z_]+)`).ReplaceAllStringFunc(strings.Join(lines, "\n"), func(param string) string {
-		if _, ok := params[param]; !ok {
-			params[param] = len(params) + 1
-		}
-		return fmt.Sprintf("$%d", params[param])
-	})
-	query = strings.TrimSuffix(strings.TrimSpace(query), ";")
-	var plan []byte
-	require.NoError(t, b.pool.QueryRow(t.Context(), "EXPLAIN (FORMAT JSON) "+query, args...).Scan(&plan))
-	var doc []struct {
-		Plan map[string]any `json:"Plan"`
-	}
-	require.NoError(t, json.Unmarshal(plan, &doc))
-	require.Len(t, doc, 1)
-	var nodes []map[string]any
-	var walk func(node map[string]any)
-	walk = func(node map[string]any) {
-		nodes = append(nodes, node)
-		children, _ := node["Plans"].([]any)
-		for _, child := range children {
-			if c, ok := child.(map[string]any); ok {
-				walk(c)
-			}
-		}
-	}
-	walk(doc[0].Plan)
-	return nodes
-}
-
-// requireIndexUse asserts that some node of plan reads index.
-func requireIndexUse(t *testing.T, plan []map[string]any, index string) {
-	t.Helper()
-	var seen []string
-	for _, node := range plan {
-		kind, _ := node["Node Type"].(string)
-		name, _ := node["Index Name"].(string)
-		seen = append(seen, fmt.Sprintf("%s(%s)", kind, name))
-		switch kind {
-		case "Index Scan", "Index Only Scan", "Bitmap Index Scan":
-			if name == index {
-				return
-			}
-		}
-	}
-	t.Fatalf("plan does not use %s: %s", index, strings.Join(seen, " -> "))
 }
 
 // The serving-lease lookups by community and the reaper stay index reads
