@@ -796,7 +796,13 @@ func TestPurgePostgresWithinTheWholeLifecycle(t *testing.T) {
 	require.NoError(t, b.store.MarkCachePurged(ctx, token, map[string]int{"keys": 0}))
 	require.NoError(t, b.store.VerifyPostgresLogicallyDeleted(ctx, token))
 	require.NoError(t, b.store.MarkLogicallyVerified(ctx, token, map[string]bool{"all": true}))
+	require.NoError(t, b.store.MarkRetentionPending(ctx, token, map[string]string{"objects": "none"}))
 	current, err := b.store.Get(ctx, request.ID)
 	require.NoError(t, err)
-	require.Equal(t, lifecycle.StageLogicallyVerified, current.Stage)
+	require.Equal(t, lifecycle.StageRetentionPending, current.Stage)
+	require.NotNil(t, current.CompletedAt)
+	for table, n := range purgeCounts(t, b, community) {
+		require.Zero(t, n, "%s still holds rows of the deleted community", table)
+	}
+	require.Equal(t, otherBefore, purgeChecksums(t, b, other), "no other community's row changed")
 }
