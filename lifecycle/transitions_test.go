@@ -3,6 +3,7 @@ package lifecycle_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -391,4 +392,51 @@ func TestTransitionsTakeTheCommunityLockBeforeRowLocks(t *testing.T) {
 
 	require.NoError(t, gate.Commit(ctx))
 	require.NoError(t, <-quiesced)
+}
+
+// Abort racing MarkDrained on a fenced request, over many iterations, always
+// serializes without a deadlock: either the abort wins (the community is
+// active again and the drain fails closed) or the drain wins (the request is
+// drained, the community stays fenced, and the abort is refused).
+func TestTransitionsAbortRacingDrainNeverDeadlocks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	const iterations = 16
+	for i := range iterations {
+		request, token := b.lcAt(t, lifecycle.StageFenced, true)
+
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		var abortErr, drainErr error
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, abortErr = b.store.Abort(ctx, request.ID, "operator", "race")
+		}()
+		go func() {
+			defer wg.Done()
+			<-start
+			drainErr = b.store.MarkDrained(ctx, token)
+		}()
+		close(start)
+		wg.Wait()
+
+		lcRequireNoDeadlock(t, abortErr)
+		lcRequireNoDeadlock(t, drainErr)
+		require.True(t, (abortErr == nil) != (drainErr == nil), "iteration %d: exactly one wins (abort %v, drain %v)", i, abortErr, drainErr)
+		current, err := b.store.Get(ctx, request.ID)
+		require.NoError(t, err)
+		state, _, _ := b.lcCommunity(t, request.CommunityID)
+		if abortErr == nil {
+			require.Equal(t, lifecycle.StageAborted, current.Stage)
+			require.Equal(t, "active", state)
+			require.True(t, lifecycle.IsStaleLease(drainErr) || errors.Is(drainErr, lifecycle.ErrRefused), "iteration %d: %v", i, drainErr)
+		} else {
+			require.Equal(t, lifecycle.StageDrained, current.Stage)
+			require.Equal(t, "fenced", state)
+			require.ErrorIs(t, abortErr, lifecycle.ErrRefused, "iteration %d", i)
+		}
+	}
 }
