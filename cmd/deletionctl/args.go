@@ -1,0 +1,277 @@
+package main
+
+import (
+	"encoding/base64"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
+)
+
+const usage = `usage: deletionctl [--database-url URL] <command> [flags]
+
+Operates the whole-community deletion lifecycle: submits, inventories,
+approves, lists, inspects, aborts and unblocks deletion requests, and reports
+and reaps serving write leases. Every command is one short transaction; a
+refusal changes nothing.
+
+Commands:
+  submit --host HOST --by NAME [--reason TEXT]
+        request the deletion of the active community HOST; prints
+        "<request id> <stage>"
+  inventory --request ID [--prefix PREFIX ...]
+        build the schema inventory of the request's community and freeze it
+        with a storage manifest of one EMPTY summary per --prefix (default
+        "media/<community id>/"); prints "<request id> <stage> <digest>".
+        A real deployment freezes the summaries of its object-store
+        inventory instead (lifecycle.KeyStreamDigest over the listed keys):
+        this command asserts that every prefix holds no objects
+  approve --request ID --by NAME [--note TEXT]
+        approve the frozen inventory; NAME must not be the requester
+  list [--stage STAGE] [--blocked[=false]] [--limit N] [--after CURSOR] [--json]
+        list requests newest first, one page of at most N (default 50, at
+        most 1000), only those at STAGE and only blocked (--blocked=false:
+        unblocked) ones when asked; "next: CURSOR" (or "next" in JSON) names
+        the following page for --after
+  inspect --request ID [--json]
+        show a request, its approval, checkpoints and chunk progress
+  abort --request ID --by NAME --reason TEXT
+        cancel a request that is submitted, inventoried, approved or fenced
+  unblock --request ID --by NAME --reason TEXT
+        clear a request's durable block after remediating its cause
+  leases [--reap N]
+        show serving write lease statistics; with --reap, delete up to N
+        (1 to 10000) expired leases and print how many
+
+Global flag (before or after the command):
+  --database-url URL   PostgreSQL URL or key=value string; default
+                       $DATABASE_URL; if empty, pgx uses the PG* variables
+
+Exit codes:
+  0 success, 1 failure, 2 usage error, 3 refused (a lifecycle safety
+  refusal, access denied or stale lease), 4 not found, 5 invalid input
+`
+
+// defaultListLimit is list's page size without --limit.
+const defaultListLimit = 50
+
+// config is a parsed command line.
+type config struct {
+	command     string
+	databaseURL string
+
+	host      string
+	by        string
+	reason    string
+	note      string
+	requestID uuid.UUID
+	prefixes  []string
+
+	stage   *lifecycle.Stage
+	blocked *bool // nil: either
+	limit   int
+	after   *lifecycle.Cursor
+	json    bool
+
+	reap int // 0: no reaping
+}
+
+// usageError is a malformed command line (exit code 2).
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// errHelp reports that usage was asked for (-h, --help or "help").
+var errHelp = errors.New("help requested")
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ",") }
+
+func (l *stringList) Set(v string) error {
+	*l = append(*l, v)
+	return nil
+}
+
+// commandFlags lists, per command, the flags it accepts besides
+// --database-url, and which of them are required.
+var commandFlags = map[string]struct{ accepted, required []string }{
+	"submit":    {[]string{"host", "by", "reason"}, []string{"host", "by"}},
+	"inventory": {[]string{"request", "prefix"}, []string{"request"}},
+	"approve":   {[]string{"request", "by", "note"}, []string{"request", "by"}},
+	"list":      {[]string{"stage", "blocked", "limit", "after", "json"}, nil},
+	"inspect":   {[]string{"request", "json"}, []string{"request"}},
+	"abort":     {[]string{"request", "by", "reason"}, []string{"request", "by", "reason"}},
+	"unblock":   {[]string{"request", "by", "reason"}, []string{"request", "by", "reason"}},
+	"leases":    {[]string{"reap"}, nil},
+}
+
+// parseArgs parses the command line; getenv supplies DATABASE_URL. Flags may
+// come before or after the command.
+func parseArgs(args []string, getenv func(string) string) (config, error) {
+	cfg := config{limit: defaultListLimit}
+	var (
+		blocked  bool
+		request  string
+		stage    string
+		after    string
+		prefixes stringList
+	)
+	fs := flag.NewFlagSet("deletionctl", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	fs.StringVar(&cfg.databaseURL, "database-url", "", "")
+	fs.StringVar(&cfg.host, "host", "", "")
+	fs.StringVar(&cfg.by, "by", "", "")
+	fs.StringVar(&cfg.reason, "reason", "", "")
+	fs.StringVar(&cfg.note, "note", "", "")
+	fs.StringVar(&request, "request", "", "")
+	fs.Var(&prefixes, "prefix", "")
+	fs.StringVar(&stage, "stage", "", "")
+	fs.BoolVar(&blocked, "blocked", false, "")
+	fs.IntVar(&cfg.limit, "limit", defaultListLimit, "")
+	fs.StringVar(&after, "after", "", "")
+	fs.BoolVar(&cfg.json, "json", false, "")
+	fs.IntVar(&cfg.reap, "reap", 0, "")
+
+	// Parse flags interspersed with positional arguments.
+	var positional []string
+	rest := args
+	for {
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return config{}, errHelp
+			}
+			return config{}, usagef("%v", err)
+		}
+		remaining := fs.Args()
+		if consumed := len(rest) - len(remaining); consumed > 0 && rest[consumed-1] == "--" {
+			positional = append(positional, remaining...)
+			break
+		}
+		if len(remaining) == 0 {
+			break
+		}
+		positional = append(positional, remaining[0])
+		rest = remaining[1:]
+	}
+
+	if len(positional) == 0 {
+		return config{}, usagef("missing command")
+	}
+	cfg.command = positional[0]
+	if cfg.command == "help" {
+		return config{}, errHelp
+	}
+	spec, ok := commandFlags[cfg.command]
+	if !ok {
+		return config{}, usagef("unknown command %q", cfg.command)
+	}
+	if len(positional) > 1 {
+		return config{}, usagef("%s takes no arguments, got %q", cfg.command, positional[1])
+	}
+
+	set := map[string]bool{}
+	var flagErr error
+	fs.Visit(func(f *flag.Flag) {
+		set[f.Name] = true
+		if f.Name != "database-url" && !slices.Contains(spec.accepted, f.Name) && flagErr == nil {
+			flagErr = usagef("%s does not take --%s", cfg.command, f.Name)
+		}
+	})
+	if flagErr != nil {
+		return config{}, flagErr
+	}
+	for _, name := range spec.required {
+		if !set[name] {
+			return config{}, usagef("%s needs --%s", cfg.command, name)
+		}
+	}
+	for _, name := range []string{"host", "by", "reason"} {
+		if set[name] && slices.Contains(spec.required, name) && strings.TrimSpace(fs.Lookup(name).Value.String()) == "" {
+			return config{}, usagef("%s: --%s must not be empty", cfg.command, name)
+		}
+	}
+
+	if set["request"] {
+		id, err := uuid.Parse(request)
+		if err != nil {
+			return config{}, usagef("%s: --request must be a request uuid, got %q", cfg.command, request)
+		}
+		cfg.requestID = id
+	}
+	cfg.prefixes = prefixes
+	for _, p := range cfg.prefixes {
+		if p == "" {
+			return config{}, usagef("inventory: --prefix must not be empty (it would name the whole bucket)")
+		}
+	}
+	if set["stage"] {
+		s, err := lifecycle.ParseStage(stage)
+		if err != nil {
+			return config{}, usagef("list: --stage: unknown stage %q", stage)
+		}
+		cfg.stage = &s
+	}
+	if set["blocked"] {
+		cfg.blocked = &blocked
+	}
+	if set["limit"] && (cfg.limit < 1 || cfg.limit > lifecycle.MaxListLimit) {
+		return config{}, usagef("list: --limit must be between 1 and %d, got %d", lifecycle.MaxListLimit, cfg.limit)
+	}
+	if set["after"] {
+		c, err := decodeCursor(after)
+		if err != nil {
+			return config{}, usagef("list: --after: %v", err)
+		}
+		cfg.after = c
+	}
+	if set["reap"] && (cfg.reap < 1 || cfg.reap > lifecycle.MaxServingLeaseReapBatch) {
+		return config{}, usagef("leases: --reap must be between 1 and %d, got %d", lifecycle.MaxServingLeaseReapBatch, cfg.reap)
+	}
+
+	if cfg.databaseURL == "" {
+		cfg.databaseURL = getenv("DATABASE_URL")
+	}
+	return cfg, nil
+}
+
+// encodeCursor renders a list position as an opaque string: base64url of
+// "<RFC3339Nano created_at>|<uuid>".
+func encodeCursor(c lifecycle.Cursor) string {
+	raw := c.CreatedAt.UTC().Format(time.RFC3339Nano) + "|" + c.ID.String()
+	return base64.RawURLEncoding.EncodeToString([]byte(raw))
+}
+
+// decodeCursor parses a cursor encodeCursor wrote.
+func decodeCursor(s string) (*lifecycle.Cursor, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return nil, fmt.Errorf("malformed cursor %q", s)
+	}
+	at, id, ok := strings.Cut(string(raw), "|")
+	if !ok {
+		return nil, fmt.Errorf("malformed cursor %q", s)
+	}
+	createdAt, err := time.Parse(time.RFC3339Nano, at)
+	if err != nil {
+		return nil, fmt.Errorf("malformed cursor %q: bad time", s)
+	}
+	uid, err := uuid.Parse(id)
+	if err != nil {
+		return nil, fmt.Errorf("malformed cursor %q: bad id", s)
+	}
+	return &lifecycle.Cursor{CreatedAt: createdAt, ID: uid}, nil
+}

@@ -1,0 +1,355 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
+)
+
+// execute connects to the database and runs cfg's command. Each command
+// makes its changes in a single Store call, which is one transaction.
+func execute(ctx context.Context, cfg config, stdout io.Writer) error {
+	poolCfg, err := pgxpool.ParseConfig(cfg.databaseURL)
+	if err != nil {
+		return usagef("--database-url: %v", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer pool.Close()
+	return dispatch(ctx, lifecycle.New(pool), cfg, stdout)
+}
+
+// dispatch runs cfg's command against store.
+func dispatch(ctx context.Context, store *lifecycle.Store, cfg config, stdout io.Writer) error {
+	switch cfg.command {
+	case "submit":
+		return submit(ctx, store, cfg, stdout)
+	case "inventory":
+		return inventory(ctx, store, cfg, stdout)
+	case "approve":
+		r, err := store.Approve(ctx, cfg.requestID, cfg.by, cfg.note)
+		if err != nil {
+			return fmt.Errorf("approve of request %s by %q: %w", cfg.requestID, cfg.by, err)
+		}
+		fmt.Fprintf(stdout, "%s %s %s\n", r.ID, r.Stage, r.InventoryDigest)
+		return nil
+	case "list":
+		return list(ctx, store, cfg, stdout)
+	case "inspect":
+		return inspect(ctx, store, cfg, stdout)
+	case "abort":
+		r, err := store.Abort(ctx, cfg.requestID, cfg.by, cfg.reason)
+		if err != nil {
+			return fmt.Errorf("abort of request %s by %q: %w", cfg.requestID, cfg.by, err)
+		}
+		fmt.Fprintf(stdout, "%s %s\n", r.ID, r.Stage)
+		return nil
+	case "unblock":
+		r, err := store.Unblock(ctx, cfg.requestID, cfg.by, cfg.reason)
+		if err != nil {
+			return fmt.Errorf("unblock of request %s by %q: %w", cfg.requestID, cfg.by, err)
+		}
+		fmt.Fprintf(stdout, "%s %s\n", r.ID, r.Stage)
+		return nil
+	case "leases":
+		return leases(ctx, store, cfg, stdout)
+	}
+	return usagef("unknown command %q", cfg.command)
+}
+
+func submit(ctx context.Context, store *lifecycle.Store, cfg config, stdout io.Writer) error {
+	r, err := store.Submit(ctx, cfg.host, cfg.by, cfg.reason)
+	if err != nil {
+		return fmt.Errorf("submit of deletion of %q by %q: %w", cfg.host, cfg.by, err)
+	}
+	fmt.Fprintf(stdout, "%s %s\n", r.ID, r.Stage)
+	return nil
+}
+
+// inventory freezes the request's schema inventory with a storage manifest
+// of empty prefixes. A real service lists its object store and freezes the
+// summaries (KeyStreamDigest) of what it found; this operator command can
+// only assert that each prefix is empty, and the executor's destructive
+// storage manifest must then agree.
+func inventory(ctx context.Context, store *lifecycle.Store, cfg config, stdout io.Writer) error {
+	op := fmt.Sprintf("inventory of request %s", cfg.requestID)
+	r, err := store.Get(ctx, cfg.requestID)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	schema, err := store.InventorySchema(ctx, r.CommunityID)
+	if err != nil {
+		return fmt.Errorf("%s: schema of community %s: %w", op, r.CommunityID, err)
+	}
+	prefixes := slices.Clone(cfg.prefixes)
+	if len(prefixes) == 0 {
+		prefixes = []string{"media/" + r.CommunityID.String() + "/"}
+	}
+	slices.Sort(prefixes)
+	storage := lifecycle.StorageManifest{Version: lifecycle.StorageManifestVersion}
+	for _, p := range prefixes {
+		storage.Prefixes = append(storage.Prefixes, lifecycle.PrefixManifest{Prefix: p, KeysDigest: lifecycle.EmptyKeysDigest})
+	}
+	r, err = store.FreezeInventory(ctx, cfg.requestID, lifecycle.FrozenInventory{Schema: *schema, Storage: storage})
+	if err != nil {
+		return fmt.Errorf("%s: freeze: %w", op, err)
+	}
+	fmt.Fprintf(stdout, "%s %s %s\n", r.ID, r.Stage, r.InventoryDigest)
+	return nil
+}
+
+// listReport is the JSON output of list --json.
+type listReport struct {
+	Requests []requestView `json:"requests"`
+	Next     *string       `json:"next"`
+}
+
+func list(ctx context.Context, store *lifecycle.Store, cfg config, stdout io.Writer) error {
+	params := lifecycle.ListParams{Stage: cfg.stage, Blocked: cfg.blocked, Limit: cfg.limit, After: cfg.after}
+	page, err := store.ListPage(ctx, params)
+	if err != nil {
+		return fmt.Errorf("list: %w", err)
+	}
+	var next *string
+	if page.Next != nil {
+		s := encodeCursor(*page.Next)
+		next = &s
+	}
+	if cfg.json {
+		rep := listReport{Requests: []requestView{}, Next: next}
+		for _, r := range page.Requests {
+			rep.Requests = append(rep.Requests, viewRequest(r, false))
+		}
+		return writeJSON(stdout, rep)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tHOST\tSTAGE\tBLOCKED\tCREATED AT\tREQUESTED BY")
+	for _, r := range page.Requests {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%s\t%s\n", r.ID, r.CommunityHost, r.Stage, r.Blocked(),
+			r.CreatedAt.UTC().Format(time.RFC3339), strconv.Quote(r.RequestedBy))
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("list: write: %w", err)
+	}
+	if next != nil {
+		fmt.Fprintf(stdout, "next: %s\n", *next)
+	}
+	return nil
+}
+
+// inspectReport is the JSON output of inspect --json.
+type inspectReport struct {
+	Request       requestView      `json:"request"`
+	Approval      *approvalView    `json:"approval"`
+	Checkpoints   []checkpointView `json:"checkpoints"`
+	ChunksTotal   int64            `json:"chunks_total"`
+	ChunksDeleted int64            `json:"chunks_deleted"`
+}
+
+type approvalView struct {
+	InventoryDigest string    `json:"inventory_digest"`
+	ApprovedBy      string    `json:"approved_by"`
+	Note            string    `json:"note"`
+	ApprovedAt      time.Time `json:"approved_at"`
+}
+
+type checkpointView struct {
+	Stage           lifecycle.Stage `json:"stage"`
+	UnitKey         string          `json:"unit_key"`
+	Status          string          `json:"status"`
+	LeaseGeneration int64           `json:"lease_generation"`
+	Attempts        int32           `json:"attempts"`
+	Detail          json.RawMessage `json:"detail,omitempty"`
+	Error           string          `json:"error,omitempty"`
+	StartedAt       time.Time       `json:"started_at"`
+	CompletedAt     *time.Time      `json:"completed_at"`
+}
+
+// requestView is a request as the JSON outputs show it.
+type requestView struct {
+	ID                         string                     `json:"id"`
+	CommunityID                string                     `json:"community_id"`
+	CommunityHost              string                     `json:"community_host"`
+	Stage                      lifecycle.Stage            `json:"stage"`
+	Blocked                    bool                       `json:"blocked"`
+	BlockedAt                  *time.Time                 `json:"blocked_at,omitempty"`
+	BlockedReason              string                     `json:"blocked_reason,omitempty"`
+	RequestedBy                string                     `json:"requested_by"`
+	Reason                     string                     `json:"reason,omitempty"`
+	CreatedAt                  time.Time                  `json:"created_at"`
+	UpdatedAt                  time.Time                  `json:"updated_at"`
+	InventoryDigest            string                     `json:"inventory_digest,omitempty"`
+	InventoryFrozenAt          *time.Time                 `json:"inventory_frozen_at,omitempty"`
+	Inventory                  *lifecycle.FrozenInventory `json:"inventory,omitempty"`
+	DestructiveStorage         *lifecycle.StorageManifest `json:"destructive_storage,omitempty"`
+	DestructiveStorageFrozenAt *time.Time                 `json:"destructive_storage_frozen_at,omitempty"`
+	FenceGeneration            *int64                     `json:"fence_generation,omitempty"`
+	RetryStage                 *lifecycle.Stage           `json:"retry_stage,omitempty"`
+	RetryCount                 int32                      `json:"retry_count"`
+	Attempts                   int32                      `json:"attempts"`
+	LastError                  string                     `json:"last_error,omitempty"`
+	LastErrorAt                *time.Time                 `json:"last_error_at,omitempty"`
+	NextAttemptAt              time.Time                  `json:"next_attempt_at"`
+	LeaseOwner                 string                     `json:"lease_owner,omitempty"`
+	LeaseGeneration            int64                      `json:"lease_generation"`
+	LeaseUntil                 *time.Time                 `json:"lease_until,omitempty"`
+	AbortedBy                  string                     `json:"aborted_by,omitempty"`
+	AbortReason                string                     `json:"abort_reason,omitempty"`
+	AbortedAt                  *time.Time                 `json:"aborted_at,omitempty"`
+	CompletedAt                *time.Time                 `json:"completed_at,omitempty"`
+}
+
+// viewRequest converts r; the inventories only with full.
+func viewRequest(r *lifecycle.Request, full bool) requestView {
+	v := requestView{
+		ID: r.ID.String(), CommunityID: r.CommunityID.String(), CommunityHost: r.CommunityHost,
+		Stage: r.Stage, Blocked: r.Blocked(), BlockedAt: r.BlockedAt, BlockedReason: r.BlockedReason,
+		RequestedBy: r.RequestedBy, Reason: r.Reason, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+		InventoryDigest: r.InventoryDigest, InventoryFrozenAt: r.InventoryFrozenAt,
+		DestructiveStorageFrozenAt: r.DestructiveStorageFrozenAt, FenceGeneration: r.FenceGeneration,
+		RetryStage: r.RetryStage, RetryCount: r.RetryCount, Attempts: r.Attempts,
+		LastError: r.LastError, LastErrorAt: r.LastErrorAt, NextAttemptAt: r.NextAttemptAt,
+		LeaseOwner: r.LeaseOwner, LeaseGeneration: r.LeaseGeneration, LeaseUntil: r.LeaseUntil,
+		AbortedBy: r.AbortedBy, AbortReason: r.AbortReason, AbortedAt: r.AbortedAt, CompletedAt: r.CompletedAt,
+	}
+	if full {
+		v.Inventory = r.Inventory
+		v.DestructiveStorage = r.DestructiveStorage
+	}
+	return v
+}
+
+func inspect(ctx context.Context, store *lifecycle.Store, cfg config, stdout io.Writer) error {
+	in, err := store.Inspect(ctx, cfg.requestID)
+	if err != nil {
+		return fmt.Errorf("inspect of request %s: %w", cfg.requestID, err)
+	}
+	rep := inspectReport{
+		Request:       viewRequest(in.Request, true),
+		Checkpoints:   []checkpointView{},
+		ChunksTotal:   in.ChunksTotal,
+		ChunksDeleted: in.ChunksDeleted,
+	}
+	if a := in.Approval; a != nil {
+		rep.Approval = &approvalView{InventoryDigest: a.InventoryDigest, ApprovedBy: a.ApprovedBy, Note: a.Note, ApprovedAt: a.ApprovedAt}
+	}
+	for _, c := range in.Checkpoints {
+		rep.Checkpoints = append(rep.Checkpoints, checkpointView{
+			Stage: c.Stage, UnitKey: c.UnitKey, Status: c.Status, LeaseGeneration: c.LeaseGeneration,
+			Attempts: c.Attempts, Detail: c.Detail, Error: c.Error, StartedAt: c.StartedAt, CompletedAt: c.CompletedAt,
+		})
+	}
+	if cfg.json {
+		return writeJSON(stdout, rep)
+	}
+	return writeInspection(stdout, rep)
+}
+
+// writeInspection prints rep for a person.
+func writeInspection(w io.Writer, rep inspectReport) error {
+	r := rep.Request
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	line := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }
+	optTime := func(k string, t *time.Time) {
+		if t != nil {
+			line(k, t.UTC().Format(time.RFC3339Nano))
+		}
+	}
+	optStr := func(k, v string) {
+		if v != "" {
+			line(k, strconv.Quote(v))
+		}
+	}
+	line("id", r.ID)
+	line("community", r.CommunityID+" ("+r.CommunityHost+")")
+	line("stage", r.Stage)
+	line("blocked", r.Blocked)
+	optTime("blocked at", r.BlockedAt)
+	optStr("blocked reason", r.BlockedReason)
+	line("requested by", strconv.Quote(r.RequestedBy))
+	optStr("reason", r.Reason)
+	line("created at", r.CreatedAt.UTC().Format(time.RFC3339Nano))
+	line("updated at", r.UpdatedAt.UTC().Format(time.RFC3339Nano))
+	if r.InventoryDigest != "" {
+		line("inventory digest", r.InventoryDigest)
+	}
+	optTime("inventory frozen at", r.InventoryFrozenAt)
+	if r.FenceGeneration != nil {
+		line("fence generation", *r.FenceGeneration)
+	}
+	line("attempts", r.Attempts)
+	if r.RetryStage != nil {
+		line("retrying", fmt.Sprintf("%d at %s", r.RetryCount, *r.RetryStage))
+	}
+	optStr("last error", r.LastError)
+	if r.LeaseOwner != "" {
+		line("lease", fmt.Sprintf("%s generation %d", strconv.Quote(r.LeaseOwner), r.LeaseGeneration))
+	}
+	optTime("lease until", r.LeaseUntil)
+	optStr("aborted by", r.AbortedBy)
+	optStr("abort reason", r.AbortReason)
+	optTime("aborted at", r.AbortedAt)
+	optTime("completed at", r.CompletedAt)
+	if a := rep.Approval; a != nil {
+		line("approved by", strconv.Quote(a.ApprovedBy))
+		optStr("approval note", a.Note)
+		line("approved at", a.ApprovedAt.UTC().Format(time.RFC3339Nano))
+	} else {
+		line("approval", "none")
+	}
+	line("chunks deleted", fmt.Sprintf("%d of %d", rep.ChunksDeleted, rep.ChunksTotal))
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("inspect: write: %w", err)
+	}
+	fmt.Fprintf(w, "checkpoints: %d\n", len(rep.Checkpoints))
+	if len(rep.Checkpoints) == 0 {
+		return nil
+	}
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  STAGE\tUNIT\tSTATUS\tATTEMPTS\tSTARTED AT\tERROR")
+	for _, c := range rep.Checkpoints {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\t%s\n", c.Stage, c.UnitKey, c.Status, c.Attempts,
+			c.StartedAt.UTC().Format(time.RFC3339), oneLine(c.Error))
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("inspect: write: %w", err)
+	}
+	return nil
+}
+
+func leases(ctx context.Context, store *lifecycle.Store, cfg config, stdout io.Writer) error {
+	if cfg.reap > 0 {
+		n, err := store.ReapExpiredServingWriteLeases(ctx, cfg.reap)
+		if err != nil {
+			return fmt.Errorf("reap of up to %d expired serving write leases: %w", cfg.reap, err)
+		}
+		fmt.Fprintf(stdout, "reaped %d expired serving write leases\n", n)
+		return nil
+	}
+	st, err := store.ServingLeaseStats(ctx)
+	if err != nil {
+		return fmt.Errorf("serving write lease stats: %w", err)
+	}
+	fmt.Fprintf(stdout, "active: %d\nexpired: %d\ndead tuples: %d\n", st.Active, st.Expired, st.DeadTuples)
+	return nil
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return fmt.Errorf("write JSON: %w", err)
+	}
+	return nil
+}

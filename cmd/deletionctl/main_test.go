@@ -1,0 +1,491 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tombstoneworks/communitydeletion/ephemeralpg"
+	"github.com/tombstoneworks/communitydeletion/fixture"
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
+)
+
+// server is the throwaway PostgreSQL shared by the package's tests; each
+// database test gets its own database cloned from a migrated template.
+var server *ephemeralpg.Server
+
+func TestMain(m *testing.M) {
+	var stop func()
+	server, stop = ephemeralpg.StartForTests(ephemeralpg.Options{})
+	code := m.Run()
+	stop()
+	os.Exit(code)
+}
+
+func env(vars map[string]string) func(string) string {
+	return func(k string) string { return vars[k] }
+}
+
+// cli runs deletionctl in-process and returns its exit code and output.
+func cli(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = run(t.Context(), args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// requireOneLine checks that stderr is exactly one line containing every
+// one of want.
+func requireOneLine(t *testing.T, stderr string, want ...string) {
+	t.Helper()
+	require.True(t, strings.HasSuffix(stderr, "\n"), "stderr %q", stderr)
+	require.Equal(t, 1, strings.Count(stderr, "\n"), "stderr %q", stderr)
+	for _, w := range want {
+		require.Contains(t, stderr, w)
+	}
+}
+
+func TestParseArgs(t *testing.T) {
+	t.Parallel()
+	id := uuid.New()
+	stage := lifecycle.StageApproved
+	yes, no := true, false
+	cursor := lifecycle.Cursor{CreatedAt: time.Date(2026, 1, 2, 3, 4, 5, 123456000, time.UTC), ID: id}
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want config
+	}{
+		{"submit", []string{"submit", "--host", "a.example", "--by", "alice", "--reason", "asked"}, nil,
+			config{command: "submit", host: "a.example", by: "alice", reason: "asked", limit: 50}},
+		{"url from env", []string{"leases"}, map[string]string{"DATABASE_URL": "postgres://env/db"},
+			config{command: "leases", databaseURL: "postgres://env/db", limit: 50}},
+		{"flag beats env, before the command", []string{"--database-url", "postgres://flag/db", "leases", "--reap", "10"},
+			map[string]string{"DATABASE_URL": "postgres://env/db"},
+			config{command: "leases", databaseURL: "postgres://flag/db", reap: 10, limit: 50}},
+		{"inventory prefixes", []string{"inventory", "--request", id.String(), "--prefix", "b/", "-prefix=a/"}, nil,
+			config{command: "inventory", requestID: id, prefixes: []string{"b/", "a/"}, limit: 50}},
+		{"approve", []string{"approve", "--request=" + id.String(), "--by", "bob", "--note", "ok"}, nil,
+			config{command: "approve", requestID: id, by: "bob", note: "ok", limit: 50}},
+		{"list everything", []string{"list", "--stage", "approved", "--blocked", "--limit", "2", "--after", encodeCursor(cursor), "--json"}, nil,
+			config{command: "list", stage: &stage, blocked: &yes, limit: 2, after: &cursor, json: true}},
+		{"list unblocked", []string{"list", "--blocked=false"}, nil,
+			config{command: "list", blocked: &no, limit: 50}},
+		{"inspect", []string{"inspect", "--json", "--request", id.String()}, nil,
+			config{command: "inspect", requestID: id, json: true, limit: 50}},
+		{"abort", []string{"abort", "--request", id.String(), "--by", "carol", "--reason", "mistake"}, nil,
+			config{command: "abort", requestID: id, by: "carol", reason: "mistake", limit: 50}},
+		{"unblock", []string{"unblock", "--request", id.String(), "--by", "carol", "--reason", "fixed"}, nil,
+			config{command: "unblock", requestID: id, by: "carol", reason: "fixed", limit: 50}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := parseArgs(tc.args, env(tc.env))
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+		})
+	}
+}
+
+// TestUsageErrors runs malformed command lines through run, with no
+// database anywhere: each exits 2 with one line on stderr.
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	id := uuid.NewString()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "missing command"},
+		{[]string{"destroy"}, `unknown command "destroy"`},
+		{[]string{"run"}, `unknown command "run"`},
+		{[]string{"list", "extra"}, `list takes no arguments, got "extra"`},
+		{[]string{"submit", "--by", "alice"}, "submit needs --host"},
+		{[]string{"submit", "--host", "a.example"}, "submit needs --by"},
+		{[]string{"submit", "--host", "a.example", "--by", "  "}, "submit: --by must not be empty"},
+		{[]string{"inventory"}, "inventory needs --request"},
+		{[]string{"inventory", "--request", id, "--prefix", ""}, "--prefix must not be empty"},
+		{[]string{"approve", "--request", id}, "approve needs --by"},
+		{[]string{"abort", "--request", id, "--by", "carol"}, "abort needs --reason"},
+		{[]string{"unblock", "--request", id, "--reason", "r"}, "unblock needs --by"},
+		{[]string{"inspect", "--request", "not-a-uuid"}, `--request must be a request uuid, got "not-a-uuid"`},
+		{[]string{"list", "--stage", "vaporized"}, `unknown stage "vaporized"`},
+		{[]string{"list", "--limit", "0"}, "--limit must be between 1 and 1000, got 0"},
+		{[]string{"list", "--limit", "1001"}, "--limit must be between 1 and 1000, got 1001"},
+		{[]string{"list", "--limit", "many"}, `invalid value "many" for flag -limit`},
+		{[]string{"list", "--after", "%%%"}, "malformed cursor"},
+		{[]string{"list", "--after", "bm90LWEtY3Vyc29y"}, "malformed cursor"},
+		{[]string{"list", "--request", id}, "list does not take --request"},
+		{[]string{"submit", "--host", "h", "--by", "b", "--json"}, "submit does not take --json"},
+		{[]string{"leases", "--reap", "0"}, "--reap must be between 1 and 10000, got 0"},
+		{[]string{"leases", "--reap", "10001"}, "--reap must be between 1 and 10000, got 10001"},
+		{[]string{"leases", "--bogus"}, "flag provided but not defined: -bogus"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			t.Parallel()
+			code, stdout, stderr := cli(t, tc.args...)
+			require.Equal(t, exitUsage, code, stderr)
+			require.Empty(t, stdout)
+			requireOneLine(t, stderr, "deletionctl: ", tc.want, "deletionctl -h")
+		})
+	}
+}
+
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"-h"}, {"--help"}, {"help"}, {"approve", "-h"}} {
+		code, stdout, stderr := cli(t, args...)
+		require.Equal(t, exitOK, code, "%q", args)
+		require.Equal(t, usage, stdout)
+		require.Empty(t, stderr)
+	}
+}
+
+func TestExitCode(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, exitOK, exitCode(nil))
+	require.Equal(t, exitFailure, exitCode(errors.New("boom")))
+	require.Equal(t, exitFailure, exitCode(context.Canceled))
+	require.Equal(t, exitUsage, exitCode(fmt.Errorf("x: %w", usagef("bad"))))
+	require.Equal(t, exitRefused, exitCode(fmt.Errorf("x: %w", lifecycle.ErrRefused)))
+	require.Equal(t, exitRefused, exitCode(fmt.Errorf("x: %w", lifecycle.ErrAccessDenied)))
+	require.Equal(t, exitRefused, exitCode(&lifecycle.StaleLeaseError{}))
+	require.Equal(t, exitRefused, exitCode(&lifecycle.ServingWritesNotDrainedError{}))
+	require.Equal(t, exitNotFound, exitCode(fmt.Errorf("x: %w", lifecycle.ErrNotFound)))
+	require.Equal(t, exitInvalidInput, exitCode(fmt.Errorf("x: %w", lifecycle.ErrInvalidInput)))
+}
+
+func TestCursorRoundTrip(t *testing.T) {
+	t.Parallel()
+	c := lifecycle.Cursor{CreatedAt: time.Date(2026, 11, 29, 23, 59, 1, 999999000, time.FixedZone("x", 3600)), ID: uuid.New()}
+	s := encodeCursor(c)
+	require.NotContains(t, s, "|")
+	got, err := decodeCursor(s)
+	require.NoError(t, err)
+	require.True(t, c.CreatedAt.Equal(got.CreatedAt))
+	require.Equal(t, c.ID, got.ID)
+}
+
+// testDB is one test's migrated database with the fixture tenant tables.
+type testDB struct {
+	url  string
+	pool *pgxpool.Pool
+}
+
+func setup(t *testing.T) *testDB {
+	t.Helper()
+	url := ephemeralpg.NewTestDatabase(t, server, fixture.Migrator{WithFixture: true})
+	pool, err := pgxpool.New(t.Context(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return &testDB{url: url, pool: pool}
+}
+
+// createCommunity inserts an active community and returns its id and host.
+func (db *testDB) createCommunity(t *testing.T) (uuid.UUID, string) {
+	t.Helper()
+	id := uuid.New()
+	host := fmt.Sprintf("c-%s.example", id)
+	_, err := db.pool.Exec(t.Context(), "INSERT INTO communities (id, host, signing_key, icon) VALUES ($1, $2, 'key', 'icon.png')", id, host)
+	require.NoError(t, err)
+	return id, host
+}
+
+// cli runs deletionctl against db.
+func (db *testDB) cli(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	return cli(t, append([]string{"--database-url", db.url}, args...)...)
+}
+
+// ok runs deletionctl against db, requires success and returns stdout.
+func (db *testDB) ok(t *testing.T, args ...string) string {
+	t.Helper()
+	code, stdout, stderr := db.cli(t, args...)
+	require.Equal(t, exitOK, code, "%q: %s", args, stderr)
+	require.Empty(t, stderr)
+	return stdout
+}
+
+// submit submits the deletion of host by requester and returns the id.
+func (db *testDB) submit(t *testing.T, host, requester string) string {
+	t.Helper()
+	fields := strings.Fields(db.ok(t, "submit", "--host", host, "--by", requester, "--reason", "test"))
+	require.Len(t, fields, 2)
+	require.Equal(t, "submitted", fields[1])
+	_, err := uuid.Parse(fields[0])
+	require.NoError(t, err)
+	return fields[0]
+}
+
+func TestSubmitInventoryApproveInspectAbort(t *testing.T) {
+	t.Parallel()
+	db := setup(t)
+	community, host := db.createCommunity(t)
+	id := db.submit(t, host, "alice")
+
+	out := db.ok(t, "inventory", "--request", id)
+	fields := strings.Fields(out)
+	require.Len(t, fields, 3, out)
+	require.Equal(t, []string{id, "inventoried"}, fields[:2])
+	digest := fields[2]
+	require.Regexp(t, "^[0-9a-f]{64}$", digest)
+
+	// Inventorying twice is refused: the inventory is frozen once.
+	code, _, stderr := db.cli(t, "inventory", "--request", id)
+	require.Equal(t, exitRefused, code, stderr)
+	requireOneLine(t, stderr, "deletionctl: refused: inventory of request "+id)
+
+	// The requester cannot approve their own request.
+	code, stdout, stderr := db.cli(t, "approve", "--request", id, "--by", "alice")
+	require.Equal(t, exitRefused, code, stderr)
+	require.Empty(t, stdout)
+	requireOneLine(t, stderr, "deletionctl: refused: approve of request "+id+` by "alice"`, "lifecycle: refused")
+
+	out = db.ok(t, "approve", "--request", id, "--by", "bob", "--note", "reviewed")
+	require.Equal(t, id+" approved "+digest+"\n", out)
+
+	var rep struct {
+		Request struct {
+			ID              string `json:"id"`
+			CommunityID     string `json:"community_id"`
+			CommunityHost   string `json:"community_host"`
+			Stage           string `json:"stage"`
+			Blocked         bool   `json:"blocked"`
+			RequestedBy     string `json:"requested_by"`
+			InventoryDigest string `json:"inventory_digest"`
+			Inventory       struct {
+				Storage lifecycle.StorageManifest `json:"storage"`
+			} `json:"inventory"`
+		} `json:"request"`
+		Approval *struct {
+			ApprovedBy      string `json:"approved_by"`
+			Note            string `json:"note"`
+			InventoryDigest string `json:"inventory_digest"`
+		} `json:"approval"`
+		Checkpoints   []json.RawMessage `json:"checkpoints"`
+		ChunksTotal   *int64            `json:"chunks_total"`
+		ChunksDeleted *int64            `json:"chunks_deleted"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(db.ok(t, "inspect", "--request", id, "--json")), &rep))
+	require.Equal(t, id, rep.Request.ID)
+	require.Equal(t, community.String(), rep.Request.CommunityID)
+	require.Equal(t, host, rep.Request.CommunityHost)
+	require.Equal(t, "approved", rep.Request.Stage)
+	require.False(t, rep.Request.Blocked)
+	require.Equal(t, "alice", rep.Request.RequestedBy)
+	require.Equal(t, digest, rep.Request.InventoryDigest)
+	require.Equal(t, []lifecycle.PrefixManifest{{Prefix: "media/" + community.String() + "/", KeysDigest: lifecycle.EmptyKeysDigest}},
+		rep.Request.Inventory.Storage.Prefixes)
+	require.NotNil(t, rep.Approval)
+	require.Equal(t, "bob", rep.Approval.ApprovedBy)
+	require.Equal(t, "reviewed", rep.Approval.Note)
+	require.Equal(t, digest, rep.Approval.InventoryDigest)
+	require.NotNil(t, rep.Checkpoints)
+	require.NotNil(t, rep.ChunksTotal)
+	require.Zero(t, *rep.ChunksTotal)
+	require.NotNil(t, rep.ChunksDeleted)
+
+	// The plain inspection names the same things.
+	out = db.ok(t, "inspect", "--request", id)
+	require.Contains(t, out, "stage:")
+	require.Contains(t, out, "approved")
+	require.Contains(t, out, `"bob"`)
+	require.Contains(t, out, digest)
+
+	out = db.ok(t, "abort", "--request", id, "--by", "carol", "--reason", "customer changed their mind")
+	require.Equal(t, id+" aborted\n", out)
+	code, stdout, stderr = db.cli(t, "abort", "--request", id, "--by", "carol", "--reason", "again")
+	require.Equal(t, exitRefused, code, stderr)
+	require.Empty(t, stdout)
+	requireOneLine(t, stderr, "deletionctl: refused: abort of request "+id+` by "carol"`, "lifecycle: refused")
+
+	require.NoError(t, json.Unmarshal([]byte(db.ok(t, "inspect", "--request", id, "--json")), &rep))
+	require.Equal(t, "aborted", rep.Request.Stage)
+	require.NotEmpty(t, rep.Checkpoints, "the abort leaves an audit checkpoint")
+}
+
+func TestInventoryPrefixes(t *testing.T) {
+	t.Parallel()
+	db := setup(t)
+	_, host := db.createCommunity(t)
+	id := db.submit(t, host, "alice")
+
+	// Nested prefixes are malformed input, and nothing is frozen.
+	code, _, stderr := db.cli(t, "inventory", "--request", id, "--prefix", "media/x/", "--prefix", "media/x/y/")
+	require.Equal(t, exitInvalidInput, code, stderr)
+	requireOneLine(t, stderr, "deletionctl: invalid input: inventory of request "+id)
+
+	out := db.ok(t, "inventory", "--request", id, "--prefix", "media/x/", "--prefix", "avatars/x/")
+	require.Contains(t, out, id+" inventoried ")
+	var rep struct {
+		Request struct {
+			Inventory struct {
+				Storage lifecycle.StorageManifest `json:"storage"`
+			} `json:"inventory"`
+		} `json:"request"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(db.ok(t, "inspect", "--request", id, "--json")), &rep))
+	require.Equal(t, []lifecycle.PrefixManifest{
+		{Prefix: "avatars/x/", KeysDigest: lifecycle.EmptyKeysDigest},
+		{Prefix: "media/x/", KeysDigest: lifecycle.EmptyKeysDigest},
+	}, rep.Request.Inventory.Storage.Prefixes)
+}
+
+func TestSubmitRefusals(t *testing.T) {
+	t.Parallel()
+	db := setup(t)
+	code, _, stderr := db.cli(t, "submit", "--host", "nowhere.example", "--by", "alice")
+	require.Equal(t, exitRefused, code, stderr)
+	requireOneLine(t, stderr, `deletionctl: refused: submit of deletion of "nowhere.example" by "alice"`, `no community has host "nowhere.example"`)
+
+	_, host := db.createCommunity(t)
+	db.submit(t, host, "alice")
+	code, _, stderr = db.cli(t, "submit", "--host", host, "--by", "bob")
+	require.Equal(t, exitRefused, code, stderr)
+	requireOneLine(t, stderr, "deletionctl: refused: submit of deletion of")
+}
+
+func TestList(t *testing.T) {
+	t.Parallel()
+	db := setup(t)
+	var ids []string
+	for range 3 {
+		_, host := db.createCommunity(t)
+		ids = append(ids, db.submit(t, host, "alice"))
+	}
+	// Newest first.
+	want := []string{ids[2], ids[1], ids[0]}
+
+	// Plain table, two pages.
+	out := db.ok(t, "list", "--limit", "2")
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	require.Len(t, lines, 4, out)
+	require.Equal(t, []string{"ID", "HOST", "STAGE", "BLOCKED", "CREATED", "AT", "REQUESTED", "BY"}, strings.Fields(lines[0]))
+	col := strings.Index(lines[0], "STAGE")
+	for i, line := range lines[1:3] {
+		f := strings.Fields(line)
+		require.Equal(t, want[i], f[0])
+		require.Equal(t, "submitted", f[2])
+		require.Equal(t, "false", f[3])
+		require.Equal(t, `"alice"`, f[5])
+		require.Equal(t, "submitted", line[col:col+len("submitted")], "aligned columns")
+	}
+	require.True(t, strings.HasPrefix(lines[3], "next: "), lines[3])
+	next := strings.TrimPrefix(lines[3], "next: ")
+	out = db.ok(t, "list", "--limit", "2", "--after", next)
+	lines = strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	require.Len(t, lines, 2, out)
+	require.Equal(t, want[2], strings.Fields(lines[1])[0])
+
+	// JSON, two pages.
+	type page struct {
+		Requests []struct {
+			ID    string `json:"id"`
+			Stage string `json:"stage"`
+		} `json:"requests"`
+		Next *string `json:"next"`
+	}
+	var p page
+	require.NoError(t, json.Unmarshal([]byte(db.ok(t, "list", "--limit", "2", "--json")), &p))
+	require.Len(t, p.Requests, 2)
+	require.Equal(t, want[0], p.Requests[0].ID)
+	require.Equal(t, want[1], p.Requests[1].ID)
+	require.NotNil(t, p.Next)
+	require.Equal(t, next, *p.Next)
+	p = page{}
+	raw := db.ok(t, "list", "--limit", "2", "--json", "--after", next)
+	require.NoError(t, json.Unmarshal([]byte(raw), &p))
+	require.Len(t, p.Requests, 1)
+	require.Equal(t, want[2], p.Requests[0].ID)
+	require.Nil(t, p.Next)
+	require.Contains(t, raw, `"next": null`)
+
+	// Filters.
+	db.ok(t, "abort", "--request", ids[1], "--by", "carol", "--reason", "test")
+	require.NoError(t, json.Unmarshal([]byte(db.ok(t, "list", "--stage", "aborted", "--json")), &p))
+	require.Len(t, p.Requests, 1)
+	require.Equal(t, ids[1], p.Requests[0].ID)
+	require.NoError(t, json.Unmarshal([]byte(db.ok(t, "list", "--blocked", "--json")), &p))
+	require.Empty(t, p.Requests)
+	require.Contains(t, db.ok(t, "list", "--blocked", "--json"), `"requests": []`)
+	out = db.ok(t, "list", "--blocked")
+	require.Equal(t, 1, strings.Count(out, "\n"), "header only: %q", out)
+	require.NoError(t, json.Unmarshal([]byte(db.ok(t, "list", "--blocked=false", "--json")), &p))
+	require.Len(t, p.Requests, 3)
+}
+
+func TestNotFoundAndBadIDs(t *testing.T) {
+	t.Parallel()
+	db := setup(t)
+	missing := uuid.NewString()
+	for _, args := range [][]string{
+		{"inspect", "--request", missing},
+		{"inventory", "--request", missing},
+		{"approve", "--request", missing, "--by", "bob"},
+		{"abort", "--request", missing, "--by", "bob", "--reason", "r"},
+		{"unblock", "--request", missing, "--by", "bob", "--reason", "r"},
+	} {
+		code, stdout, stderr := db.cli(t, args...)
+		require.Equal(t, exitNotFound, code, "%q: %s", args, stderr)
+		require.Empty(t, stdout)
+		requireOneLine(t, stderr, "deletionctl: not found: "+args[0]+" of request "+missing, "lifecycle: not found")
+	}
+	code, _, stderr := db.cli(t, "inspect", "--request", "12345")
+	require.Equal(t, exitUsage, code, stderr)
+	requireOneLine(t, stderr, `"12345"`)
+}
+
+func TestUnblockNotBlocked(t *testing.T) {
+	t.Parallel()
+	db := setup(t)
+	_, host := db.createCommunity(t)
+	id := db.submit(t, host, "alice")
+	code, stdout, stderr := db.cli(t, "unblock", "--request", id, "--by", "carol", "--reason", "fixed it")
+	require.Equal(t, exitRefused, code, stderr)
+	require.Empty(t, stdout)
+	requireOneLine(t, stderr, "deletionctl: refused: unblock of request "+id+` by "carol"`, "lifecycle: refused")
+}
+
+func TestLeases(t *testing.T) {
+	t.Parallel()
+	db := setup(t)
+	community, _ := db.createCommunity(t)
+	store := lifecycle.New(db.pool)
+	_, err := store.AcquireServingWriteLease(t.Context(), community, "upload", "web-1", time.Minute)
+	require.NoError(t, err)
+	short, err := store.AcquireServingWriteLease(t.Context(), community, "upload", "web-2", time.Second)
+	require.NoError(t, err)
+	// Expire the short lease on the database clock.
+	_, err = db.pool.Exec(t.Context(), "UPDATE community_serving_write_leases SET lease_until = now() - interval '1 minute' WHERE id = $1", short.ID)
+	require.NoError(t, err)
+
+	out := db.ok(t, "leases")
+	require.Contains(t, out, "active: 1\n")
+	require.Contains(t, out, "expired: 1\n")
+	require.Contains(t, out, "dead tuples: ")
+
+	require.Equal(t, "reaped 1 expired serving write leases\n", db.ok(t, "leases", "--reap", "10"))
+	require.Equal(t, "reaped 0 expired serving write leases\n", db.ok(t, "leases", "--reap", "10"))
+	out = db.ok(t, "leases")
+	require.Contains(t, out, "active: 1\n")
+	require.Contains(t, out, "expired: 0\n")
+}
+
+func TestConnectionFailure(t *testing.T) {
+	t.Parallel()
+	code, stdout, stderr := cli(t, "--database-url", "postgres://nobody@127.0.0.1:1/none?connect_timeout=2", "leases")
+	require.Equal(t, exitFailure, code)
+	require.Empty(t, stdout)
+	requireOneLine(t, stderr, "deletionctl: ")
+}
