@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tombstoneworks/communitydeletion/lifecycle"
@@ -439,4 +440,34 @@ func TestTransitionsAbortRacingDrainNeverDeadlocks(t *testing.T) {
 			require.ErrorIs(t, abortErr, lifecycle.ErrRefused, "iteration %d", i)
 		}
 	}
+}
+
+// A writer's foreign key to communities holds FOR KEY SHARE on the community
+// row before its fence trigger asks for the shared community lock. Quiesce
+// and fence must not wait for that row lock while they hold the exclusive
+// community lock, or writer and fence deadlock: they complete while the
+// writer's transaction is still open, and the writer is then refused by the
+// fence (55000), not by the deadlock detector (40P01).
+func TestTransitionsDoNotWaitForWritersForeignKeyLocks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	request, token := b.lcAt(t, lifecycle.StageApproved, false)
+
+	writer, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer writer.Rollback(ctx)
+	_, err = writer.Exec(ctx, "SELECT 1 FROM communities WHERE id = $1 FOR KEY SHARE", request.CommunityID)
+	require.NoError(t, err)
+
+	bounded, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	require.NoError(t, b.store.BeginQuiescing(bounded, token), "quiesce waited for the writer's row lock")
+	_, err = b.store.Fence(bounded, token)
+	require.NoError(t, err, "fence waited for the writer's row lock")
+
+	_, err = writer.Exec(ctx, "INSERT INTO fixture_members (community_id, handle) VALUES ($1, 'late')", request.CommunityID)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "55000", pgErr.Code, pgErr.Message)
 }

@@ -86,9 +86,14 @@ const communityGetForUpdate = `-- name: CommunityGetForUpdate :one
 SELECT id, host, deletion_state, deletion_fence_generation, archived_at, deleted_at, created_at, signing_key, icon
 FROM communities
 WHERE id = $1
-FOR UPDATE
+FOR NO KEY UPDATE
 `
 
+// Locks the community row for a lifecycle step. FOR NO KEY UPDATE, not FOR
+// UPDATE: a writer's foreign key to communities holds FOR KEY SHARE on the row
+// before its fence trigger asks for the shared community lock, so FOR UPDATE
+// here (taken while holding the exclusive community lock) would deadlock with
+// every writer caught in between.
 func (q *Queries) CommunityGetForUpdate(ctx context.Context, id uuid.UUID) (Community, error) {
 	row := q.db.QueryRow(ctx, communityGetForUpdate, id)
 	var i Community

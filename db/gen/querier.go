@@ -52,6 +52,11 @@ type Querier interface {
 	CommunityFence(ctx context.Context, arg CommunityFenceParams) (int64, error)
 	CommunityGetByHost(ctx context.Context, host string) (Community, error)
 	CommunityGetByID(ctx context.Context, id uuid.UUID) (Community, error)
+	// Locks the community row for a lifecycle step. FOR NO KEY UPDATE, not FOR
+	// UPDATE: a writer's foreign key to communities holds FOR KEY SHARE on the row
+	// before its fence trigger asks for the shared community lock, so FOR UPDATE
+	// here (taken while holding the exclusive community lock) would deadlock with
+	// every writer caught in between.
 	CommunityGetForUpdate(ctx context.Context, id uuid.UUID) (Community, error)
 	CommunityInsert(ctx context.Context, arg CommunityInsertParams) (Community, error)
 	CommunityListByIDs(ctx context.Context, ids []uuid.UUID) ([]Community, error)

@@ -19,10 +19,15 @@ FROM communities
 WHERE id = @id;
 
 -- name: CommunityGetForUpdate :one
+-- Locks the community row for a lifecycle step. FOR NO KEY UPDATE, not FOR
+-- UPDATE: a writer's foreign key to communities holds FOR KEY SHARE on the row
+-- before its fence trigger asks for the shared community lock, so FOR UPDATE
+-- here (taken while holding the exclusive community lock) would deadlock with
+-- every writer caught in between.
 SELECT *
 FROM communities
 WHERE id = @id
-FOR UPDATE;
+FOR NO KEY UPDATE;
 
 -- name: CommunityInsert :one
 INSERT INTO communities (host, signing_key, icon)
