@@ -1,0 +1,258 @@
+// Package executor drives claimed community deletions through the lifecycle
+// store: it quiesces and fences the community, enumerates and freezes its
+// object-store keys, deletes them chunk by chunk, purges PostgreSQL and the
+// cache, verifies absence everywhere and completes the request.
+//
+// A Runner claims a request, heartbeats its lease while it works and drives
+// every runnable stage in order. A resumed claim starts at the request's
+// stored stage, so a crash at any point loses at most the unit in flight,
+// which is idempotent. Failures are classified: a fail-closed refusal
+// (lifecycle.ErrRefused) blocks the request at once; a stale lease stops all
+// work with that token; anything else records a retry with exponential
+// backoff, which the store turns into a durable block after
+// lifecycle.MaxConsecutiveRetries consecutive failures.
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
+)
+
+// Defaults of Config.
+const (
+	DefaultDrainTimeout = 30 * time.Second
+	DefaultChunkSize    = 1000
+	DefaultRetryBase    = time.Second
+	DefaultRetryMax     = 5 * time.Minute
+	DefaultPollInterval = time.Second
+	// HeartbeatMode is the mode the runner's heartbeats record.
+	HeartbeatMode = "executor"
+)
+
+var (
+	// ErrRetryScheduled reports that RunOnce recorded a retryable failure:
+	// the request was released and becomes claimable again after a backoff
+	// (or was blocked by the store on the last allowed attempt).
+	ErrRetryScheduled = errors.New("executor: retry scheduled")
+	// ErrBlocked reports that RunOnce durably blocked the request after a
+	// fail-closed refusal; an operator must Unblock it.
+	ErrBlocked = errors.New("executor: blocked")
+)
+
+// Config configures a Runner.
+type Config struct {
+	// Store is the lifecycle store. Required.
+	Store *lifecycle.Store
+	// Objects is the object store holding the communities' files. Required.
+	Objects ObjectStore
+	// Cache is the cache holding the communities' entries. Required.
+	Cache Cache
+	// Owner is the executor identity claims and heartbeats are recorded
+	// under. Required; at most lifecycle.MaxOperatorBytes after trimming.
+	Owner string
+	// Prefixes returns a community's object-store key prefixes, each ending
+	// in "/" and containing the community's id. They must be exactly the
+	// prefixes of the request's approved inventory (the runner refuses to
+	// delete anything else). When nil, the approved inventory's prefixes are
+	// used.
+	Prefixes func(community uuid.UUID) []string
+	// LeaseDuration is the claim length; default lifecycle.DefaultLeaseDuration.
+	LeaseDuration time.Duration
+	// HeartbeatInterval is how often the lease is renewed while working;
+	// default LeaseDuration/3. It must be shorter than LeaseDuration.
+	HeartbeatInterval time.Duration
+	// DrainTimeout bounds the wait for serving writes to drain before the
+	// fence; on timeout a retry is recorded. Default 30s.
+	DrainTimeout time.Duration
+	// ChunkSize is the number of keys per persisted manifest chunk (and per
+	// ObjectStore.Delete call); default 1000, at most
+	// lifecycle.MaxManifestChunkKeys.
+	ChunkSize int
+	// RetryBase and RetryMax shape the backoff after a retryable failure:
+	// RetryBase*2^retry_count, capped at RetryMax, with jitter. Defaults 1s
+	// and 5m.
+	RetryBase, RetryMax time.Duration
+	// PollInterval is how long Run sleeps when nothing is claimable (or after
+	// an unexpected error); default 1s.
+	PollInterval time.Duration
+	// Purge bounds the PostgreSQL purge transactions. Its Progress, if set,
+	// is called as well as the runner's own.
+	Purge lifecycle.PurgeOptions
+	// Progress, if not nil, receives the runner's events, synchronously on
+	// the working goroutine: it must return quickly.
+	Progress func(Event)
+}
+
+// Event reports the runner's progress on one request.
+type Event struct {
+	// RequestID is the request worked on.
+	RequestID uuid.UUID
+	// Stage is the request's stage when the event happened.
+	Stage lifecycle.Stage
+	// Message says what happened, on one line.
+	Message string
+	// TablesRows are the rows purged so far per table, during the purge.
+	TablesRows map[string]int64
+	// ChunksDone and ChunksTotal count the manifest key chunks deleted and
+	// persisted, while deleting objects.
+	ChunksDone, ChunksTotal int64
+}
+
+// Runner drives claimed deletions. It is safe to call RunOnce from several
+// goroutines; each call works on its own claim.
+type Runner struct {
+	cfg Config
+}
+
+// New validates cfg, fills in its defaults and returns a Runner.
+func New(cfg Config) (*Runner, error) {
+	var problems []string
+	if cfg.Store == nil {
+		problems = append(problems, "Store is nil")
+	}
+	if cfg.Objects == nil {
+		problems = append(problems, "Objects is nil")
+	}
+	if cfg.Cache == nil {
+		problems = append(problems, "Cache is nil")
+	}
+	cfg.Owner = strings.TrimSpace(cfg.Owner)
+	if cfg.Owner == "" {
+		problems = append(problems, "Owner is empty")
+	} else if len(cfg.Owner) > lifecycle.MaxOperatorBytes {
+		problems = append(problems, fmt.Sprintf("Owner is longer than %d bytes", lifecycle.MaxOperatorBytes))
+	}
+	if cfg.LeaseDuration == 0 {
+		cfg.LeaseDuration = lifecycle.DefaultLeaseDuration
+	}
+	if cfg.LeaseDuration < time.Second {
+		problems = append(problems, "LeaseDuration is shorter than 1s")
+	}
+	if cfg.HeartbeatInterval == 0 {
+		cfg.HeartbeatInterval = cfg.LeaseDuration / 3
+	}
+	if cfg.HeartbeatInterval <= 0 || cfg.HeartbeatInterval >= cfg.LeaseDuration {
+		problems = append(problems, "HeartbeatInterval must be positive and shorter than LeaseDuration")
+	}
+	if cfg.DrainTimeout == 0 {
+		cfg.DrainTimeout = DefaultDrainTimeout
+	}
+	if cfg.DrainTimeout < 0 {
+		problems = append(problems, "DrainTimeout is negative")
+	}
+	if cfg.ChunkSize == 0 {
+		cfg.ChunkSize = DefaultChunkSize
+	}
+	if cfg.ChunkSize < 0 || cfg.ChunkSize > lifecycle.MaxManifestChunkKeys {
+		problems = append(problems, fmt.Sprintf("ChunkSize must be between 1 and %d", lifecycle.MaxManifestChunkKeys))
+	}
+	if cfg.RetryBase == 0 {
+		cfg.RetryBase = DefaultRetryBase
+	}
+	if cfg.RetryMax == 0 {
+		cfg.RetryMax = DefaultRetryMax
+	}
+	if cfg.RetryBase < 0 || cfg.RetryMax < cfg.RetryBase {
+		problems = append(problems, "RetryBase must be positive and at most RetryMax")
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = DefaultPollInterval
+	}
+	if cfg.PollInterval < 0 {
+		problems = append(problems, "PollInterval is negative")
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("executor: invalid config: %s: %w", strings.Join(problems, "; "), lifecycle.ErrInvalidInput)
+	}
+	return &Runner{cfg: cfg}, nil
+}
+
+// Run claims and drives deletions until ctx is done, sleeping PollInterval
+// when nothing is claimable. Failures of single requests are reported
+// through Progress and do not stop it. When ctx is done it releases any claim
+// it holds, records the executor stopped and returns ctx.Err().
+func (r *Runner) Run(ctx context.Context) error {
+	defer func() {
+		// Record that this executor stopped (a claim in flight was already
+		// released by RunOnce).
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+		defer cancel()
+		_ = r.cfg.Store.StopExecutor(stopCtx, nil, r.cfg.Owner)
+	}()
+	for {
+		claimed, err := r.RunOnce(ctx, nil)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if claimed && err == nil {
+			continue
+		}
+		if err != nil && !errors.Is(err, ErrRetryScheduled) && !errors.Is(err, ErrBlocked) && !lifecycle.IsStaleLease(err) {
+			r.emit(Event{Message: "error: " + oneLine(err)})
+		}
+		if claimed {
+			continue
+		}
+		t := time.NewTimer(r.cfg.PollInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// RunOnce claims requestID (ClaimSpecific), or the oldest claimable request
+// when requestID is nil (ClaimNext), and drives it through every runnable
+// stage to retention_pending or until a failure. It reports whether it
+// claimed a request. A failure it recorded returns an error matching
+// ErrRetryScheduled or ErrBlocked (and the cause); a lost lease returns an
+// error matching lifecycle.ErrStaleLease; when ctx is done it releases the
+// claim and returns ctx.Err().
+func (r *Runner) RunOnce(ctx context.Context, requestID *uuid.UUID) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	var (
+		claim *lifecycle.ClaimedDeletion
+		err   error
+	)
+	if requestID != nil {
+		claim, err = r.cfg.Store.ClaimSpecific(ctx, *requestID, r.cfg.Owner, r.cfg.LeaseDuration)
+	} else {
+		claim, err = r.cfg.Store.ClaimNext(ctx, r.cfg.Owner, r.cfg.LeaseDuration)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		return false, fmt.Errorf("executor: claim: %w", err)
+	}
+	if claim == nil {
+		return false, nil
+	}
+	return true, r.execute(ctx, claim)
+}
+
+func (r *Runner) emit(ev Event) {
+	if r.cfg.Progress != nil {
+		r.cfg.Progress(ev)
+	}
+}
+
+// oneLine bounds an error's text for events.
+func oneLine(err error) string {
+	s := strings.ReplaceAll(err.Error(), "\n", " ")
+	if len(s) > lifecycle.MaxErrorBytes {
+		s = s[:lifecycle.MaxErrorBytes]
+	}
+	return s
+}

@@ -1,0 +1,415 @@
+package executor_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tombstoneworks/communitydeletion/executor"
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
+)
+
+// chunksOf is the number of manifest chunks a community with files files
+// has under ChunkSize 2: 2*files+1 media keys and files upload keys.
+func chunksOf(files int) int { return (2*files+1+1)/2 + (files+1)/2 }
+
+func TestFullDeletion(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	target := b.createCommunity(t, 3)
+	other := b.createCommunity(t, 3)
+	otherRows := b.rows(t, other.id)
+	id := b.approve(t, target)
+
+	objects := newCounting(b.files)
+	cfg := b.config("executor-1")
+	cfg.Objects = objects
+	var mu sync.Mutex
+	var events []executor.Event
+	cfg.Progress = func(ev executor.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		events = append(events, ev)
+	}
+	claimed, err := b.runner(t, cfg).RunOnce(t.Context(), &id)
+	require.NoError(t, err)
+	require.True(t, claimed)
+
+	b.requireDeleted(t, id, target)
+	b.requireIntact(t, other, otherRows)
+	objects.requireEachOnce(t, chunksOf(3))
+
+	stages := map[lifecycle.Stage]bool{}
+	var purgeRows, chunkEvents bool
+	for _, ev := range events {
+		require.Equal(t, id, ev.RequestID)
+		stages[ev.Stage] = true
+		purgeRows = purgeRows || len(ev.TablesRows) > 0
+		chunkEvents = chunkEvents || (ev.ChunksDone > 0 && ev.ChunksTotal == int64(chunksOf(3)))
+	}
+	require.True(t, purgeRows)
+	require.True(t, chunkEvents)
+	for _, s := range []lifecycle.Stage{lifecycle.StageFenced, lifecycle.StageDrained, lifecycle.StageBindingsRemoved,
+		lifecycle.StagePostgresPurged, lifecycle.StageCachePurged, lifecycle.StageLogicallyVerified, lifecycle.StageRetentionPending} {
+		require.True(t, stages[s], "no event at %s", s)
+	}
+
+	// Nothing is left to claim.
+	claimed, err = b.runner(t, b.config("executor-2")).RunOnce(t.Context(), nil)
+	require.NoError(t, err)
+	require.False(t, claimed)
+}
+
+func TestFailingDeleteBlocksAfterMaxRetriesThenRecovers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	target := b.createCommunity(t, 1)
+	id := b.approve(t, target)
+
+	objects := newCounting(b.files)
+	objects.fail = true
+	cfg := b.config("executor-1")
+	cfg.Objects = objects
+	r := b.runner(t, cfg)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		request, err := b.store.Get(t.Context(), id)
+		require.NoError(t, err)
+		if request.Blocked() {
+			require.Equal(t, lifecycle.StageDrained, request.Stage)
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "not blocked in time after %d attempts", objects.attempts())
+		claimed, err := r.RunOnce(t.Context(), &id)
+		if claimed {
+			require.ErrorIs(t, err, executor.ErrRetryScheduled)
+		} else {
+			require.NoError(t, err)
+		}
+	}
+	require.Equal(t, lifecycle.MaxConsecutiveRetries, objects.attempts())
+	for _, key := range target.keys {
+		require.True(t, b.exists(t, key))
+	}
+
+	// Blocked: nobody claims it.
+	claimed, err := r.RunOnce(t.Context(), &id)
+	require.NoError(t, err)
+	require.False(t, claimed)
+
+	_, err = b.store.Unblock(t.Context(), id, "carol", "object store fixed")
+	require.NoError(t, err)
+	claimed, err = b.runner(t, b.config("executor-2")).RunOnce(t.Context(), &id)
+	require.NoError(t, err)
+	require.True(t, claimed)
+	b.requireDeleted(t, id, target)
+}
+
+func TestCrashAndResume(t *testing.T) {
+	t.Parallel()
+	type crash struct {
+		at    func(ev executor.Event) bool
+		stage lifecycle.Stage // the stage the request is left at
+	}
+	cases := map[string]crash{
+		"after quiescing": {func(ev executor.Event) bool { return ev.Message == "quiescing" }, lifecycle.StageApproved},
+		"after fenced":    {func(ev executor.Event) bool { return ev.Stage == lifecycle.StageFenced }, lifecycle.StageFenced},
+		"mid enumeration": {func(ev executor.Event) bool {
+			return ev.Stage == lifecycle.StageFenced && ev.ChunksTotal == 2
+		}, lifecycle.StageFenced},
+		"after some chunks":  {func(ev executor.Event) bool { return ev.ChunksDone == 2 }, lifecycle.StageDrained},
+		"mid purge":          {func(ev executor.Event) bool { return len(ev.TablesRows) > 0 }, lifecycle.StageBindingsRemoved},
+		"after postgres":     {func(ev executor.Event) bool { return ev.Stage == lifecycle.StagePostgresPurged }, lifecycle.StagePostgresPurged},
+		"after cache purged": {func(ev executor.Event) bool { return ev.Stage == lifecycle.StageCachePurged }, lifecycle.StageCachePurged},
+		"after verification": {func(ev executor.Event) bool { return ev.Stage == lifecycle.StageLogicallyVerified }, lifecycle.StageLogicallyVerified},
+	}
+	for name, crashAt := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			target := b.createCommunity(t, 3)
+			other := b.createCommunity(t, 1)
+			otherRows := b.rows(t, other.id)
+			id := b.approve(t, target)
+			objects := newCounting(b.files)
+
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			cfg := b.config("executor-1")
+			cfg.Objects = objects
+			crashed := false
+			cfg.Progress = func(ev executor.Event) {
+				if !crashed && crashAt.at(ev) {
+					crashed = true
+					cancel()
+				}
+			}
+			claimed, err := b.runner(t, cfg).RunOnce(ctx, &id)
+			require.True(t, claimed)
+			require.ErrorIs(t, err, context.Canceled)
+			require.True(t, crashed)
+			request, err := b.store.Get(t.Context(), id)
+			require.NoError(t, err)
+			require.Equal(t, crashAt.stage, request.Stage)
+			require.False(t, request.Blocked())
+			require.Empty(t, request.LeaseOwner, "the stopped runner released its claim")
+
+			b.expireLease(t, id)
+			cfg2 := b.config("executor-2")
+			cfg2.Objects = objects
+			claimed, err = b.runner(t, cfg2).RunOnce(t.Context(), &id)
+			require.NoError(t, err)
+			require.True(t, claimed)
+			b.requireDeleted(t, id, target)
+			b.requireIntact(t, other, otherRows)
+			objects.mu.Lock()
+			defer objects.mu.Unlock()
+			for key, n := range objects.calls {
+				// Only the chunk in flight at the crash may be deleted twice.
+				require.LessOrEqual(t, n, 2, key)
+			}
+		})
+	}
+}
+
+func TestTwoRunnersNeverBothAct(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	target := b.createCommunity(t, 4)
+	id := b.approve(t, target)
+	objects := newCounting(b.files)
+
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	results := make([]bool, 2)
+	for i := range 2 {
+		cfg := b.config("executor-" + string(rune('a'+i)))
+		cfg.Objects = objects
+		r := b.runner(t, cfg)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for {
+				claimed, err := r.RunOnce(t.Context(), &id)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				results[i] = results[i] || claimed
+				request, err := b.store.Get(t.Context(), id)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if request.Stage == lifecycle.StageRetentionPending {
+					return
+				}
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	require.True(t, results[0] != results[1], "exactly one runner claims: %v", results)
+	b.requireDeleted(t, id, target)
+	objects.requireEachOnce(t, chunksOf(4))
+}
+
+// A runner whose lease is taken over mid-deletion stops at its next call and
+// never acts again; the new owner finishes and each chunk is deleted once.
+func TestTakenOverRunnerStops(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	target := b.createCommunity(t, 4)
+	id := b.approve(t, target)
+	objects := newCounting(b.files)
+
+	cfgB := b.config("executor-b")
+	cfgB.Objects = objects
+	runnerB := b.runner(t, cfgB)
+	cfgA := b.config("executor-a")
+	cfgA.Objects = objects
+	tookOver := false
+	cfgA.Progress = func(ev executor.Event) {
+		if ev.ChunksDone == 1 && !tookOver {
+			tookOver = true
+			b.expireLease(t, id)
+			claimed, err := runnerB.RunOnce(t.Context(), &id)
+			require.NoError(t, err)
+			require.True(t, claimed)
+		}
+	}
+	claimed, err := b.runner(t, cfgA).RunOnce(t.Context(), &id)
+	require.True(t, claimed)
+	require.True(t, lifecycle.IsStaleLease(err), "%v", err)
+	require.True(t, tookOver)
+	b.requireDeleted(t, id, target)
+	objects.requireEachOnce(t, chunksOf(4))
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	_, err := executor.New(executor.Config{})
+	require.ErrorIs(t, err, lifecycle.ErrInvalidInput)
+	_, err = executor.New(executor.Config{Store: &lifecycle.Store{}, Objects: executor.NewFileObjectStore(t.TempDir()),
+		Cache: executor.NewMemoryCache(), Owner: "x", ChunkSize: lifecycle.MaxManifestChunkKeys + 1})
+	require.ErrorIs(t, err, lifecycle.ErrInvalidInput)
+	r, err := executor.New(executor.Config{Store: &lifecycle.Store{}, Objects: executor.NewFileObjectStore(t.TempDir()),
+		Cache: executor.NewMemoryCache(), Owner: "x"})
+	require.NoError(t, err)
+	require.NotNil(t, r)
+}
+
+func TestRunStopsOnCancel(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	target := b.createCommunity(t, 1)
+	id := b.approve(t, target)
+	ctx, cancel := context.WithCancel(t.Context())
+	cfg := b.config("executor-1")
+	cfg.PollInterval = time.Millisecond
+	cfg.Progress = func(ev executor.Event) {
+		if ev.Stage == lifecycle.StageRetentionPending {
+			cancel()
+		}
+	}
+	err := b.runner(t, cfg).Run(ctx)
+	require.True(t, errors.Is(err, context.Canceled))
+	b.requireDeleted(t, id, target)
+}
+
+// Prefixes that differ from the approved inventory's are a fail-closed
+// refusal: the request blocks at once and nothing is deleted.
+func TestPrefixMismatchBlocksAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	target := b.createCommunity(t, 1)
+	id := b.approve(t, target)
+	cfg := b.config("executor-1")
+	cfg.Prefixes = func(c uuid.UUID) []string { return []string{"media/" + c.String() + "/"} }
+	claimed, err := b.runner(t, cfg).RunOnce(t.Context(), &id)
+	require.True(t, claimed)
+	require.ErrorIs(t, err, executor.ErrBlocked)
+	require.ErrorIs(t, err, lifecycle.ErrRefused)
+	request, err := b.store.Get(t.Context(), id)
+	require.NoError(t, err)
+	require.True(t, request.Blocked())
+	require.Equal(t, lifecycle.StageFenced, request.Stage)
+	for _, key := range target.keys {
+		require.True(t, b.exists(t, key))
+	}
+}
+
+// anyObjects reports objects left under every prefix.
+type anyObjects struct{ executor.ObjectStore }
+
+func (anyObjects) Any(context.Context, string) (bool, error) { return true, nil }
+
+// An object left behind after deletion fails verification as a retry, not a
+// block, and the request stays at cache_purged.
+func TestLeftoverObjectRetriesVerification(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	target := b.createCommunity(t, 1)
+	id := b.approve(t, target)
+	cfg := b.config("executor-1")
+	cfg.Objects = anyObjects{b.files}
+	claimed, err := b.runner(t, cfg).RunOnce(t.Context(), &id)
+	require.True(t, claimed)
+	require.ErrorIs(t, err, executor.ErrRetryScheduled)
+	request, err := b.store.Get(t.Context(), id)
+	require.NoError(t, err)
+	require.Equal(t, lifecycle.StageCachePurged, request.Stage)
+	require.False(t, request.Blocked())
+	require.Equal(t, int32(1), request.RetryCount)
+	require.Contains(t, request.LastError, "objects remain")
+}
+
+// blockingObjects parks Delete until its context ends.
+type blockingObjects struct {
+	executor.ObjectStore
+	entered chan struct{}
+}
+
+func (o *blockingObjects) Delete(ctx context.Context, keys []string) error {
+	select {
+	case o.entered <- struct{}{}:
+	default:
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// A heartbeat that finds the lease taken over cancels the work in flight.
+func TestStaleHeartbeatCancelsWork(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	target := b.createCommunity(t, 1)
+	id := b.approve(t, target)
+	objects := &blockingObjects{ObjectStore: b.files, entered: make(chan struct{}, 1)}
+	cfg := b.config("executor-1")
+	cfg.Objects = objects
+	cfg.LeaseDuration = 5 * time.Second
+	cfg.HeartbeatInterval = 10 * time.Millisecond
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.runner(t, cfg).RunOnce(t.Context(), &id)
+		done <- err
+	}()
+	<-objects.entered
+	b.expireLease(t, id)
+	thief, err := b.store.ClaimSpecific(t.Context(), id, "thief", lifecycle.DefaultLeaseDuration)
+	require.NoError(t, err)
+	require.NotNil(t, thief)
+	err = <-done
+	require.True(t, lifecycle.IsStaleLease(err), "%v", err)
+	request, err := b.store.Get(t.Context(), id)
+	require.NoError(t, err)
+	require.Equal(t, "thief", request.LeaseOwner)
+	require.Equal(t, lifecycle.StageDrained, request.Stage)
+	total, deleted, err := b.store.ManifestChunkProgress(t.Context(), id)
+	require.NoError(t, err)
+	require.Positive(t, total)
+	require.Zero(t, deleted)
+}
+
+// Serving writes that do not drain in DrainTimeout record a retry at
+// approved; once they finish, the next claim fences and completes.
+func TestUndrainedServingWritesRetry(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	target := b.createCommunity(t, 1)
+	id := b.approve(t, target)
+	lease, err := b.store.AcquireServingWriteLease(t.Context(), target.id, "upload", "web-1", time.Minute)
+	require.NoError(t, err)
+	cfg := b.config("executor-1")
+	cfg.DrainTimeout = 30 * time.Millisecond
+	r := b.runner(t, cfg)
+	claimed, err := r.RunOnce(t.Context(), &id)
+	require.True(t, claimed)
+	require.ErrorIs(t, err, executor.ErrRetryScheduled)
+	request, err := b.store.Get(t.Context(), id)
+	require.NoError(t, err)
+	require.Equal(t, lifecycle.StageApproved, request.Stage)
+	require.False(t, request.Blocked())
+
+	released, err := b.store.ReleaseServingWriteLease(t.Context(), lease)
+	require.NoError(t, err)
+	require.True(t, released)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		claimed, err := r.RunOnce(t.Context(), &id)
+		require.NoError(t, err)
+		if claimed {
+			break
+		}
+		require.True(t, time.Now().Before(deadline))
+	}
+	b.requireDeleted(t, id, target)
+}

@@ -1,0 +1,252 @@
+package executor_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tombstoneworks/communitydeletion/ephemeralpg"
+	"github.com/tombstoneworks/communitydeletion/executor"
+	"github.com/tombstoneworks/communitydeletion/fixture"
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
+)
+
+// server is the throwaway PostgreSQL shared by the package's tests; each
+// test gets its own database cloned from a migrated template.
+var server *ephemeralpg.Server
+
+func TestMain(m *testing.M) {
+	var stop func()
+	server, stop = ephemeralpg.StartForTests(ephemeralpg.Options{})
+	code := m.Run()
+	stop()
+	os.Exit(code)
+}
+
+// testBundle is one test's database (migrations plus the fixture tenant
+// tables), a Store over it, a temporary object-store root and a cache.
+type testBundle struct {
+	url   string
+	pool  *pgxpool.Pool
+	store *lifecycle.Store
+	root  string
+	files *executor.FileObjectStore
+	cache *executor.MemoryCache
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	url := ephemeralpg.NewTestDatabase(t, server, fixture.Migrator{WithFixture: true})
+	pool, err := pgxpool.New(t.Context(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	root := t.TempDir()
+	return &testBundle{url: url, pool: pool, store: lifecycle.New(pool), root: root,
+		files: executor.NewFileObjectStore(root), cache: executor.NewMemoryCache()}
+}
+
+// prefixes is the storage layout of the tests' service.
+func prefixes(community uuid.UUID) []string {
+	return []string{"media/" + community.String() + "/", "uploads/" + community.String() + "/"}
+}
+
+// community is a seeded fixture community.
+type community struct {
+	id   uuid.UUID
+	host string
+	keys []string // its object keys, sorted
+}
+
+// createCommunity inserts an active community with rows in every fixture
+// table, files under its prefixes (and a decoy beside them) and cache keys.
+func (b *testBundle) createCommunity(t *testing.T, files int) community {
+	t.Helper()
+	ctx := t.Context()
+	id := uuid.New()
+	host := fmt.Sprintf("c-%s.example", id)
+	_, err := b.pool.Exec(ctx, "INSERT INTO communities (id, host, signing_key, icon) VALUES ($1, $2, 'key', 'icon.png')", id, host)
+	require.NoError(t, err)
+	for i := range 3 {
+		var member, channel, message int64
+		require.NoError(t, b.pool.QueryRow(ctx, "INSERT INTO fixture_members (community_id, handle) VALUES ($1, $2) RETURNING id", id, fmt.Sprintf("m%d", i)).Scan(&member))
+		require.NoError(t, b.pool.QueryRow(ctx, "INSERT INTO fixture_channels (community_id, name, created_by) VALUES ($1, 'general', $2) RETURNING id", id, member).Scan(&channel))
+		require.NoError(t, b.pool.QueryRow(ctx, "INSERT INTO fixture_messages (community_id, channel_id, author_id, body) VALUES ($1, $2, $3, 'hi') RETURNING id", id, channel, member).Scan(&message))
+		for _, q := range []string{
+			"INSERT INTO fixture_reactions (community_id, message_id, member_id, emoji) VALUES ($1, $2, $3, ':)')",
+			"INSERT INTO fixture_attachments (community_id, message_id, storage_key) VALUES ($1, $2, $3::bigint::text)",
+		} {
+			_, err := b.pool.Exec(ctx, q, id, message, member)
+			require.NoError(t, err)
+		}
+		_, err = b.pool.Exec(ctx, "INSERT INTO fixture_activity (community_id, kind) VALUES ($1, 'post')", id)
+		require.NoError(t, err)
+		_, err = b.pool.Exec(ctx, "INSERT INTO fixture_audit_events (community_id, action) VALUES ($1, 'post')", id)
+		require.NoError(t, err)
+	}
+	c := community{id: id, host: host}
+	for i := range files {
+		// "a/…" and "a-…" interleave by byte order, not directory order.
+		for _, key := range []string{
+			fmt.Sprintf("media/%s/a/%03d.bin", id, i),
+			fmt.Sprintf("media/%s/a-%03d.bin", id, i),
+			fmt.Sprintf("uploads/%s/%03d", id, i),
+		} {
+			c.keys = append(c.keys, key)
+		}
+	}
+	c.keys = append(c.keys, fmt.Sprintf("media/%s/z", id))
+	sort.Strings(c.keys)
+	for _, key := range append([]string{fmt.Sprintf("media/%s-decoy/keep", id)}, c.keys...) {
+		p := filepath.Join(b.root, filepath.FromSlash(key))
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, []byte(key), 0o644))
+	}
+	b.cache.Put(id, "session:1", "feed:"+id.String())
+	return c
+}
+
+// approve submits, inventories and approves the deletion of c.
+func (b *testBundle) approve(t *testing.T, c community) uuid.UUID {
+	t.Helper()
+	ctx := t.Context()
+	request, err := b.store.Submit(ctx, c.host, "alice", "test")
+	require.NoError(t, err)
+	schema, err := b.store.InventorySchema(ctx, c.id)
+	require.NoError(t, err)
+	storage, err := executor.SummarizeStorage(ctx, b.files, prefixes(c.id))
+	require.NoError(t, err)
+	_, err = b.store.FreezeInventory(ctx, request.ID, lifecycle.FrozenInventory{Schema: *schema, Storage: storage})
+	require.NoError(t, err)
+	_, err = b.store.Approve(ctx, request.ID, "bob", "ok")
+	require.NoError(t, err)
+	return request.ID
+}
+
+// config is a runner config over the bundle with small, fast settings.
+func (b *testBundle) config(owner string) executor.Config {
+	return executor.Config{
+		Store: b.store, Objects: b.files, Cache: b.cache, Owner: owner, Prefixes: prefixes,
+		ChunkSize: 2, RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond,
+		Purge: lifecycle.PurgeOptions{MaxRowsPerTx: 2},
+	}
+}
+
+func (b *testBundle) runner(t *testing.T, cfg executor.Config) *executor.Runner {
+	t.Helper()
+	r, err := executor.New(cfg)
+	require.NoError(t, err)
+	return r
+}
+
+// rows counts c's rows across the fixture tables.
+func (b *testBundle) rows(t *testing.T, id uuid.UUID) int64 {
+	t.Helper()
+	var total int64
+	for _, table := range append(append([]string(nil), fixture.Tables...), fixture.NullifyTables...) {
+		var n int64
+		require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT count(*) FROM "+table+" WHERE community_id = $1", id).Scan(&n))
+		total += n
+	}
+	return total
+}
+
+// exists reports whether key is a file under the root.
+func (b *testBundle) exists(t *testing.T, key string) bool {
+	t.Helper()
+	_, err := os.Stat(filepath.Join(b.root, filepath.FromSlash(key)))
+	if os.IsNotExist(err) {
+		return false
+	}
+	require.NoError(t, err)
+	return true
+}
+
+// requireDeleted checks that c's deletion completed and left nothing.
+func (b *testBundle) requireDeleted(t *testing.T, requestID uuid.UUID, c community) {
+	t.Helper()
+	request, err := b.store.Get(t.Context(), requestID)
+	require.NoError(t, err)
+	require.Equal(t, lifecycle.StageRetentionPending, request.Stage)
+	require.Zero(t, b.rows(t, c.id))
+	for _, key := range c.keys {
+		require.False(t, b.exists(t, key), key)
+	}
+	require.True(t, b.exists(t, fmt.Sprintf("media/%s-decoy/keep", c.id)))
+	require.Zero(t, b.cache.Len(c.id))
+	var state string
+	require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT deletion_state FROM communities WHERE id = $1", c.id).Scan(&state))
+	require.Equal(t, "tombstone", state)
+}
+
+// requireIntact checks that c kept its rows, files and cache.
+func (b *testBundle) requireIntact(t *testing.T, c community, rows int64) {
+	t.Helper()
+	require.Equal(t, rows, b.rows(t, c.id))
+	for _, key := range c.keys {
+		require.True(t, b.exists(t, key), key)
+	}
+	require.Equal(t, 2, b.cache.Len(c.id))
+}
+
+// expireLease makes the request's lease (if any) expired on the database
+// clock, as a crashed executor's would be.
+func (b *testBundle) expireLease(t *testing.T, requestID uuid.UUID) {
+	t.Helper()
+	_, err := b.pool.Exec(context.WithoutCancel(t.Context()), `UPDATE community_deletion_requests
+		SET lease_until = now() - interval '1 second' WHERE id = $1 AND lease_until IS NOT NULL`, requestID)
+	require.NoError(t, err)
+}
+
+// countingObjects wraps an ObjectStore, counting Delete calls per first key
+// and failing Delete while fail is set.
+type countingObjects struct {
+	executor.ObjectStore
+	mu      sync.Mutex
+	calls   map[string]int
+	fail    bool
+	attempt int
+}
+
+func newCounting(inner executor.ObjectStore) *countingObjects {
+	return &countingObjects{ObjectStore: inner, calls: make(map[string]int)}
+}
+
+func (c *countingObjects) Delete(ctx context.Context, keys []string) error {
+	c.mu.Lock()
+	c.attempt++
+	fail := c.fail
+	if !fail && len(keys) > 0 {
+		c.calls[keys[0]]++
+	}
+	c.mu.Unlock()
+	if fail {
+		return fmt.Errorf("object store unavailable")
+	}
+	return c.ObjectStore.Delete(ctx, keys)
+}
+
+func (c *countingObjects) attempts() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.attempt
+}
+
+// requireEachOnce checks that every chunk (by first key) was deleted once.
+func (c *countingObjects) requireEachOnce(t *testing.T, chunks int) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	require.Len(t, c.calls, chunks)
+	for key, n := range c.calls {
+		require.Equal(t, 1, n, "chunk starting at %s", key)
+	}
+}

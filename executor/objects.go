@@ -1,0 +1,252 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/google/uuid"
+)
+
+// ObjectStore is the object storage (S3 or compatible) a community's files
+// live in. A service plugs its own client in; NewFileObjectStore is a
+// reference adapter over a local directory.
+type ObjectStore interface {
+	// List calls fn for every object whose key starts with prefix, in
+	// strictly ascending byte order of the key (the order of S3
+	// ListObjectsV2), with the object's size in bytes. An error from fn stops
+	// the listing and is returned.
+	List(ctx context.Context, prefix string, fn func(key string, size int64) error) error
+	// Delete deletes the objects keys names: at most Config.ChunkSize keys,
+	// all under one prefix (with the default of 1000, one S3 DeleteObjects
+	// call). It must fail if any key could not be deleted. A key that does
+	// not exist is not an error: deletion is idempotent, and a resumed
+	// executor may delete a chunk again.
+	Delete(ctx context.Context, keys []string) error
+	// Any reports whether at least one object's key starts with prefix.
+	Any(ctx context.Context, prefix string) (bool, error)
+}
+
+// Cache is the cache (Redis or compatible) a community's entries live in.
+// A service plugs its own client in; NewMemoryCache is a reference adapter.
+type Cache interface {
+	// Purge deletes every cache entry of community and returns how many it
+	// deleted. Purging an empty namespace returns 0 and no error.
+	Purge(ctx context.Context, community uuid.UUID) (int64, error)
+	// Empty reports whether community has no cache entry left.
+	Empty(ctx context.Context, community uuid.UUID) (bool, error)
+}
+
+// FileObjectStore is an ObjectStore over the regular files under a root
+// directory: a key is a file's slash-separated path relative to the root.
+// Symbolic links and other non-regular files are ignored.
+type FileObjectStore struct {
+	root string
+}
+
+// NewFileObjectStore returns a FileObjectStore over root.
+func NewFileObjectStore(root string) *FileObjectStore {
+	return &FileObjectStore{root: root}
+}
+
+// errStopWalk ends a walk early.
+var errStopWalk = errors.New("stop walk")
+
+// checkKeyPath refuses a key or prefix that would name something outside the
+// root: absolute, with "." or ".." segments, or with a NUL byte.
+func checkKeyPath(s string, isPrefix bool) error {
+	if strings.ContainsRune(s, 0) || strings.HasPrefix(s, "/") || strings.Contains(s, `\`) {
+		return fmt.Errorf("file object store: key %q is not a relative slash-separated path", s)
+	}
+	for _, seg := range strings.Split(s, "/") {
+		if seg == "." || seg == ".." {
+			return fmt.Errorf("file object store: key %q has a %q segment", s, seg)
+		}
+	}
+	if !isPrefix {
+		if s == "" || strings.HasSuffix(s, "/") || strings.Contains(s, "//") {
+			return fmt.Errorf("file object store: key %q does not name a file", s)
+		}
+	}
+	return nil
+}
+
+// walk visits, in no particular order, every regular file whose key starts
+// with prefix.
+func (f *FileObjectStore) walk(ctx context.Context, prefix string, fn func(key string, size int64) error) error {
+	if err := checkKeyPath(prefix, true); err != nil {
+		return err
+	}
+	// Only the directory holding the prefix's last segment can contain
+	// matching keys.
+	dir := ""
+	if i := strings.LastIndex(prefix, "/"); i >= 0 {
+		dir = prefix[:i]
+	}
+	start := filepath.Join(f.root, filepath.FromSlash(dir))
+	err := filepath.WalkDir(start, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		rel, err := filepath.Rel(f.root, p)
+		if err != nil {
+			return err
+		}
+		key := filepath.ToSlash(rel)
+		if !strings.HasPrefix(key, prefix) {
+			return nil
+		}
+		info, err := d.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return fn(key, info.Size())
+	})
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// List implements ObjectStore. It collects the matching keys and sorts them
+// by their full key bytes, so "a/b" and "a-b" come in byte order ("a-b"
+// first) whatever the directory layout.
+func (f *FileObjectStore) List(ctx context.Context, prefix string, fn func(key string, size int64) error) error {
+	type object struct {
+		key  string
+		size int64
+	}
+	var objects []object
+	if err := f.walk(ctx, prefix, func(key string, size int64) error {
+		objects = append(objects, object{key, size})
+		return nil
+	}); err != nil {
+		return fmt.Errorf("file object store: list %q: %w", prefix, err)
+	}
+	sort.Slice(objects, func(i, j int) bool { return objects[i].key < objects[j].key })
+	for _, o := range objects {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := fn(o.key, o.size); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Delete implements ObjectStore. Missing files are not an error.
+func (f *FileObjectStore) Delete(ctx context.Context, keys []string) error {
+	for _, key := range keys {
+		if err := checkKeyPath(key, false); err != nil {
+			return err
+		}
+	}
+	for _, key := range keys {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		p := filepath.Join(f.root, filepath.FromSlash(path.Clean(key)))
+		info, err := os.Lstat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("file object store: delete %q: %w", key, err)
+		}
+		if !info.Mode().IsRegular() {
+			return fmt.Errorf("file object store: delete %q: not a regular file", key)
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("file object store: delete %q: %w", key, err)
+		}
+	}
+	return nil
+}
+
+// Any implements ObjectStore.
+func (f *FileObjectStore) Any(ctx context.Context, prefix string) (bool, error) {
+	found := false
+	err := f.walk(ctx, prefix, func(string, int64) error {
+		found = true
+		return errStopWalk
+	})
+	if err != nil && !errors.Is(err, errStopWalk) {
+		return false, fmt.Errorf("file object store: probe %q: %w", prefix, err)
+	}
+	return found, nil
+}
+
+// MemoryCache is an in-process Cache: a set of keys per community. It is safe
+// for concurrent use.
+type MemoryCache struct {
+	mu      sync.Mutex
+	entries map[uuid.UUID]map[string]struct{}
+}
+
+// NewMemoryCache returns an empty MemoryCache.
+func NewMemoryCache() *MemoryCache {
+	return &MemoryCache{entries: make(map[uuid.UUID]map[string]struct{})}
+}
+
+// Put adds keys to community's namespace.
+func (c *MemoryCache) Put(community uuid.UUID, keys ...string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	set := c.entries[community]
+	if set == nil {
+		set = make(map[string]struct{})
+		c.entries[community] = set
+	}
+	for _, k := range keys {
+		set[k] = struct{}{}
+	}
+}
+
+// Len returns how many keys community's namespace holds.
+func (c *MemoryCache) Len(community uuid.UUID) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.entries[community])
+}
+
+// Purge implements Cache.
+func (c *MemoryCache) Purge(ctx context.Context, community uuid.UUID) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := int64(len(c.entries[community]))
+	delete(c.entries, community)
+	return n, nil
+}
+
+// Empty implements Cache.
+func (c *MemoryCache) Empty(ctx context.Context, community uuid.UUID) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.entries[community]) == 0, nil
+}

@@ -1,0 +1,604 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
+)
+
+// stopTimeout bounds the StopExecutor call made on shutdown.
+const stopTimeout = 10 * time.Second
+
+// job is one claim being driven.
+type job struct {
+	r        *Runner
+	req      *lifecycle.Request
+	stage    lifecycle.Stage
+	unit     string // the unit in flight, for RecordRetry and Block
+	manifest *lifecycle.StorageManifest
+
+	mu    sync.Mutex
+	token lifecycle.LeaseToken
+	// tokenVersion rises whenever token changes, so the heartbeat can tell a
+	// stale answer to an old token from the loss of the lease.
+	tokenVersion int
+	// fencing is set while Fence is in flight: a stale answer to the
+	// pre-fence token may then be the fence's own doing.
+	fencing bool
+}
+
+func (j *job) setFencing(on bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.fencing = on
+}
+
+func (j *job) isFencing() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.fencing
+}
+
+func (j *job) currentToken() (lifecycle.LeaseToken, int) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.token, j.tokenVersion
+}
+
+func (j *job) setToken(t lifecycle.LeaseToken) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.token = t
+	j.tokenVersion++
+}
+
+func (j *job) emit(ev Event) {
+	ev.RequestID = j.req.ID
+	if ev.Stage == "" {
+		ev.Stage = j.stage
+	}
+	j.r.emit(ev)
+}
+
+// refusedf returns a fail-closed refusal (matching lifecycle.ErrRefused).
+func refusedf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", lifecycle.ErrRefused, fmt.Sprintf(format, args...))
+}
+
+// retryableError marks a refusal that waiting can cure (serving writes not
+// drained yet), which must be retried rather than blocked.
+type retryableError struct{ err error }
+
+func (e *retryableError) Error() string { return e.err.Error() }
+func (e *retryableError) Unwrap() error { return e.err }
+
+func (r *Runner) execute(ctx context.Context, claim *lifecycle.ClaimedDeletion) error {
+	token := claim.Lease
+	if token.FenceGeneration == nil && claim.Request.FenceGeneration != nil {
+		token = token.WithFence(*claim.Request.FenceGeneration)
+	}
+	j := &job{r: r, req: claim.Request, stage: claim.Request.Stage, token: token, manifest: claim.Request.DestructiveStorage}
+	j.emit(Event{Message: fmt.Sprintf("claimed at %s (lease generation %d)", j.stage, token.Generation)})
+
+	workCtx, cancelWork := context.WithCancelCause(ctx)
+	defer cancelWork(nil)
+	hbCtx, stopHB := context.WithCancel(workCtx)
+	var hbDone sync.WaitGroup
+	hbDone.Add(1)
+	go func() {
+		defer hbDone.Done()
+		r.heartbeat(hbCtx, j, cancelWork)
+	}()
+
+	err := j.drive(workCtx)
+	stopHB()
+	hbDone.Wait()
+	token, _ = j.currentToken()
+
+	if err == nil {
+		j.emit(Event{Message: "completed"})
+		return nil
+	}
+	if ctx.Err() != nil {
+		// Shutdown: the unit in flight was abandoned (every store call is one
+		// transaction, every adapter call idempotent); release the claim.
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+		defer cancel()
+		if stopErr := r.cfg.Store.StopExecutor(stopCtx, &token, r.cfg.Owner); stopErr != nil {
+			j.emit(Event{Message: "stop executor: " + oneLine(stopErr)})
+		} else {
+			j.emit(Event{Message: "stopped; claim released"})
+		}
+		return ctx.Err()
+	}
+	lost := false
+	if cause := context.Cause(workCtx); cause != nil && !errors.Is(cause, context.Canceled) {
+		err, lost = cause, true
+	}
+	if lost || lifecycle.IsStaleLease(err) {
+		j.emit(Event{Message: "lease lost; dropping the request: " + oneLine(err)})
+		return fmt.Errorf("executor: deletion %s at %s: %w", j.req.ID, j.stage, err)
+	}
+	var retryable *retryableError
+	if errors.Is(err, lifecycle.ErrRefused) && !errors.As(err, &retryable) {
+		if blockErr := r.cfg.Store.Block(ctx, token, j.stage, j.unit, err.Error()); blockErr != nil {
+			return fmt.Errorf("executor: block deletion %s at %s after %v: %w", j.req.ID, j.stage, err, blockErr)
+		}
+		j.emit(Event{Message: "blocked: " + oneLine(err)})
+		return fmt.Errorf("%w: deletion %s at %s unit %s: %w", ErrBlocked, j.req.ID, j.stage, j.unit, err)
+	}
+	delay := r.backoff(j)
+	if retryErr := r.cfg.Store.RecordRetry(ctx, token, j.stage, j.unit, err.Error(), delay); retryErr != nil {
+		return fmt.Errorf("executor: record retry of deletion %s at %s after %v: %w", j.req.ID, j.stage, err, retryErr)
+	}
+	j.emit(Event{Message: fmt.Sprintf("retry in %s: %s", delay, oneLine(err))})
+	return fmt.Errorf("%w: deletion %s at %s unit %s: %w", ErrRetryScheduled, j.req.ID, j.stage, j.unit, err)
+}
+
+// backoff is RetryBase*2^retry_count capped at RetryMax, with equal jitter
+// (a uniformly random point in its upper half).
+func (r *Runner) backoff(j *job) time.Duration {
+	count := 0
+	if j.req.RetryStage != nil && *j.req.RetryStage == j.stage {
+		count = int(j.req.RetryCount)
+	}
+	d := r.cfg.RetryBase
+	for i := 0; i < count && d < r.cfg.RetryMax; i++ {
+		d *= 2
+	}
+	if d > r.cfg.RetryMax || d <= 0 {
+		d = r.cfg.RetryMax
+	}
+	half := d / 2
+	if half > 0 {
+		d = half + rand.N(half+1)
+	}
+	return d
+}
+
+// heartbeat renews the lease every HeartbeatInterval until ctx is done. A
+// stale answer to the current token cancels the work at once, as does going a
+// whole lease without a successful renewal.
+func (r *Runner) heartbeat(ctx context.Context, j *job, cancelWork context.CancelCauseFunc) {
+	ticker := time.NewTicker(r.cfg.HeartbeatInterval)
+	defer ticker.Stop()
+	lastOK := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		for {
+			token, version := j.currentToken()
+			err := r.cfg.Store.Heartbeat(ctx, token, HeartbeatMode, r.cfg.LeaseDuration, false)
+			if err == nil {
+				lastOK = time.Now()
+				break
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			if lifecycle.IsStaleLease(err) {
+				if _, now := j.currentToken(); now != version {
+					continue // the token moved on (fenced) meanwhile: renew with the new one
+				}
+				if j.isFencing() {
+					break // inconclusive while the fence commits; the next tick tells
+				}
+				cancelWork(err)
+				return
+			}
+			if time.Since(lastOK) >= r.cfg.LeaseDuration {
+				cancelWork(fmt.Errorf("no successful heartbeat for a whole lease: %w", err))
+				return
+			}
+			break
+		}
+	}
+}
+
+// drive runs every stage from the current one to retention_pending.
+func (j *job) drive(ctx context.Context) error {
+	for {
+		if j.stage == lifecycle.StageRetentionPending {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var err error
+		switch j.stage {
+		case lifecycle.StageApproved:
+			err = j.quiesceAndFence(ctx)
+		case lifecycle.StageFenced:
+			err = j.enumerate(ctx)
+		case lifecycle.StageDrained:
+			err = j.deleteObjects(ctx)
+		case lifecycle.StageBindingsRemoved:
+			err = j.purgePostgres(ctx)
+		case lifecycle.StagePostgresPurged:
+			err = j.purgeCache(ctx)
+		case lifecycle.StageCachePurged:
+			err = j.verify(ctx)
+		case lifecycle.StageLogicallyVerified:
+			j.unit = "retention_pending"
+			token, _ := j.currentToken()
+			err = j.r.cfg.Store.MarkRetentionPending(ctx, token, map[string]string{"executor": j.r.cfg.Owner})
+			if err == nil {
+				j.advance(lifecycle.StageRetentionPending, "retention pending")
+			}
+		default:
+			j.unit = "stage"
+			return refusedf("deletion %s is at stage %q, which the executor cannot run", j.req.ID, j.stage)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func (j *job) advance(to lifecycle.Stage, message string) {
+	j.stage = to
+	j.emit(Event{Message: message})
+}
+
+func (j *job) quiesceAndFence(ctx context.Context) error {
+	store := j.r.cfg.Store
+	token, _ := j.currentToken()
+	j.unit = "quiesce"
+	if err := store.BeginQuiescing(ctx, token); err != nil {
+		return err
+	}
+	j.emit(Event{Message: "quiescing"})
+	j.unit = "drain_serving_writes"
+	deadline := time.Now().Add(j.r.cfg.DrainTimeout)
+	poll := min(max(j.r.cfg.DrainTimeout/20, 10*time.Millisecond), time.Second)
+	for {
+		drained, err := store.ServingWritesDrained(ctx, j.req.CommunityID)
+		if err != nil {
+			return err
+		}
+		if drained {
+			break
+		}
+		if !time.Now().Before(deadline) {
+			return fmt.Errorf("serving writes of community %s did not drain within %s", j.req.CommunityID, j.r.cfg.DrainTimeout)
+		}
+		t := time.NewTimer(poll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	j.unit = "fence"
+	j.setFencing(true)
+	generation, err := store.Fence(ctx, token)
+	if err != nil {
+		j.setFencing(false)
+		return markNotDrainedRetryable(err)
+	}
+	j.setToken(token.WithFence(generation))
+	j.setFencing(false)
+	j.advance(lifecycle.StageFenced, fmt.Sprintf("fenced at generation %d", generation))
+	return nil
+}
+
+// markNotDrainedRetryable keeps a "serving writes not drained" refusal from
+// blocking the request: it is cured by waiting.
+func markNotDrainedRetryable(err error) error {
+	var notDrained *lifecycle.ServingWritesNotDrainedError
+	if errors.As(err, &notDrained) {
+		return &retryableError{err}
+	}
+	return err
+}
+
+// prefixes returns the community's storage prefixes, sorted, after checking
+// them against the approved inventory.
+func (j *job) prefixes() ([]string, error) {
+	var approved []string
+	if j.req.Inventory != nil {
+		for _, p := range j.req.Inventory.Storage.Prefixes {
+			approved = append(approved, p.Prefix)
+		}
+	}
+	var prefixes []string
+	if j.r.cfg.Prefixes != nil {
+		prefixes = append(prefixes, j.r.cfg.Prefixes(j.req.CommunityID)...)
+	} else {
+		prefixes = append(prefixes, approved...)
+	}
+	sort.Strings(prefixes)
+	if len(prefixes) == 0 {
+		return nil, refusedf("community %s has no storage prefixes", j.req.CommunityID)
+	}
+	id := j.req.CommunityID.String()
+	for i, p := range prefixes {
+		switch {
+		case !strings.HasSuffix(p, "/"):
+			return nil, refusedf("storage prefix %q does not end in \"/\"", p)
+		case !strings.Contains(p, id):
+			return nil, refusedf("storage prefix %q does not name community %s", p, id)
+		case i > 0 && strings.HasPrefix(p, prefixes[i-1]):
+			return nil, refusedf("storage prefix %q repeats or nests in %q", p, prefixes[i-1])
+		}
+	}
+	if j.req.Inventory != nil {
+		sort.Strings(approved)
+		if strings.Join(approved, "\x00") != strings.Join(prefixes, "\x00") {
+			return nil, refusedf("storage prefixes %q differ from the approved inventory's %q", prefixes, approved)
+		}
+	}
+	return prefixes, nil
+}
+
+// enumerate lists every prefix into persisted key chunks, freezes the
+// destructive manifest they add up to and marks the request drained.
+func (j *job) enumerate(ctx context.Context) error {
+	store := j.r.cfg.Store
+	token, _ := j.currentToken()
+	if token.FenceGeneration == nil {
+		j.unit = "fence_generation"
+		return refusedf("deletion %s is fenced but its claim carries no fence generation", j.req.ID)
+	}
+	if j.manifest == nil {
+		j.unit = "storage_prefixes"
+		prefixes, err := j.prefixes()
+		if err != nil {
+			return err
+		}
+		j.unit = "enumerate"
+		if err := store.ClearManifestKeyChunks(ctx, token); err != nil {
+			return err
+		}
+		var chunkNo int64
+		manifest, err := summarize(ctx, j.r.cfg.Objects, prefixes, j.r.cfg.ChunkSize, func(prefix string, keys []string) error {
+			chunk := lifecycle.ManifestKeyChunk{ChunkNo: chunkNo, Prefix: prefix, Keys: keys}
+			if err := store.AppendManifestKeyChunk(ctx, token, chunk); err != nil {
+				return err
+			}
+			chunkNo++
+			j.emit(Event{Message: fmt.Sprintf("listed chunk %d of %s (%d keys)", chunk.ChunkNo, prefix, len(keys)), ChunksTotal: chunkNo})
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		j.unit = "freeze_manifest"
+		if err := store.FreezeDestructiveStorageManifest(ctx, token, manifest); err != nil {
+			return err
+		}
+		j.manifest = &manifest
+		j.emit(Event{Message: fmt.Sprintf("destructive manifest frozen: %d chunks", chunkNo), ChunksTotal: chunkNo})
+	}
+	j.unit = "drain"
+	if err := store.MarkDrained(ctx, token); err != nil {
+		return markNotDrainedRetryable(err)
+	}
+	total, _, err := store.ManifestChunkProgress(ctx, j.req.ID)
+	if err != nil {
+		total = 0
+	}
+	j.stage = lifecycle.StageDrained
+	j.emit(Event{Message: "drained", ChunksTotal: total})
+	return nil
+}
+
+// summarize lists prefixes in order and returns their storage manifest,
+// handing every run of up to chunkSize keys of one prefix to chunk (when not
+// nil). Keys must come strictly ascending and under their prefix.
+func summarize(ctx context.Context, objects ObjectStore, prefixes []string, chunkSize int, chunk func(prefix string, keys []string) error) (lifecycle.StorageManifest, error) {
+	manifest := lifecycle.StorageManifest{Version: lifecycle.StorageManifestVersion}
+	for _, prefix := range prefixes {
+		var (
+			digest lifecycle.KeyStreamDigest
+			bytes  uint64
+			batch  []string
+		)
+		flush := func() error {
+			if len(batch) == 0 || chunk == nil {
+				batch = nil
+				return nil
+			}
+			keys := batch
+			batch = nil
+			return chunk(prefix, keys)
+		}
+		err := objects.List(ctx, prefix, func(key string, size int64) error {
+			if !strings.HasPrefix(key, prefix) {
+				return refusedf("object store listed key %q outside prefix %q", key, prefix)
+			}
+			if size < 0 {
+				return refusedf("object store listed key %q with negative size %d", key, size)
+			}
+			if err := digest.Fold(key); err != nil {
+				return err
+			}
+			bytes += uint64(size)
+			batch = append(batch, key)
+			if len(batch) >= chunkSize {
+				return flush()
+			}
+			return nil
+		})
+		if err != nil {
+			return manifest, err
+		}
+		if err := flush(); err != nil {
+			return manifest, err
+		}
+		hexDigest, count := digest.Sum()
+		manifest.Prefixes = append(manifest.Prefixes, lifecycle.PrefixManifest{
+			Prefix: prefix, ObjectCount: count, TotalBytes: bytes, KeysDigest: hexDigest,
+		})
+	}
+	return manifest, nil
+}
+
+// SummarizeStorage lists prefixes (sorted first) and returns the storage
+// manifest an inventory freezes: per prefix the object count, total bytes and
+// keys digest.
+func SummarizeStorage(ctx context.Context, objects ObjectStore, prefixes []string) (lifecycle.StorageManifest, error) {
+	sorted := append([]string(nil), prefixes...)
+	sort.Strings(sorted)
+	return summarize(ctx, objects, sorted, DefaultChunkSize, nil)
+}
+
+// deleteObjects deletes every pending manifest chunk from the object store
+// and marks the bindings removed.
+func (j *job) deleteObjects(ctx context.Context) error {
+	store := j.r.cfg.Store
+	token, _ := j.currentToken()
+	j.unit = "manifest"
+	if j.manifest == nil {
+		return refusedf("deletion %s is drained without a destructive storage manifest", j.req.ID)
+	}
+	allowed := make(map[string]bool, len(j.manifest.Prefixes))
+	id := j.req.CommunityID.String()
+	var objects, bytes uint64
+	for _, p := range j.manifest.Prefixes {
+		if !strings.Contains(p.Prefix, id) {
+			return refusedf("destructive manifest prefix %q does not name community %s", p.Prefix, id)
+		}
+		allowed[p.Prefix] = true
+		objects += p.ObjectCount
+		bytes += p.TotalBytes
+	}
+	total, done, err := store.ManifestChunkProgress(ctx, j.req.ID)
+	if err != nil {
+		return err
+	}
+	for {
+		j.unit = "next_chunk"
+		chunk, err := store.NextPendingManifestChunk(ctx, token)
+		if err != nil {
+			return err
+		}
+		if chunk == nil {
+			break
+		}
+		j.unit = "chunk:" + strconv.FormatInt(chunk.ChunkNo, 10)
+		if !allowed[chunk.Prefix] {
+			return refusedf("manifest chunk %d prefix %q is not in the destructive manifest", chunk.ChunkNo, chunk.Prefix)
+		}
+		for _, key := range chunk.Keys {
+			if key == chunk.Prefix || !strings.HasPrefix(key, chunk.Prefix) {
+				return refusedf("manifest chunk %d key %q is outside its prefix %q", chunk.ChunkNo, key, chunk.Prefix)
+			}
+		}
+		if err := j.r.cfg.Objects.Delete(ctx, chunk.Keys); err != nil {
+			return err
+		}
+		if err := store.MarkManifestChunkDeleted(ctx, token, chunk.ChunkNo, map[string]int{"keys": len(chunk.Keys)}); err != nil {
+			return err
+		}
+		done++
+		j.emit(Event{Message: fmt.Sprintf("chunk %d deleted (%d keys)", chunk.ChunkNo, len(chunk.Keys)), ChunksDone: done, ChunksTotal: total})
+	}
+	j.unit = "bindings_removed"
+	if err := store.MarkBindingsRemoved(ctx, token, map[string]any{"chunks": total, "objects": objects, "bytes": bytes}); err != nil {
+		return err
+	}
+	j.advance(lifecycle.StageBindingsRemoved, fmt.Sprintf("object bindings removed: %d objects", objects))
+	return nil
+}
+
+func (j *job) purgePostgres(ctx context.Context) error {
+	token, _ := j.currentToken()
+	j.unit = "purge"
+	opts := j.r.cfg.Purge
+	userProgress := opts.Progress
+	rows := make(map[string]int64)
+	opts.Progress = func(p lifecycle.PurgeProgress) {
+		rows[p.Table] = p.Rows
+		snapshot := make(map[string]int64, len(rows))
+		for k, v := range rows {
+			snapshot[k] = v
+		}
+		msg := fmt.Sprintf("purged %d rows of %s", p.Rows, p.Table)
+		if p.Done {
+			msg += " (table done)"
+		}
+		j.emit(Event{Message: msg, TablesRows: snapshot})
+		if userProgress != nil {
+			userProgress(p)
+		}
+	}
+	result, err := j.r.cfg.Store.PurgePostgres(ctx, token, opts)
+	if err != nil {
+		return err
+	}
+	final := make(map[string]int64, len(result.Deleted)+len(result.Nullified))
+	for k, v := range result.Deleted {
+		final[k] = v
+	}
+	for k, v := range result.Nullified {
+		final[k] = v
+	}
+	j.stage = lifecycle.StagePostgresPurged
+	j.emit(Event{Message: fmt.Sprintf("postgres purged in %d batches", result.Batches), TablesRows: final})
+	return nil
+}
+
+func (j *job) purgeCache(ctx context.Context) error {
+	token, _ := j.currentToken()
+	j.unit = "cache_purge"
+	n, err := j.r.cfg.Cache.Purge(ctx, j.req.CommunityID)
+	if err != nil {
+		return err
+	}
+	if err := j.r.cfg.Store.MarkCachePurged(ctx, token, map[string]int64{"keys": n}); err != nil {
+		return err
+	}
+	j.advance(lifecycle.StageCachePurged, fmt.Sprintf("cache purged: %d keys", n))
+	return nil
+}
+
+func (j *job) verify(ctx context.Context) error {
+	store := j.r.cfg.Store
+	token, _ := j.currentToken()
+	j.unit = "verify_postgres"
+	if err := store.VerifyPostgresLogicallyDeleted(ctx, token); err != nil {
+		return err
+	}
+	j.unit = "verify_objects"
+	if j.manifest == nil {
+		return refusedf("deletion %s has no destructive storage manifest to verify", j.req.ID)
+	}
+	var prefixes []string
+	for _, p := range j.manifest.Prefixes {
+		prefixes = append(prefixes, p.Prefix)
+		left, err := j.r.cfg.Objects.Any(ctx, p.Prefix)
+		if err != nil {
+			return err
+		}
+		if left {
+			return fmt.Errorf("objects remain under prefix %q of community %s", p.Prefix, j.req.CommunityID)
+		}
+	}
+	j.unit = "verify_cache"
+	empty, err := j.r.cfg.Cache.Empty(ctx, j.req.CommunityID)
+	if err != nil {
+		return err
+	}
+	if !empty {
+		return fmt.Errorf("cache entries remain for community %s", j.req.CommunityID)
+	}
+	j.unit = "logically_verified"
+	if err := store.MarkLogicallyVerified(ctx, token, map[string]any{"postgres": true, "objects": prefixes, "cache": true}); err != nil {
+		return err
+	}
+	j.advance(lifecycle.StageLogicallyVerified, "absence verified in postgres, object store and cache")
+	return nil
+}
