@@ -1,8 +1,14 @@
-// Command demo is the project's first command: it starts a throwaway
-// PostgreSQL (DATABASE_URL or TEST_DATABASE_URL if set, else Docker, else the
-// local PostgreSQL binaries), runs the migration job against it, registers the
-// fixture tenant tables, and prints the migration status and the deletion
-// catalog check. It exits non-zero if any step fails or the catalog drifts.
+// Command demo is the project's first command. It shows a whole community
+// deletion, end to end, on a throwaway PostgreSQL (DATABASE_URL or
+// TEST_DATABASE_URL if set, else Docker, else the local PostgreSQL binaries):
+// it runs the migration job, registers the fixture tenant tables, creates
+// three communities with rows, files in a filesystem object store and cache
+// entries, keeps a writer running against each, and deletes one of them with
+// the executor runtime — submitted by one operator, approved by another. It
+// prints the progress stage by stage and a final report, and exits 0 only if
+// the target is gone everywhere, the other two communities' rows and files
+// are unchanged, their writers kept succeeding, and the target's writer was
+// refused from the fence on.
 //
 // Run it with: go run ./cmd/demo
 package main
@@ -14,13 +20,15 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tombstoneworks/communitydeletion/ephemeralpg"
+	"github.com/tombstoneworks/communitydeletion/executor"
 	"github.com/tombstoneworks/communitydeletion/fixture"
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
 	"github.com/tombstoneworks/communitydeletion/migration"
 )
 
@@ -34,6 +42,7 @@ func main() {
 }
 
 func run(ctx context.Context, out io.Writer) error {
+	started := time.Now()
 	if url := os.Getenv("DATABASE_URL"); url != "" && os.Getenv(ephemeralpg.EnvDatabaseURL) == "" {
 		os.Setenv(ephemeralpg.EnvDatabaseURL, url)
 	}
@@ -50,6 +59,54 @@ func run(ctx context.Context, out io.Writer) error {
 	}
 	defer drop(context.WithoutCancel(ctx))
 
+	if err := migrate(ctx, out, url); err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer pool.Close()
+	store := lifecycle.New(pool)
+
+	root, err := os.MkdirTemp("", "demo-objects-")
+	if err != nil {
+		return fmt.Errorf("object store directory: %w", err)
+	}
+	defer os.RemoveAll(root)
+	w, err := buildWorld(ctx, pool, root)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\nthree communities, each with %d rows over the fixture tables, %d files and %d cache entries:\n",
+		w.rowsEach, filesEach, cacheEach)
+	for _, c := range w.communities {
+		role := "kept"
+		if c == w.target {
+			role = "to delete"
+		}
+		fmt.Fprintf(out, "  %-22s %s  (%s)\n", c.host, c.id, role)
+	}
+	before, err := w.snapshot(ctx)
+	if err != nil {
+		return err
+	}
+
+	writers := startWriters(ctx, pool, w)
+	deletion, err := deleteTarget(ctx, out, store, w)
+	writerResults := writers.stop()
+	if err != nil {
+		return err
+	}
+	after, err := w.snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	return report(ctx, out, pool, w, deletion, before, after, writerResults, time.Since(started))
+}
+
+// migrate runs the migration job's library and registers the fixture.
+func migrate(ctx context.Context, out io.Writer, url string) error {
 	migrator, err := migration.Open(ctx, url, migration.WithLockTimeout(time.Minute))
 	if err != nil {
 		return fmt.Errorf("open migrator: %w", err)
@@ -59,22 +116,7 @@ func run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("migrate up: %w", err)
 	}
-	fmt.Fprintf(out, "\nmigrate up: applied %d migrations\n", len(applied))
-	for _, result := range applied {
-		fmt.Fprintf(out, "  applied %s (%s)\n", result.File, result.Duration.Round(time.Millisecond))
-	}
-	status, err := migrator.Status(ctx)
-	if err != nil {
-		return fmt.Errorf("migration status: %w", err)
-	}
-	fmt.Fprintln(out, "\nmigrate status:")
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  version\tstate\tfile\t")
-	for _, s := range status {
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t\n", s.Version, s.State, s.File)
-	}
-	tw.Flush()
-
+	fmt.Fprintf(out, "migrate up: applied %d migrations\n", len(applied))
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
@@ -83,29 +125,24 @@ func run(ctx context.Context, out io.Writer) error {
 	if err := fixture.Apply(ctx, conn); err != nil {
 		return err
 	}
-	rows, err := conn.Query(ctx, "SELECT table_name, purge_action FROM community_scoped_tables ORDER BY table_name")
-	if err != nil {
-		return fmt.Errorf("list registered tables: %w", err)
-	}
-	registered, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct{ Table, Action string }])
-	if err != nil {
-		return fmt.Errorf("list registered tables: %w", err)
-	}
-	fmt.Fprintf(out, "\nregistered tenant tables (fixture): %d\n", len(registered))
-	for _, r := range registered {
-		fmt.Fprintf(out, "  %-22s %s\n", r.Table, r.Action)
-	}
-	rows, err = conn.Query(ctx, "SELECT table_name, problem FROM community_deletion_catalog_drift()")
-	if err != nil {
-		return fmt.Errorf("check catalog: %w", err)
-	}
-	drift, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct{ Table, Problem string }])
-	if err != nil {
-		return fmt.Errorf("check catalog: %w", err)
-	}
-	if len(drift) > 0 {
-		return fmt.Errorf("catalog drift: %v", drift)
-	}
-	fmt.Fprintln(out, "\ncatalog check: no drift (every tenant table is registered and fenced)")
+	fmt.Fprintf(out, "registered the fixture tenant tables: %d purged, %d nullified\n",
+		len(fixture.Tables), len(fixture.NullifyTables))
 	return nil
+}
+
+// newRunner is the executor the demo deletes with.
+func newRunner(store *lifecycle.Store, w *world, progress func(executor.Event)) (*executor.Runner, error) {
+	return executor.New(executor.Config{
+		Store:             store,
+		Objects:           w.objects,
+		Cache:             w.cache,
+		Owner:             "demo-executor",
+		LeaseDuration:     30 * time.Second,
+		HeartbeatInterval: 5 * time.Second,
+		DrainTimeout:      10 * time.Second,
+		ChunkSize:         100,
+		RetryBase:         100 * time.Millisecond,
+		Purge:             lifecycle.PurgeOptions{TxBudget: 50 * time.Millisecond},
+		Progress:          progress,
+	})
 }
