@@ -18,21 +18,25 @@ import (
 const usage = `usage: deletionctl [--database-url URL] <command> [flags]
 
 Operates the whole-community deletion lifecycle: submits, inventories,
-approves, lists, inspects, aborts and unblocks deletion requests, and reports
-and reaps serving write leases. Every command is one short transaction; a
-refusal changes nothing.
+approves, lists, inspects, aborts and unblocks deletion requests, reports
+and reaps serving write leases, and runs the executor. Every command but run
+is one short transaction; a refusal changes nothing.
 
 Commands:
   submit --host HOST --by NAME [--reason TEXT]
         request the deletion of the active community HOST; prints
         "<request id> <stage>"
-  inventory --request ID [--prefix PREFIX ...]
+  inventory --request ID [--prefix PREFIX ...] [--objects-dir DIR]
         build the schema inventory of the request's community and freeze it
-        with a storage manifest of one EMPTY summary per --prefix (default
+        with a storage manifest of one summary per --prefix (default
         "media/<community id>/"); prints "<request id> <stage> <digest>".
-        A real deployment freezes the summaries of its object-store
-        inventory instead (lifecycle.KeyStreamDigest over the listed keys):
-        this command asserts that every prefix holds no objects
+        With --objects-dir, each prefix is listed in the filesystem object
+        store rooted at DIR and its object count, bytes and keys digest are
+        frozen (executor.SummarizeStorage). Without it every prefix is frozen
+        EMPTY: the command asserts that no prefix holds objects. (The
+        approval binds the prefixes: run deletes whatever they hold when it
+        fences the community, and blocks a request whose prefixes are not
+        the community's)
   approve --request ID --by NAME [--note TEXT]
         approve the frozen inventory; NAME must not be the requester
   list [--stage STAGE] [--blocked[=false]] [--limit N] [--after CURSOR] [--json]
@@ -49,6 +53,24 @@ Commands:
   leases [--reap N]
         show serving write lease statistics; with --reap, delete up to N
         (1 to 10000) expired leases and print how many
+  run --objects-dir DIR [--once] [--request ID] [--owner NAME] [--lease D]
+      [--chunk-size N]
+        execute approved deletions (the executor loop): fence, freeze the
+        destructive manifest, delete the objects, purge PostgreSQL and the
+        cache, verify and complete. The object store is the filesystem one
+        rooted at DIR (required: this command has no S3 client; services
+        embed executor.Runner with their own ObjectStore and Cache adapters).
+        The cache is an in-memory one, empty in a fresh process, so its purge
+        and verification trivially pass. --owner is the executor identity
+        (default "deletionctl-<hostname>-<pid>"), --lease the claim length
+        (default 60s), --chunk-size the keys per manifest chunk (default
+        1000, at most 10000). With --once, process one request (--request
+        ID, or the next claimable one) and exit: 0 when it completed or
+        nothing was claimable ("nothing to claim"), 3 with one stderr line saying
+        why when it was blocked or a retry was scheduled. Without --once,
+        run until SIGINT or SIGTERM, then release any claim and exit 0.
+        Progress goes to stdout: a self-rewriting progress bar on a
+        terminal, otherwise one line per event (at most one per purge batch)
 
 Global flag (before or after the command):
   --database-url URL   PostgreSQL URL or key=value string; default
@@ -56,7 +78,8 @@ Global flag (before or after the command):
 
 Exit codes:
   0 success, 1 failure, 2 usage error, 3 refused (a lifecycle safety
-  refusal, access denied or stale lease), 4 not found, 5 invalid input
+  refusal, access denied, stale lease, or a run --once that blocked the
+  request or scheduled a retry), 4 not found, 5 invalid input
 `
 
 // defaultListLimit is list's page size without --limit.
@@ -81,6 +104,12 @@ type config struct {
 	json    bool
 
 	reap int // 0: no reaping
+
+	objectsDir string        // run, inventory: root of the filesystem object store
+	once       bool          // run: one request, then exit
+	owner      string        // run: executor identity; "" means the default
+	lease      time.Duration // run: claim length; 0 means the executor default
+	chunkSize  int           // run: keys per manifest chunk; 0 means the executor default
 }
 
 // usageError is a malformed command line (exit code 2).
@@ -109,13 +138,14 @@ func (l *stringList) Set(v string) error {
 // --database-url, and which of them are required.
 var commandFlags = map[string]struct{ accepted, required []string }{
 	"submit":    {[]string{"host", "by", "reason"}, []string{"host", "by"}},
-	"inventory": {[]string{"request", "prefix"}, []string{"request"}},
+	"inventory": {[]string{"request", "prefix", "objects-dir"}, []string{"request"}},
 	"approve":   {[]string{"request", "by", "note"}, []string{"request", "by"}},
 	"list":      {[]string{"stage", "blocked", "limit", "after", "json"}, nil},
 	"inspect":   {[]string{"request", "json"}, []string{"request"}},
 	"abort":     {[]string{"request", "by", "reason"}, []string{"request", "by", "reason"}},
 	"unblock":   {[]string{"request", "by", "reason"}, []string{"request", "by", "reason"}},
 	"leases":    {[]string{"reap"}, nil},
+	"run":       {[]string{"request", "once", "owner", "objects-dir", "lease", "chunk-size"}, []string{"objects-dir"}},
 }
 
 // parseArgs parses the command line; getenv supplies DATABASE_URL. Flags may
@@ -145,6 +175,11 @@ func parseArgs(args []string, getenv func(string) string) (config, error) {
 	fs.StringVar(&after, "after", "", "")
 	fs.BoolVar(&cfg.json, "json", false, "")
 	fs.IntVar(&cfg.reap, "reap", 0, "")
+	fs.StringVar(&cfg.objectsDir, "objects-dir", "", "")
+	fs.BoolVar(&cfg.once, "once", false, "")
+	fs.StringVar(&cfg.owner, "owner", "", "")
+	fs.DurationVar(&cfg.lease, "lease", 0, "")
+	fs.IntVar(&cfg.chunkSize, "chunk-size", 0, "")
 
 	// Parse flags interspersed with positional arguments.
 	var positional []string
@@ -199,7 +234,7 @@ func parseArgs(args []string, getenv func(string) string) (config, error) {
 			return config{}, usagef("%s needs --%s", cfg.command, name)
 		}
 	}
-	for _, name := range []string{"host", "by", "reason"} {
+	for _, name := range []string{"host", "by", "reason", "objects-dir"} {
 		if set[name] && slices.Contains(spec.required, name) && strings.TrimSpace(fs.Lookup(name).Value.String()) == "" {
 			return config{}, usagef("%s: --%s must not be empty", cfg.command, name)
 		}
@@ -240,6 +275,22 @@ func parseArgs(args []string, getenv func(string) string) (config, error) {
 	}
 	if set["reap"] && (cfg.reap < 1 || cfg.reap > lifecycle.MaxServingLeaseReapBatch) {
 		return config{}, usagef("leases: --reap must be between 1 and %d, got %d", lifecycle.MaxServingLeaseReapBatch, cfg.reap)
+	}
+
+	if set["objects-dir"] && strings.TrimSpace(cfg.objectsDir) == "" {
+		return config{}, usagef("%s: --objects-dir must not be empty", cfg.command)
+	}
+	if set["owner"] {
+		cfg.owner = strings.TrimSpace(cfg.owner)
+		if cfg.owner == "" {
+			return config{}, usagef("run: --owner must not be empty")
+		}
+	}
+	if set["lease"] && cfg.lease <= 0 {
+		return config{}, usagef("run: --lease must be positive, got %s", cfg.lease)
+	}
+	if set["chunk-size"] && (cfg.chunkSize < 1 || cfg.chunkSize > lifecycle.MaxManifestChunkKeys) {
+		return config{}, usagef("run: --chunk-size must be between 1 and %d, got %d", lifecycle.MaxManifestChunkKeys, cfg.chunkSize)
 	}
 
 	if cfg.databaseURL == "" {

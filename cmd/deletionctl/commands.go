@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tombstoneworks/communitydeletion/executor"
 	"github.com/tombstoneworks/communitydeletion/lifecycle"
 )
 
@@ -64,6 +65,8 @@ func dispatch(ctx context.Context, store *lifecycle.Store, cfg config, stdout io
 		return nil
 	case "leases":
 		return leases(ctx, store, cfg, stdout)
+	case "run":
+		return runExecutor(ctx, store, cfg, stdout)
 	}
 	return usagef("unknown command %q", cfg.command)
 }
@@ -78,10 +81,11 @@ func submit(ctx context.Context, store *lifecycle.Store, cfg config, stdout io.W
 }
 
 // inventory freezes the request's schema inventory with a storage manifest
-// of empty prefixes. A real service lists its object store and freezes the
-// summaries (KeyStreamDigest) of what it found; this operator command can
-// only assert that each prefix is empty, and the executor's destructive
-// storage manifest must then agree.
+// of its prefixes. With --objects-dir it lists each prefix in that
+// filesystem object store and freezes the summaries (executor.SummarizeStorage,
+// KeyStreamDigest) of what it found, as a real service does with its object
+// store; without it, it can only assert that each prefix is empty, and the
+// executor's destructive storage manifest must then agree.
 func inventory(ctx context.Context, store *lifecycle.Store, cfg config, stdout io.Writer) error {
 	op := fmt.Sprintf("inventory of request %s", cfg.requestID)
 	r, err := store.Get(ctx, cfg.requestID)
@@ -98,8 +102,19 @@ func inventory(ctx context.Context, store *lifecycle.Store, cfg config, stdout i
 	}
 	slices.Sort(prefixes)
 	storage := lifecycle.StorageManifest{Version: lifecycle.StorageManifestVersion}
-	for _, p := range prefixes {
-		storage.Prefixes = append(storage.Prefixes, lifecycle.PrefixManifest{Prefix: p, KeysDigest: lifecycle.EmptyKeysDigest})
+	if cfg.objectsDir != "" {
+		objects, err := openObjects(cfg.objectsDir)
+		if err != nil {
+			return err
+		}
+		storage, err = executor.SummarizeStorage(ctx, objects, prefixes)
+		if err != nil {
+			return fmt.Errorf("%s: summarize storage: %w", op, err)
+		}
+	} else {
+		for _, p := range prefixes {
+			storage.Prefixes = append(storage.Prefixes, lifecycle.PrefixManifest{Prefix: p, KeysDigest: lifecycle.EmptyKeysDigest})
+		}
 	}
 	r, err = store.FreezeInventory(ctx, cfg.requestID, lifecycle.FrozenInventory{Schema: *schema, Storage: storage})
 	if err != nil {

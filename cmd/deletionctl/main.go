@@ -1,27 +1,45 @@
 // Command deletionctl is the operator CLI of the whole-community deletion
 // lifecycle. It submits deletion requests, freezes their inventories,
 // approves them (a second person must), lists and inspects them, aborts and
-// unblocks them, and reports and reaps serving write leases, through package
-// lifecycle. Every command is one transaction of lifecycle.Store: a refused
-// command changes nothing.
+// unblocks them, reports and reaps serving write leases, through package
+// lifecycle, and runs the executor. Every command but run is one transaction
+// of lifecycle.Store: a refused command changes nothing.
 //
 // Usage:
 //
 //	deletionctl [--database-url URL] <command> [flags]
 //
-// The commands are submit, inventory, approve, list, inspect, abort, unblock
-// and leases; "deletionctl -h" prints the full usage, flags and exit codes.
-// Executing approved requests is the executor's job, not this command's.
+// The commands are submit, inventory, approve, list, inspect, abort,
+// unblock, leases and run; "deletionctl -h" prints the full usage, flags and
+// exit codes.
 //
-// inventory freezes the schema inventory with a storage manifest that
-// declares every given prefix (default "media/<community id>/") EMPTY
-// (lifecycle.EmptyKeysDigest, no objects, no bytes). A real deployment
-// supplies its object-store inventory instead: it lists each prefix and
-// freezes the KeyStreamDigest summaries of what it found.
+// inventory freezes the schema inventory with a storage manifest of every
+// given prefix (default "media/<community id>/"). With --objects-dir DIR it
+// lists each prefix in the filesystem object store rooted at DIR and freezes
+// what it found (executor.SummarizeStorage: object count, bytes and
+// KeyStreamDigest). Without it every prefix is declared EMPTY
+// (lifecycle.EmptyKeysDigest, no objects, no bytes). The approval binds the
+// prefixes, not their keys: run deletes whatever the approved prefixes hold
+// when it fences the community, and blocks a request whose prefixes do not
+// each name its community.
+//
+// run executes approved deletions with an executor.Runner over the
+// filesystem object store rooted at --objects-dir (required: the CLI has no
+// S3 client; services embed executor.Runner with their own ObjectStore and
+// Cache adapters) and an in-memory cache, which is empty in a fresh process,
+// so the cache purge and its verification trivially pass. With --once it
+// processes one request (--request ID, or the next claimable one) and
+// exits: 0 when it completed or nothing was claimable ("nothing to claim"),
+// 3 when the request was blocked (executor.ErrBlocked) or a retry was
+// scheduled (executor.ErrRetryScheduled). Without --once it runs until
+// SIGINT or SIGTERM and exits 0. Progress goes to stdout: on a terminal, a
+// line per stage change and a one-line progress bar rewritten with \r for
+// chunk deletion and the purge; otherwise one plain line per event.
 //
 // Exit codes: 0 success, 1 failure, 2 usage error, 3 refused (a lifecycle
-// safety refusal, an access denial or a stale lease), 4 not found, 5 invalid
-// input. Every error is one line on stderr naming the operation and the
+// safety refusal, an access denial, a stale lease, or a run --once that
+// blocked the request or scheduled a retry), 4 not found, 5 invalid input.
+// Every error is one line on stderr naming the operation and the
 // lifecycle's reason.
 package main
 
@@ -77,6 +95,8 @@ func exitCode(err error) int {
 		return exitOK
 	case errors.As(err, &usageErr):
 		return exitUsage
+	case runRefused(err):
+		return exitRefused
 	case errors.Is(err, lifecycle.ErrInvalidInput):
 		return exitInvalidInput
 	case errors.Is(err, lifecycle.ErrNotFound):

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tombstoneworks/communitydeletion/ephemeralpg"
+	"github.com/tombstoneworks/communitydeletion/executor"
 	"github.com/tombstoneworks/communitydeletion/fixture"
 	"github.com/tombstoneworks/communitydeletion/lifecycle"
 )
@@ -88,6 +89,12 @@ func TestParseArgs(t *testing.T) {
 			config{command: "abort", requestID: id, by: "carol", reason: "mistake", limit: 50}},
 		{"unblock", []string{"unblock", "--request", id.String(), "--by", "carol", "--reason", "fixed"}, nil,
 			config{command: "unblock", requestID: id, by: "carol", reason: "fixed", limit: 50}},
+		{"inventory objects dir", []string{"inventory", "--request", id.String(), "--objects-dir", "/srv/objects"}, nil,
+			config{command: "inventory", requestID: id, objectsDir: "/srv/objects", limit: 50}},
+		{"run", []string{"run", "--objects-dir", "/srv/objects"}, nil,
+			config{command: "run", objectsDir: "/srv/objects", limit: 50}},
+		{"run once", []string{"run", "--once", "--request", id.String(), "--owner", " ops-1 ", "--objects-dir=/o", "--lease", "90s", "--chunk-size", "500"}, nil,
+			config{command: "run", requestID: id, once: true, owner: "ops-1", objectsDir: "/o", lease: 90 * time.Second, chunkSize: 500, limit: 50}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -109,7 +116,14 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{nil, "missing command"},
 		{[]string{"destroy"}, `unknown command "destroy"`},
-		{[]string{"run"}, `unknown command "run"`},
+		{[]string{"run"}, "run needs --objects-dir"},
+		{[]string{"run", "--once"}, "run needs --objects-dir"},
+		{[]string{"run", "--objects-dir", ""}, "run: --objects-dir must not be empty"},
+		{[]string{"run", "--objects-dir", "/tmp", "--lease", "0s"}, "--lease must be positive"},
+		{[]string{"run", "--objects-dir", "/tmp", "--chunk-size", "0"}, "--chunk-size must be between 1 and 10000, got 0"},
+		{[]string{"run", "--objects-dir", "/tmp", "--owner", " "}, "--owner must not be empty"},
+		{[]string{"run", "--objects-dir", "/tmp", "--json"}, "run does not take --json"},
+		{[]string{"inspect", "--request", id, "--objects-dir", "/tmp"}, "inspect does not take --objects-dir"},
 		{[]string{"list", "extra"}, `list takes no arguments, got "extra"`},
 		{[]string{"submit", "--by", "alice"}, "submit needs --host"},
 		{[]string{"submit", "--host", "a.example"}, "submit needs --by"},
@@ -164,6 +178,9 @@ func TestExitCode(t *testing.T) {
 	require.Equal(t, exitRefused, exitCode(&lifecycle.ServingWritesNotDrainedError{}))
 	require.Equal(t, exitNotFound, exitCode(fmt.Errorf("x: %w", lifecycle.ErrNotFound)))
 	require.Equal(t, exitInvalidInput, exitCode(fmt.Errorf("x: %w", lifecycle.ErrInvalidInput)))
+	require.Equal(t, exitRefused, exitCode(fmt.Errorf("x: %w: %w", executor.ErrRetryScheduled, errors.New("boom"))))
+	require.Equal(t, exitRefused, exitCode(fmt.Errorf("x: %w: %w", executor.ErrRetryScheduled, lifecycle.ErrInvalidInput)))
+	require.Equal(t, exitRefused, exitCode(fmt.Errorf("x: %w: %w", executor.ErrBlocked, lifecycle.ErrRefused)))
 }
 
 func TestCursorRoundTrip(t *testing.T) {
