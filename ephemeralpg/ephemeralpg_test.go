@@ -22,13 +22,7 @@ import (
 
 var server *ephemeralpg.Server
 
-func TestMain(m *testing.M) {
-	srv, stop := ephemeralpg.StartForTests(ephemeralpg.Options{})
-	server = srv
-	code := m.Run()
-	stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { ephemeralpg.RunTests(m, ephemeralpg.Options{}, &server) }
 
 // tableMigrator creates one table and counts its Migrate calls.
 type tableMigrator struct {

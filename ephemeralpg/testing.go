@@ -76,3 +76,19 @@ func testDrop(t testing.TB, drop func(context.Context) error) {
 		t.Error(err)
 	}
 }
+
+// RunTests is a test binary's whole TestMain: it starts a server with opts
+// (failing the binary if none can be had, as StartForTests does), stores it
+// in *server for the tests, runs them, closes the server and exits with the
+// tests' status.
+//
+//	var server *ephemeralpg.Server
+//
+//	func TestMain(m *testing.M) { ephemeralpg.RunTests(m, ephemeralpg.Options{}, &server) }
+func RunTests(m *testing.M, opts Options, server **Server) {
+	s, stop := StartForTests(opts)
+	*server = s
+	code := m.Run()
+	stop()
+	os.Exit(code)
+}

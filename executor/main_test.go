@@ -24,13 +24,7 @@ import (
 // test gets its own database cloned from a migrated template.
 var server *ephemeralpg.Server
 
-func TestMain(m *testing.M) {
-	var stop func()
-	server, stop = ephemeralpg.StartForTests(ephemeralpg.Options{})
-	code := m.Run()
-	stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { ephemeralpg.RunTests(m, ephemeralpg.Options{}, &server) }
 
 // testBundle is one test's database (migrations plus the fixture tenant
 // tables), a Store over it, a temporary object-store root and a cache.
@@ -45,10 +39,7 @@ type testBundle struct {
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	url := ephemeralpg.NewTestDatabase(t, server, fixture.Migrator{WithFixture: true})
-	pool, err := pgxpool.New(t.Context(), url)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	url, pool := fixture.NewTestPool(t, server)
 	root := t.TempDir()
 	return &testBundle{url: url, pool: pool, store: lifecycle.New(pool), root: root,
 		files: executor.NewFileObjectStore(root), cache: executor.NewMemoryCache()}

@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tombstoneworks/communitydeletion/ephemeralpg"
 	"github.com/tombstoneworks/communitydeletion/fixture"
 )
 
@@ -37,10 +36,7 @@ type testBundle struct {
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	url := ephemeralpg.NewTestDatabase(t, server, fixture.Migrator{WithFixture: true})
-	pool, err := pgxpool.New(t.Context(), url)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	url, pool := fixture.NewTestPool(t, server)
 	return &testBundle{url: url, pool: pool}
 }
 

@@ -4,7 +4,6 @@
 package integration
 
 import (
-	"os"
 	"testing"
 
 	"github.com/tombstoneworks/communitydeletion/ephemeralpg"
@@ -14,10 +13,4 @@ import (
 // each test gets its own database cloned from a migrated template.
 var server *ephemeralpg.Server
 
-func TestMain(m *testing.M) {
-	var stop func()
-	server, stop = ephemeralpg.StartForTests(ephemeralpg.Options{})
-	code := m.Run()
-	stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { ephemeralpg.RunTests(m, ephemeralpg.Options{}, &server) }

@@ -2,7 +2,6 @@ package lifecycle_test
 
 import (
 	"fmt"
-	"os"
 	"testing"
 
 	"github.com/google/uuid"
@@ -18,13 +17,7 @@ import (
 // test gets its own database cloned from a migrated template.
 var server *ephemeralpg.Server
 
-func TestMain(m *testing.M) {
-	var stop func()
-	server, stop = ephemeralpg.StartForTests(ephemeralpg.Options{})
-	code := m.Run()
-	stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { ephemeralpg.RunTests(m, ephemeralpg.Options{}, &server) }
 
 // testBundle is one test's database (migrations plus the fixture tenant
 // tables) and a Store over it.
@@ -36,10 +29,7 @@ type testBundle struct {
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	url := ephemeralpg.NewTestDatabase(t, server, fixture.Migrator{WithFixture: true})
-	pool, err := pgxpool.New(t.Context(), url)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	url, pool := fixture.NewTestPool(t, server)
 	return &testBundle{url: url, pool: pool, store: lifecycle.New(pool)}
 }
 

@@ -3,7 +3,6 @@ package migration_test
 import (
 	"context"
 	"database/sql"
-	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -34,13 +33,7 @@ type testBundle struct {
 // own empty database on it.
 var server *ephemeralpg.Server
 
-func TestMain(m *testing.M) {
-	var stop func()
-	server, stop = ephemeralpg.StartForTests(ephemeralpg.Options{})
-	code := m.Run()
-	stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { ephemeralpg.RunTests(m, ephemeralpg.Options{}, &server) }
 
 // setup creates a fresh, empty database for the test and drops it when the
 // test ends. Advisory locks are per database, so tests that each own a

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -25,13 +24,7 @@ import (
 // database test gets its own database cloned from a migrated template.
 var server *ephemeralpg.Server
 
-func TestMain(m *testing.M) {
-	var stop func()
-	server, stop = ephemeralpg.StartForTests(ephemeralpg.Options{})
-	code := m.Run()
-	stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { ephemeralpg.RunTests(m, ephemeralpg.Options{}, &server) }
 
 func env(vars map[string]string) func(string) string {
 	return func(k string) string { return vars[k] }
@@ -202,10 +195,7 @@ type testDB struct {
 
 func setup(t *testing.T) *testDB {
 	t.Helper()
-	url := ephemeralpg.NewTestDatabase(t, server, fixture.Migrator{WithFixture: true})
-	pool, err := pgxpool.New(t.Context(), url)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	url, pool := fixture.NewTestPool(t, server)
 	return &testDB{url: url, pool: pool}
 }
 
