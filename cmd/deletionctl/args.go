@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/tombstoneworks/communitydeletion/internal/cliflag"
 	"github.com/tombstoneworks/communitydeletion/lifecycle"
 )
 
@@ -181,26 +182,12 @@ func parseArgs(args []string, getenv func(string) string) (config, error) {
 	fs.DurationVar(&cfg.lease, "lease", 0, "")
 	fs.IntVar(&cfg.chunkSize, "chunk-size", 0, "")
 
-	// Parse flags interspersed with positional arguments.
-	var positional []string
-	rest := args
-	for {
-		if err := fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return config{}, errHelp
-			}
-			return config{}, usagef("%v", err)
-		}
-		remaining := fs.Args()
-		if consumed := len(rest) - len(remaining); consumed > 0 && rest[consumed-1] == "--" {
-			positional = append(positional, remaining...)
-			break
-		}
-		if len(remaining) == 0 {
-			break
-		}
-		positional = append(positional, remaining[0])
-		rest = remaining[1:]
+	positional, err := cliflag.ParseInterspersed(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return config{}, errHelp
+	}
+	if err != nil {
+		return config{}, usagef("%v", err)
 	}
 
 	if len(positional) == 0 {
