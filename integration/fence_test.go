@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
@@ -45,6 +46,8 @@ func TestWriteFenceRefusesNonActiveCommunities(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			want := fmt.Sprintf("community %s is %s", tc.community, tc.state)
 			requireSQLState(t, insertMember(ctx, b.pool, tc.community, "late"), sqlstateFenced, want)
+			requireSQLState(t, b.exec(t, `INSERT INTO fixture_members (community_id, handle)
+				SELECT $1, 'late-' || n FROM generate_series(1, 100) n`, tc.community), sqlstateFenced, want)
 			if tc.state != "tombstone" { // a tombstone has no rows left to update or delete
 				requireSQLState(t, b.exec(t, "UPDATE fixture_members SET handle = 'x' WHERE community_id = $1", tc.community),
 					sqlstateFenced, want)
@@ -114,6 +117,12 @@ func TestWriteFenceRefusesAMultiCommunityStatementWhole(t *testing.T) {
 
 	require.NoError(t, b.exec(t, `INSERT INTO fixture_members (community_id, handle)
 		SELECT $1, 'bulk-' || n FROM generate_series(1, 500) n`, active))
+	other := b.createCommunity(t)
+	require.NoError(t, b.exec(t, `INSERT INTO fixture_members (community_id, handle)
+		SELECT c, 'mixed-' || n FROM unnest($1::uuid[]) c, generate_series(1, 500) n`, []uuid.UUID{active, other}),
+		"a statement over several active communities is admitted")
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM fixture_members WHERE handle LIKE 'mixed-%'").Scan(&count))
+	require.Equal(t, 1000, count)
 }
 
 // The authorized executor (settings naming the community and its current
@@ -175,6 +184,10 @@ func TestWriteFenceRefusesSnapshotIsolation(t *testing.T) {
 		t.Run(string(level), func(t *testing.T) {
 			for name, stmt := range map[string]func(tx pgx.Tx) error{
 				"fence": func(tx pgx.Tx) error { return insertMember(ctx, tx, community, "pinned") },
+				"fence, no rows": func(tx pgx.Tx) error {
+					_, err := tx.Exec(ctx, "UPDATE fixture_members SET handle = 'x' WHERE false")
+					return err
+				},
 				"assert": func(tx pgx.Tx) error {
 					_, err := tx.Exec(ctx, "SELECT assert_community_write_allowed($1)", community)
 					return err
@@ -370,4 +383,55 @@ func TestWriterQueuedBehindFenceIsRefused(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, lifecycle.Commit(ctx))
 	requireSQLState(t, <-written, sqlstateFenced, "is fenced")
+}
+
+// Writers that arrive while a lifecycle step holds the community lock
+// exclusively (its state change not yet committed) cannot take the fence's
+// lock-free admitted path: the try-lock fails, they wait for the lock, read
+// the state the step committed, and are refused. INSERT, UPDATE and DELETE
+// each wait on their own connection.
+func TestWriteFenceRefusesWritersArrivingDuringATransition(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	community, _ := b.approvedRequest(t)
+	require.NoError(t, insertMember(ctx, b.pool, community, "existing"))
+
+	lifecycle, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer lifecycle.Rollback(ctx)
+	_, err = lifecycle.Exec(ctx, "SELECT pg_advisory_xact_lock(community_deletion_lock_key($1))", community)
+	require.NoError(t, err)
+	require.NoError(t, setExecutor(ctx, lifecycle, community, 0))
+	_, err = lifecycle.Exec(ctx, "UPDATE communities SET deletion_state = 'quiescing' WHERE id = $1", community)
+	require.NoError(t, err)
+
+	writes := map[string]string{
+		"insert": "INSERT INTO fixture_members (community_id, handle) VALUES ($1, 'late')",
+		"update": "UPDATE fixture_members SET handle = 'edited' WHERE community_id = $1",
+		"delete": "DELETE FROM fixture_members WHERE community_id = $1",
+	}
+	results := make(map[string]chan error, len(writes))
+	for name, sql := range writes {
+		// Own connections, so the pool stays free for requireWaitingOnLock.
+		conn, err := pgx.ConnectConfig(ctx, b.pool.Config().ConnConfig.Copy())
+		require.NoError(t, err)
+		defer conn.Close(context.WithoutCancel(ctx))
+		results[name] = make(chan error, 1)
+		go func() {
+			_, err := conn.Exec(ctx, sql, community)
+			results[name] <- err
+		}()
+		requireWaitingOnLock(t, b, conn.PgConn().PID())
+	}
+
+	require.NoError(t, lifecycle.Commit(ctx))
+	for name, result := range results {
+		t.Run(name, func(t *testing.T) {
+			requireSQLState(t, <-result, sqlstateFenced, "is quiescing")
+		})
+	}
+	var handle string
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT string_agg(handle, ',') FROM fixture_members WHERE community_id = $1", community).Scan(&handle))
+	require.Equal(t, "existing", handle)
 }
