@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -154,6 +155,90 @@ func TestMigrateJobExitCodes(t *testing.T) {
 	code, stdout, stderr = runMigrate(t, url, "status", "--fail-on-pending", "--json")
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, stdout, `"state": "applied"`)
+}
+
+// Every migration's Down undoes exactly what its Up did: climbing one
+// version at a time and then descending one at a time, the schema at each
+// version is the same both ways, and version 0 leaves nothing behind. This is
+// what lets a migration that replaces a function restore the previous body.
+func TestMigrationsRollBackStepByStep(t *testing.T) {
+	t.Parallel()
+	url := ephemeralpg.NewEmptyTestDatabase(t, server)
+	conn, err := pgx.Connect(t.Context(), url)
+	require.NoError(t, err)
+	defer conn.Close(context.WithoutCancel(t.Context()))
+
+	count := migrationCount(t)
+	climbing := [][]string{schemaFingerprint(t, conn)}
+	require.Empty(t, climbing[0], "an empty database has no project objects")
+	for version := 1; version <= count; version++ {
+		code, _, stderr := runMigrate(t, url, "up-to", fmt.Sprint(version))
+		require.Equal(t, 0, code, stderr)
+		climbing = append(climbing, schemaFingerprint(t, conn))
+	}
+	for version := count - 1; version >= 0; version-- {
+		code, _, stderr := runMigrate(t, url, "down")
+		require.Equal(t, 0, code, stderr)
+		missing, extra := setDifference(climbing[version], schemaFingerprint(t, conn))
+		require.Empty(t, missing, "objects missing after rolling back to version %d", version)
+		require.Empty(t, extra, "objects left over after rolling back to version %d", version)
+	}
+}
+
+// schemaFingerprint lists the project's objects in the current schema (every
+// relation, column, default, constraint, index, trigger and function
+// definition), sorted, leaving out goose's own version table.
+func schemaFingerprint(t *testing.T, conn *pgx.Conn) []string {
+	t.Helper()
+	rows, err := conn.Query(t.Context(), `
+		WITH rels AS (
+			SELECT c.oid, c.relname, c.relkind FROM pg_class c
+			WHERE c.relnamespace = current_schema()::regnamespace AND c.relname NOT LIKE 'goose_db_version%'
+		)
+		SELECT entry FROM (
+			SELECT format('relation %s %s', relname, relkind) FROM rels
+			UNION ALL
+			SELECT format('column %s.%s %s not null=%s default=%s', rels.relname, a.attname,
+			              format_type(a.atttypid, a.atttypmod), a.attnotnull, pg_get_expr(d.adbin, d.adrelid))
+			FROM rels JOIN pg_attribute a ON a.attrelid = rels.oid AND a.attnum > 0 AND NOT a.attisdropped
+			     AND rels.relkind IN ('r', 'p')
+			LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+			UNION ALL
+			SELECT format('constraint %s %s %s', rels.relname, con.conname, pg_get_constraintdef(con.oid))
+			FROM rels JOIN pg_constraint con ON con.conrelid = rels.oid
+			UNION ALL
+			SELECT format('index %s', pg_get_indexdef(i.indexrelid))
+			FROM rels JOIN pg_index i ON i.indrelid = rels.oid
+			UNION ALL
+			SELECT format('trigger %s', pg_get_triggerdef(tg.oid))
+			FROM rels JOIN pg_trigger tg ON tg.tgrelid = rels.oid AND NOT tg.tgisinternal
+			UNION ALL
+			SELECT format('function %s', pg_get_functiondef(p.oid))
+			FROM pg_proc p WHERE p.pronamespace = current_schema()::regnamespace AND p.prokind IN ('f', 'p')
+		) fingerprint(entry)
+		ORDER BY entry`)
+	require.NoError(t, err)
+	entries, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return entries
+}
+
+// setDifference returns the entries only in want and those only in got, each
+// cut to its first line so that a failure names the objects briefly.
+func setDifference(want, got []string) (missing, extra []string) {
+	firstLine := func(s string) string { line, _, _ := strings.Cut(s, "\n"); return line }
+	in := func(list []string, s string) bool { return slices.Contains(list, s) }
+	for _, w := range want {
+		if !in(got, w) {
+			missing = append(missing, firstLine(w))
+		}
+	}
+	for _, g := range got {
+		if !in(want, g) {
+			extra = append(extra, firstLine(g))
+		}
+	}
+	return missing, extra
 }
 
 // migrationCount is the number of embedded migration files.
