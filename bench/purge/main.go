@@ -296,8 +296,7 @@ func main() {
 	flag.Parse()
 
 	var chosen []lifecycle.PurgeMethod
-	all := []lifecycle.PurgeMethod{lifecycle.PurgeMethodAuto, lifecycle.PurgeMethodKeyset, lifecycle.PurgeMethodKeysetCTID,
-		lifecycle.PurgeMethodKeysetArray, lifecycle.PurgeMethodCommunityCTID, lifecycle.PurgeMethodTIDRange}
+	all := allMethods
 	for _, m := range strings.Split(*methods, ",") {
 		switch m = strings.TrimSpace(m); m {
 		case "all":
@@ -323,6 +322,10 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// allMethods are the batched mechanics -methods=all runs.
+var allMethods = []lifecycle.PurgeMethod{lifecycle.PurgeMethodAuto, lifecycle.PurgeMethodKeyset, lifecycle.PurgeMethodKeysetCTID,
+	lifecycle.PurgeMethodKeysetArray, lifecycle.PurgeMethodCommunityCTID, lifecycle.PurgeMethodTIDRange}
 
 func bench(ctx context.Context, out io.Writer, d dataset, methods []lifecycle.PurgeMethod, repeat int, opts lifecycle.PurgeOptions) (bool, error) {
 	server, err := ephemeralpg.Start(ctx, ephemeralpg.Options{Fsync: false})
