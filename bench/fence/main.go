@@ -4,9 +4,10 @@
 // (fsync and synchronous_commit on) and one with fsync off, which strips the
 // disk cost away and exposes the trigger's own cost. Single-row transactions
 // alternate between the two tables one by one, so both see the same server
-// and disk conditions. It prints one table, the unfenced baseline beside the
-// fenced figure and what the fence adds per unit of work, and checks three
-// targets:
+// and disk conditions. A third table with an empty PL/pgSQL statement
+// trigger gives the floor any statement-level PL/pgSQL fence pays. It prints
+// one table, the unfenced baseline beside the fenced figure and what the
+// fence adds per unit of work, and checks three targets:
 //
 //   - durable, single-row write transactions: fenced keeps >= 95% of unfenced throughput
 //   - fsync off, single-row write transactions: fenced keeps >= 75%
@@ -142,6 +143,10 @@ func measure(ctx context.Context, cfg config, s settings) ([]row, error) {
 	}
 	defer conn.Release()
 
+	// The floor table carries an empty PL/pgSQL statement trigger with a
+	// transition table: what any statement-level PL/pgSQL fence pays before
+	// its first query.
+	insertTables := []string{unfencedTable, fencedTable, floorTable}
 	insert := func(table string) func(i int) error {
 		sql := fmt.Sprintf("INSERT INTO %s (community_id, body) VALUES ($1, 'hello world')", table)
 		return func(i int) error {
@@ -156,8 +161,8 @@ func measure(ctx context.Context, cfg config, s settings) ([]row, error) {
 			return err
 		}
 	}
-	// Warm both tables and the plan caches.
-	if _, err := compareThroughput(insert, 1000); err != nil {
+	// Warm the tables and the plan caches.
+	if _, err := compareThroughput(insert, insertTables, 1000); err != nil {
 		return nil, fmt.Errorf("warm up: %w", err)
 	}
 
@@ -165,11 +170,11 @@ func measure(ctx context.Context, cfg config, s settings) ([]row, error) {
 	if cfg.fsync {
 		txns = s.durableTxns
 	}
-	insertRow, err := compareThroughput(insert, txns)
+	insertRow, err := compareThroughput(insert, insertTables, txns)
 	if err != nil {
 		return nil, fmt.Errorf("single-row inserts: %w", err)
 	}
-	updateRow, err := compareThroughput(update, txns)
+	updateRow, err := compareThroughput(update, []string{unfencedTable, fencedTable}, txns)
 	if err != nil {
 		return nil, fmt.Errorf("single-row updates: %w", err)
 	}
@@ -191,13 +196,21 @@ func measure(ctx context.Context, cfg config, s settings) ([]row, error) {
 	}
 	return []row{
 		{config: cfg.name, workload: "single-row INSERT txns", unit: "txn/s", unfenced: insertRow[0], fenced: insertRow[1], higherIsBetter: true, target: insertTarget},
+		{config: cfg.name, workload: "floor: an empty trigger", unit: "txn/s", unfenced: insertRow[0], fenced: insertRow[2], higherIsBetter: true},
 		{config: cfg.name, workload: "single-row UPDATE txns", unit: "txn/s", unfenced: updateRow[0], fenced: updateRow[1], higherIsBetter: true},
 		{config: cfg.name, workload: fmt.Sprintf("%d-row INSERT", s.bulkRows), unit: "ms", unfenced: bulkRow[0], fenced: bulkRow[1], target: bulkTarget},
 	}, nil
 }
 
-// setup creates the communities and two identical tenant tables, one with
-// the write fence attached.
+// The benchmark's tables: identical tenant tables, one with the write fence
+// attached and one with an empty statement trigger.
+const (
+	unfencedTable = "bench_unfenced"
+	fencedTable   = "bench_fenced"
+	floorTable    = "bench_floor"
+)
+
+// setup creates the communities and the three tables.
 func setup(ctx context.Context, pool *pgxpool.Pool, n int) ([]uuid.UUID, error) {
 	communities := make([]uuid.UUID, n)
 	for i := range communities {
@@ -207,7 +220,7 @@ func setup(ctx context.Context, pool *pgxpool.Pool, n int) ([]uuid.UUID, error) 
 			return nil, fmt.Errorf("create community: %w", err)
 		}
 	}
-	for _, table := range []string{"bench_unfenced", "bench_fenced"} {
+	for _, table := range []string{unfencedTable, fencedTable, floorTable} {
 		ddl := fmt.Sprintf(`CREATE TABLE %[1]s (
 			id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
 			community_id uuid NOT NULL REFERENCES communities (id),
@@ -218,37 +231,49 @@ func setup(ctx context.Context, pool *pgxpool.Pool, n int) ([]uuid.UUID, error) 
 			return nil, fmt.Errorf("create %s: %w", table, err)
 		}
 	}
-	if _, err := pool.Exec(ctx, "SELECT attach_community_write_fence('bench_fenced')"); err != nil {
+	if _, err := pool.Exec(ctx, "SELECT attach_community_write_fence($1)", fencedTable); err != nil {
 		return nil, fmt.Errorf("attach fence: %w", err)
+	}
+	floor := fmt.Sprintf(`CREATE FUNCTION bench_empty_trigger() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;
+		CREATE TRIGGER bench_floor_insert AFTER INSERT ON %s REFERENCING NEW TABLE AS community_fence_new
+		FOR EACH STATEMENT EXECUTE FUNCTION bench_empty_trigger()`, floorTable)
+	if _, err := pool.Exec(ctx, floor); err != nil {
+		return nil, fmt.Errorf("create the empty trigger: %w", err)
 	}
 	return communities, nil
 }
 
-// compareThroughput runs single-statement transactions against both tables,
-// interleaved one by one (the table that goes first alternates), so that both
-// see the same server and disk conditions, and returns transactions per
-// second for [unfenced, fenced].
-func compareThroughput(workload func(table string) func(i int) error, txns int) ([2]float64, error) {
-	tables := [2]string{"bench_unfenced", "bench_fenced"}
-	ops := [2]func(int) error{workload(tables[0]), workload(tables[1])}
-	var elapsed [2]time.Duration
+// compareThroughput runs single-statement transactions against each table,
+// interleaved one by one (the table that goes first rotates), so that all see
+// the same server and disk conditions, and returns transactions per second
+// for each table in order.
+func compareThroughput(workload func(table string) func(i int) error, tables []string, txns int) ([]float64, error) {
+	ops := make([]func(int) error, len(tables))
+	for k, table := range tables {
+		ops[k] = workload(table)
+	}
+	elapsed := make([]time.Duration, len(tables))
 	for i := range txns {
-		for k := range 2 {
-			idx := (k + i) % 2
+		for k := range tables {
+			idx := (k + i) % len(tables)
 			start := time.Now()
 			if err := ops[idx](i); err != nil {
-				return [2]float64{}, fmt.Errorf("%s: %w", tables[idx], err)
+				return nil, fmt.Errorf("%s: %w", tables[idx], err)
 			}
 			elapsed[idx] += time.Since(start)
 		}
 	}
-	return [2]float64{float64(txns) / elapsed[0].Seconds(), float64(txns) / elapsed[1].Seconds()}, nil
+	perSecond := make([]float64, len(tables))
+	for k := range tables {
+		perSecond[k] = float64(txns) / elapsed[k].Seconds()
+	}
+	return perSecond, nil
 }
 
 // compareDuration times one statement against both tables, alternating, and
 // returns the median in milliseconds for [unfenced, fenced].
 func compareDuration(workload func(table string) func() error, s settings) ([2]float64, error) {
-	tables := [2]string{"bench_unfenced", "bench_fenced"}
+	tables := [2]string{unfencedTable, fencedTable}
 	var samples [2][]float64
 	for round := range s.bulkRounds {
 		for k := range 2 {
