@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/base64"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -114,16 +113,13 @@ type config struct {
 }
 
 // usageError is a malformed command line (exit code 2).
-type usageError struct{ msg string }
+type usageError = cliflag.UsageError
 
-func (e *usageError) Error() string { return e.msg }
-
-func usagef(format string, args ...any) error {
-	return &usageError{msg: fmt.Sprintf(format, args...)}
-}
+// usagef returns a *usageError.
+var usagef = cliflag.Usagef
 
 // errHelp reports that usage was asked for (-h, --help or "help").
-var errHelp = errors.New("help requested")
+var errHelp = cliflag.ErrHelp
 
 // stringList is a repeatable string flag.
 type stringList []string
@@ -182,27 +178,17 @@ func parseArgs(args []string, getenv func(string) string) (config, error) {
 	fs.DurationVar(&cfg.lease, "lease", 0, "")
 	fs.IntVar(&cfg.chunkSize, "chunk-size", 0, "")
 
-	positional, err := cliflag.ParseInterspersed(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return config{}, errHelp
-	}
+	command, positional, err := cliflag.ParseCommand(fs, args)
 	if err != nil {
-		return config{}, usagef("%v", err)
+		return config{}, err
 	}
-
-	if len(positional) == 0 {
-		return config{}, usagef("missing command")
-	}
-	cfg.command = positional[0]
-	if cfg.command == "help" {
-		return config{}, errHelp
-	}
+	cfg.command = command
 	spec, ok := commandFlags[cfg.command]
 	if !ok {
 		return config{}, usagef("unknown command %q", cfg.command)
 	}
-	if len(positional) > 1 {
-		return config{}, usagef("%s takes no arguments, got %q", cfg.command, positional[1])
+	if len(positional) > 0 {
+		return config{}, usagef("%s takes no arguments, got %q", cfg.command, positional[0])
 	}
 
 	set := map[string]bool{}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -73,16 +72,13 @@ func (c config) options(stderr io.Writer) []migration.Option {
 }
 
 // usageError is a malformed command line (exit code 2).
-type usageError struct{ msg string }
+type usageError = cliflag.UsageError
 
-func (e *usageError) Error() string { return e.msg }
-
-func usagef(format string, args ...any) error {
-	return &usageError{msg: fmt.Sprintf(format, args...)}
-}
+// usagef returns a *usageError.
+var usagef = cliflag.Usagef
 
 // errHelp reports that usage was asked for (-h, --help or "help").
-var errHelp = errors.New("help requested")
+var errHelp = cliflag.ErrHelp
 
 // commandFlags lists the flags that only some commands accept.
 var commandFlags = map[string]string{
@@ -112,26 +108,15 @@ func parseArgs(args []string, getenv func(string) string) (config, error) {
 	fs.BoolVar(&cfg.json, "json", false, "")
 	fs.BoolVar(&cfg.failOnPending, "fail-on-pending", false, "")
 
-	positional, err := cliflag.ParseInterspersed(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return config{}, errHelp
-	}
+	command, positional, err := cliflag.ParseCommand(fs, args)
 	if err != nil {
-		return config{}, usagef("%v", err)
+		return config{}, err
 	}
-
-	if len(positional) == 0 {
-		return config{}, usagef("missing command")
-	}
-	cfg.command = positional[0]
-	if cfg.command == "help" {
-		return config{}, errHelp
-	}
+	cfg.command = command
 	argName, ok := commandArgs[cfg.command]
 	if !ok {
 		return config{}, usagef("unknown command %q", cfg.command)
 	}
-	positional = positional[1:]
 	switch {
 	case argName == "" && len(positional) > 0:
 		return config{}, usagef("%s takes no arguments, got %q", cfg.command, positional[0])

@@ -2,7 +2,46 @@
 // flags may stand before or after the subcommand.
 package cliflag
 
-import "flag"
+import (
+	"errors"
+	"flag"
+	"fmt"
+)
+
+// UsageError is a malformed command line; the commands exit 2 on it.
+type UsageError struct{ Msg string }
+
+// Error returns the message that says what is wrong with the command line.
+func (e *UsageError) Error() string { return e.Msg }
+
+// Usagef returns a *UsageError with a formatted message.
+func Usagef(format string, args ...any) error {
+	return &UsageError{Msg: fmt.Sprintf(format, args...)}
+}
+
+// ErrHelp reports that usage was asked for: -h, -help or the command "help".
+var ErrHelp = errors.New("help requested")
+
+// ParseCommand parses args with fs, flags and positional arguments mixed,
+// and returns the first positional argument as the command and the others
+// as its arguments. It returns ErrHelp when usage was asked for, and a
+// *UsageError for a bad flag or a missing command.
+func ParseCommand(fs *flag.FlagSet, args []string) (command string, rest []string, err error) {
+	positional, err := ParseInterspersed(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return "", nil, ErrHelp
+	}
+	if err != nil {
+		return "", nil, Usagef("%v", err)
+	}
+	if len(positional) == 0 {
+		return "", nil, Usagef("missing command")
+	}
+	if positional[0] == "help" {
+		return "", nil, ErrHelp
+	}
+	return positional[0], positional[1:], nil
+}
 
 // ParseInterspersed parses args with fs, letting flags and positional
 // arguments mix, and returns the positional arguments in order. Everything

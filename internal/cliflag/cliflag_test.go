@@ -39,3 +39,34 @@ func TestParseInterspersed(t *testing.T) {
 	require.Error(t, err)
 	require.NotErrorIs(t, err, flag.ErrHelp)
 }
+
+// ParseCommand splits off the command; help in any form is ErrHelp; a bad
+// flag or a missing command is a *UsageError.
+func TestParseCommand(t *testing.T) {
+	t.Parallel()
+	newSet := func() *flag.FlagSet {
+		fs := flag.NewFlagSet("x", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		fs.String("url", "", "")
+		return fs
+	}
+
+	command, rest, err := ParseCommand(newSet(), []string{"--url", "u", "up-to", "7"})
+	require.NoError(t, err)
+	require.Equal(t, "up-to", command)
+	require.Equal(t, []string{"7"}, rest)
+
+	for _, args := range [][]string{{"help"}, {"-h"}, {"status", "--help"}} {
+		_, _, err := ParseCommand(newSet(), args)
+		require.ErrorIs(t, err, ErrHelp, "%q", args)
+	}
+	for want, args := range map[string][]string{
+		"missing command":               {"--url", "u"},
+		"flag provided but not defined": {"status", "--nope"},
+	} {
+		_, _, err := ParseCommand(newSet(), args)
+		var usage *UsageError
+		require.ErrorAs(t, err, &usage)
+		require.Contains(t, usage.Error(), want)
+	}
+}
