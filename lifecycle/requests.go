@@ -608,12 +608,9 @@ func (s *Store) Unblock(ctx context.Context, id uuid.UUID, unblockedBy, reason s
 
 	var request *Request
 	err = s.tx(ctx, func(q *dbgen.Queries) error {
-		locked, err := q.DeletionRequestGetForOperator(ctx, id)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return notFoundf("deletion %s", id)
-		}
+		locked, err := lockRequestWithLease(ctx, q, id)
 		if err != nil {
-			return fmt.Errorf("lock deletion %s: %w", id, err)
+			return err
 		}
 		current := locked.CommunityDeletionRequest
 		switch {
@@ -661,12 +658,9 @@ func (s *Store) BlockPreclaimSetup(ctx context.Context, id uuid.UUID, unitKey, e
 
 	var request *Request
 	err := s.tx(ctx, func(q *dbgen.Queries) error {
-		locked, err := q.DeletionRequestGetForOperator(ctx, id)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return notFoundf("deletion %s", id)
-		}
+		locked, err := lockRequestWithLease(ctx, q, id)
 		if err != nil {
-			return fmt.Errorf("lock deletion %s: %w", id, err)
+			return err
 		}
 		current := locked.CommunityDeletionRequest
 		switch {
@@ -753,6 +747,20 @@ func lockRequestForOperator(ctx context.Context, q *dbgen.Queries, id uuid.UUID)
 		return row, refusef("deletion %s changed community while waiting for the community lock", id)
 	}
 	return row, nil
+}
+
+// lockRequestWithLease locks request id for an operator action that must
+// not race an executor, and says whether an executor still holds an
+// unexpired lease on it. A missing request matches ErrNotFound.
+func lockRequestWithLease(ctx context.Context, q *dbgen.Queries, id uuid.UUID) (dbgen.DeletionRequestGetForOperatorRow, error) {
+	locked, err := q.DeletionRequestGetForOperator(ctx, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return locked, notFoundf("deletion %s", id)
+	}
+	if err != nil {
+		return locked, fmt.Errorf("lock deletion %s: %w", id, err)
+	}
+	return locked, nil
 }
 
 // getRequestRow reads request id or returns an error matching ErrNotFound.
