@@ -736,12 +736,9 @@ func lockRequestForOperator(ctx context.Context, q *dbgen.Queries, id uuid.UUID)
 	if err := q.CommunityDeletionLockExclusive(ctx, first.CommunityID); err != nil {
 		return first, fmt.Errorf("take community lock: %w", err)
 	}
-	row, err := q.DeletionRequestGetForUpdate(ctx, id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return row, notFoundf("deletion %s", id)
-	}
+	row, err := lockRequestRow(ctx, q, id)
 	if err != nil {
-		return row, fmt.Errorf("lock deletion %s: %w", id, err)
+		return row, err
 	}
 	if row.CommunityID != first.CommunityID {
 		return row, refusef("deletion %s changed community while waiting for the community lock", id)
@@ -761,6 +758,19 @@ func lockRequestWithLease(ctx context.Context, q *dbgen.Queries, id uuid.UUID) (
 		return locked, fmt.Errorf("lock deletion %s: %w", id, err)
 	}
 	return locked, nil
+}
+
+// lockRequestRow locks request id FOR UPDATE, or returns an error matching
+// ErrNotFound.
+func lockRequestRow(ctx context.Context, q *dbgen.Queries, id uuid.UUID) (dbgen.CommunityDeletionRequest, error) {
+	row, err := q.DeletionRequestGetForUpdate(ctx, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return row, notFoundf("deletion %s", id)
+	}
+	if err != nil {
+		return row, fmt.Errorf("lock deletion %s: %w", id, err)
+	}
+	return row, nil
 }
 
 // getRequestRow reads request id or returns an error matching ErrNotFound.

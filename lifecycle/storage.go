@@ -53,12 +53,9 @@ func (s *Store) FreezeDestructiveStorageManifest(ctx context.Context, token Leas
 		return invalidf("encode destructive storage manifest: %w", err)
 	}
 	return s.tx(ctx, func(q *dbgen.Queries) error {
-		request, err := q.DeletionRequestGetForUpdate(ctx, token.RequestID)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return notFoundf("deletion request %s does not exist", token.RequestID)
-		}
+		request, err := lockRequestRow(ctx, q, token.RequestID)
 		if err != nil {
-			return fmt.Errorf("lock deletion request %s: %w", token.RequestID, err)
+			return err
 		}
 		if _, err := verifyLeaseAndFence(ctx, q, token, StageFenced); err != nil {
 			return err
@@ -112,12 +109,9 @@ func (s *Store) ClearManifestKeyChunks(ctx context.Context, token LeaseToken) er
 		return err
 	}
 	return s.tx(ctx, func(q *dbgen.Queries) error {
-		request, err := q.DeletionRequestGetForUpdate(ctx, token.RequestID)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return notFoundf("deletion request %s does not exist", token.RequestID)
-		}
+		request, err := lockRequestRow(ctx, q, token.RequestID)
 		if err != nil {
-			return fmt.Errorf("lock deletion request %s: %w", token.RequestID, err)
+			return err
 		}
 		if _, err := verifyLeaseAndFence(ctx, q, token, StageFenced); err != nil {
 			return err
