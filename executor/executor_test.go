@@ -103,7 +103,7 @@ func TestFailingDeleteBlocksAfterMaxRetriesThenRecovers(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, claimed)
 
-	_, err = b.store.Unblock(t.Context(), id, "carol", "object store fixed")
+	_, err = b.operator.Unblock(t.Context(), id, "carol", "object store fixed")
 	require.NoError(t, err)
 	claimed, err = b.runner(t, b.config("executor-2")).RunOnce(t.Context(), &id)
 	require.NoError(t, err)
@@ -364,11 +364,14 @@ func TestStaleHeartbeatCancelsWork(t *testing.T) {
 	}()
 	<-objects.entered
 	b.expireLease(t, id)
+	// The heartbeat finds the lease expired and stops the work on its own.
+	// Only then does another executor claim: while the runner still holds
+	// the request row (releasing its claim), a claim would skip it.
+	err := <-done
+	require.True(t, lifecycle.IsStaleLease(err), "%v", err)
 	thief, err := b.store.ClaimSpecific(t.Context(), id, "thief", lifecycle.DefaultLeaseDuration)
 	require.NoError(t, err)
 	require.NotNil(t, thief)
-	err = <-done
-	require.True(t, lifecycle.IsStaleLease(err), "%v", err)
 	request, err := b.store.Get(t.Context(), id)
 	require.NoError(t, err)
 	require.Equal(t, "thief", request.LeaseOwner)

@@ -27,22 +27,29 @@ var server *ephemeralpg.Server
 func TestMain(m *testing.M) { ephemeralpg.RunTests(m, ephemeralpg.Options{}, &server) }
 
 // testBundle is one test's database (migrations plus the fixture tenant
-// tables), a Store over it, a temporary object-store root and a cache.
+// tables), Stores over it as the executor (what the Runner uses), an operator
+// and a second operator who approves, a temporary object-store root and a
+// cache. pool is the superuser, for setting up and inspecting.
 type testBundle struct {
-	url   string
-	pool  *pgxpool.Pool
-	store *lifecycle.Store
-	root  string
-	files *executor.FileObjectStore
-	cache *executor.MemoryCache
+	url      string
+	pool     *pgxpool.Pool
+	store    *lifecycle.Store
+	operator *lifecycle.Store
+	approver *lifecycle.Store
+	root     string
+	files    *executor.FileObjectStore
+	cache    *executor.MemoryCache
 }
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
 	url, pool := fixture.NewTestPool(t, server)
 	root := t.TempDir()
-	return &testBundle{url: url, pool: pool, store: lifecycle.New(pool), root: root,
-		files: executor.NewFileObjectStore(root), cache: executor.NewMemoryCache()}
+	return &testBundle{url: url, pool: pool,
+		store:    lifecycle.New(fixture.RolePool(t, url, fixture.RoleExecutor)),
+		operator: lifecycle.New(fixture.RolePool(t, url, fixture.RoleOperator)),
+		approver: lifecycle.New(fixture.RolePool(t, url, fixture.RoleApprover)),
+		root:     root, files: executor.NewFileObjectStore(root), cache: executor.NewMemoryCache()}
 }
 
 // prefixes is the storage layout of the tests' service.
@@ -109,15 +116,15 @@ func (b *testBundle) createCommunity(t *testing.T, files int) community {
 func (b *testBundle) approve(t *testing.T, c community) uuid.UUID {
 	t.Helper()
 	ctx := t.Context()
-	request, err := b.store.Submit(ctx, c.host, "alice", "test")
+	request, err := b.operator.Submit(ctx, c.host, "alice", "test")
 	require.NoError(t, err)
-	schema, err := b.store.InventorySchema(ctx, c.id)
+	schema, err := b.operator.InventorySchema(ctx, c.id)
 	require.NoError(t, err)
 	storage, err := executor.SummarizeStorage(ctx, b.files, prefixes(c.id))
 	require.NoError(t, err)
-	_, err = b.store.FreezeInventory(ctx, request.ID, lifecycle.FrozenInventory{Schema: *schema, Storage: storage})
+	_, err = b.operator.FreezeInventory(ctx, request.ID, lifecycle.FrozenInventory{Schema: *schema, Storage: storage})
 	require.NoError(t, err)
-	_, err = b.store.Approve(ctx, request.ID, "bob", "ok")
+	_, err = b.approver.Approve(ctx, request.ID, "bob", "ok")
 	require.NoError(t, err)
 	return request.ID
 }

@@ -136,11 +136,18 @@ func TestWriteFenceAdmitsOnlyTheAuthorizedExecutor(t *testing.T) {
 
 	community := b.createCommunity(t)
 	other := b.createCommunity(t)
+	require.NoError(t, insertMember(ctx, b.pool, community, "member"))
 	b.quiesce(t, community)
 
+	// The executor's writes are the purge's: it may update and delete the
+	// rows of registered tables, not insert.
 	write := func(t *testing.T, executorCommunity uuid.UUID, generation int64) error {
 		return b.asExecutor(t, executorCommunity, generation, func(tx pgx.Tx) error {
-			return insertMember(ctx, tx, community, "executor")
+			tag, err := tx.Exec(ctx, "UPDATE fixture_members SET handle = handle || '.' WHERE community_id = $1", community)
+			if err == nil && tag.RowsAffected() != 1 {
+				return fmt.Errorf("updated %d rows, want 1", tag.RowsAffected())
+			}
+			return err
 		})
 	}
 	require.NoError(t, write(t, community, 0), "executor at the current generation writes while quiescing")

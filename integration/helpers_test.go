@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,16 +29,45 @@ const (
 )
 
 // testBundle is one test's database: the project's migrations plus the
-// registered fixture tables.
+// registered fixture tables. pool is the superuser, who sets up what a
+// deployment's owner would; the lifecycle helpers act as the role each step
+// needs (see roles).
 type testBundle struct {
-	url  string
-	pool *pgxpool.Pool
+	t     *testing.T
+	url   string
+	pool  *pgxpool.Pool
+	mu    sync.Mutex
+	pools map[fixture.Role]*pgxpool.Pool
 }
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
 	url, pool := fixture.NewTestPool(t, server)
-	return &testBundle{url: url, pool: pool}
+	return &testBundle{t: t, url: url, pool: pool, pools: map[fixture.Role]*pgxpool.Pool{}}
+}
+
+// as returns a pool on the test's database connected as role, opened on
+// first use.
+func (b *testBundle) as(role fixture.Role) *pgxpool.Pool {
+	b.t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if pool, ok := b.pools[role]; ok {
+		return pool
+	}
+	pool := fixture.RolePool(b.t, b.url, role)
+	b.pools[role] = pool
+	return pool
+}
+
+// stageRole is the role that moves a request to stage: operators
+// inventory, approve and abort; the executor does the rest.
+func stageRole(stage string) fixture.Role {
+	switch stage {
+	case "inventoried", "approved", "aborted":
+		return fixture.RoleOperator
+	}
+	return fixture.RoleExecutor
 }
 
 // requireSQLState asserts that err is a PostgreSQL error with the SQLSTATE
@@ -73,7 +103,7 @@ func (b *testBundle) createCommunity(t *testing.T) uuid.UUID {
 // executor settings for community at fence generation generation.
 func (b *testBundle) asExecutor(t *testing.T, community uuid.UUID, generation int64, fn func(tx pgx.Tx) error) error {
 	t.Helper()
-	return pgx.BeginFunc(t.Context(), b.pool, func(tx pgx.Tx) error {
+	return pgx.BeginFunc(t.Context(), b.as(fixture.RoleExecutor), func(tx pgx.Tx) error {
 		if err := setExecutor(t.Context(), tx, community, generation); err != nil {
 			return err
 		}
@@ -145,17 +175,20 @@ func (b *testBundle) fence(t *testing.T, community uuid.UUID) int64 {
 	return next
 }
 
-// advance moves a request one stage forward.
+// advance moves a request one stage forward, as the role that takes that
+// step.
 func (b *testBundle) advance(t *testing.T, request uuid.UUID, to string) {
 	t.Helper()
-	require.NoError(t, b.exec(t, "UPDATE community_deletion_requests SET stage = $2 WHERE id = $1", request, to))
+	_, err := b.as(stageRole(to)).Exec(t.Context(), "UPDATE community_deletion_requests SET stage = $2 WHERE id = $1", request, to)
+	require.NoError(t, err)
 }
 
 // freezeDestructive freezes a fenced request's destructive storage manifest.
 func (b *testBundle) freezeDestructive(t *testing.T, request uuid.UUID) {
 	t.Helper()
-	require.NoError(t, b.exec(t, `UPDATE community_deletion_requests
-		SET destructive_storage_manifest = '{"version": 4}', destructive_storage_frozen_at = now() WHERE id = $1`, request))
+	_, err := b.as(fixture.RoleExecutor).Exec(t.Context(), `UPDATE community_deletion_requests
+		SET destructive_storage_manifest = '{"version": 4}', destructive_storage_frozen_at = now() WHERE id = $1`, request)
+	require.NoError(t, err)
 }
 
 // tombstone walks a fenced community's request on to bindings_removed, then
@@ -194,11 +227,12 @@ func insertMember(ctx context.Context, q interface {
 	return err
 }
 
-// submit inserts a submitted deletion request for community.
+// submit inserts a submitted deletion request for community, as the
+// operator.
 func (b *testBundle) submit(t *testing.T, community uuid.UUID, requestedBy string) uuid.UUID {
 	t.Helper()
 	var id uuid.UUID
-	require.NoError(t, b.pool.QueryRow(t.Context(), `INSERT INTO community_deletion_requests (community_id, community_host, requested_by)
+	require.NoError(t, b.as(fixture.RoleOperator).QueryRow(t.Context(), `INSERT INTO community_deletion_requests (community_id, community_host, requested_by)
 		SELECT id, host, $2 FROM communities WHERE id = $1 RETURNING id`, community, requestedBy).Scan(&id))
 	return id
 }
@@ -209,22 +243,24 @@ func testDigest(seed string) []byte {
 	return sum[:]
 }
 
-// freeze moves a submitted request to inventoried with a stand-in inventory
-// and returns its digest.
+// freeze moves a submitted request to inventoried with a stand-in inventory,
+// as the operator, and returns its digest.
 func (b *testBundle) freeze(t *testing.T, request uuid.UUID) []byte {
 	t.Helper()
 	digest := testDigest(request.String())
-	require.NoError(t, b.exec(t, `UPDATE community_deletion_requests
+	_, err := b.as(fixture.RoleOperator).Exec(t.Context(), `UPDATE community_deletion_requests
 		SET stage = 'inventoried', schema_manifest = '{}', storage_manifest = '{}', inventory_manifest = '{}',
 		    inventory_digest = $2, inventory_frozen_at = now()
-		WHERE id = $1`, request, digest))
+		WHERE id = $1`, request, digest)
+	require.NoError(t, err)
 	return digest
 }
 
-// approve records an approval by approver and moves the request to approved.
+// approve records an approval by approver, as the second operator (the
+// approver role), and moves the request to approved.
 func (b *testBundle) approve(t *testing.T, request uuid.UUID, approver string) {
 	t.Helper()
-	require.NoError(t, pgx.BeginFunc(t.Context(), b.pool, func(tx pgx.Tx) error {
+	require.NoError(t, pgx.BeginFunc(t.Context(), b.as(fixture.RoleApprover), func(tx pgx.Tx) error {
 		if _, err := tx.Exec(t.Context(), `INSERT INTO community_deletion_approvals (request_id, community_id, inventory_digest, approved_by)
 			SELECT id, community_id, inventory_digest, $2 FROM community_deletion_requests WHERE id = $1`, request, approver); err != nil {
 			return err

@@ -187,12 +187,13 @@ func TestMigrationsRollBackStepByStep(t *testing.T) {
 
 // schemaFingerprint lists the project's objects in the current schema (every
 // relation, column, default, constraint, index, trigger and function
-// definition), sorted, leaving out goose's own version table.
+// definition, and every privilege on them, defaults spelled out), sorted,
+// leaving out goose's own version table.
 func schemaFingerprint(t *testing.T, conn *pgx.Conn) []string {
 	t.Helper()
 	rows, err := conn.Query(t.Context(), `
 		WITH rels AS (
-			SELECT c.oid, c.relname, c.relkind FROM pg_class c
+			SELECT c.oid, c.relname, c.relkind, c.relacl, c.relowner FROM pg_class c
 			WHERE c.relnamespace = current_schema()::regnamespace AND c.relname NOT LIKE 'goose_db_version%'
 		)
 		SELECT entry FROM (
@@ -215,6 +216,31 @@ func schemaFingerprint(t *testing.T, conn *pgx.Conn) []string {
 			UNION ALL
 			SELECT format('function %s', pg_get_functiondef(p.oid))
 			FROM pg_proc p WHERE p.pronamespace = current_schema()::regnamespace AND p.prokind IN ('f', 'p')
+			UNION ALL
+			SELECT format('grant on %s to %s: %s', rels.relname, acl.grantee, acl.privileges)
+			FROM rels, LATERAL (
+				SELECT coalesce(nullif(e.grantee, 0)::regrole::text, 'PUBLIC') AS grantee,
+				       string_agg(e.privilege_type, ',' ORDER BY e.privilege_type) AS privileges
+				FROM aclexplode(coalesce(rels.relacl, acldefault(CASE WHEN rels.relkind = 'S' THEN 's' ELSE 'r' END::"char", rels.relowner))) e
+				GROUP BY e.grantee) acl
+			UNION ALL
+			SELECT format('grant on column %s.%s to %s: %s', rels.relname, a.attname, acl.grantee, acl.privileges)
+			FROM rels JOIN pg_attribute a ON a.attrelid = rels.oid AND a.attnum > 0 AND a.attacl IS NOT NULL,
+			LATERAL (
+				SELECT coalesce(nullif(e.grantee, 0)::regrole::text, 'PUBLIC') AS grantee,
+				       string_agg(e.privilege_type, ',' ORDER BY e.privilege_type) AS privileges
+				FROM aclexplode(a.attacl) e GROUP BY e.grantee) acl
+			UNION ALL
+			SELECT format('grant on function %s to %s: %s', p.oid::regprocedure, acl.grantee, acl.privileges)
+			FROM pg_proc p, LATERAL (
+				SELECT coalesce(nullif(e.grantee, 0)::regrole::text, 'PUBLIC') AS grantee,
+				       string_agg(e.privilege_type, ',' ORDER BY e.privilege_type) AS privileges
+				FROM aclexplode(coalesce(p.proacl, acldefault('f'::"char", p.proowner))) e GROUP BY e.grantee) acl
+			WHERE p.pronamespace = current_schema()::regnamespace AND p.prokind IN ('f', 'p')
+			UNION ALL
+			SELECT format('grant on schema to %s: %s', e.grantee::regrole, e.privilege_type)
+			FROM pg_namespace n, aclexplode(n.nspacl) e
+			WHERE n.oid = current_schema()::regnamespace AND e.grantee::regrole::text LIKE 'community\_deletion\_%'
 		) fingerprint(entry)
 		ORDER BY entry`)
 	require.NoError(t, err)

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tombstoneworks/communitydeletion/fixture"
 	"github.com/tombstoneworks/communitydeletion/lifecycle"
 )
 
@@ -25,6 +26,13 @@ func Example() {
 	}
 	defer pool.Close()
 	store := lifecycle.New(pool)
+	// The approver is another operator: the database compares their roles.
+	approverPool, err := pgxpool.New(ctx, os.Getenv("APPROVER_DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer approverPool.Close()
+	approver := lifecycle.New(approverPool)
 
 	request, err := store.Submit(ctx, "tenant.example", "alice", "customer asked to be forgotten")
 	if err != nil {
@@ -40,7 +48,7 @@ func Example() {
 	if _, err := store.FreezeInventory(ctx, request.ID, lifecycle.FrozenInventory{Schema: *schema, Storage: storage}); err != nil {
 		log.Fatal(err)
 	}
-	if _, err := store.Approve(ctx, request.ID, "bob", "reviewed the frozen inventory"); err != nil {
+	if _, err := approver.Approve(ctx, request.ID, "bob", "reviewed the frozen inventory"); err != nil {
 		log.Fatal(err) // alice could not approve her own request
 	}
 
@@ -85,6 +93,10 @@ func TestExampleRuns(t *testing.T) {
 	_, err := b.pool.Exec(t.Context(), "INSERT INTO communities (host, signing_key, icon) VALUES ('tenant.example', 'key', 'icon.png')")
 	require.NoError(t, err)
 	t.Setenv("DATABASE_URL", b.url)
+	approverURL, err := fixture.RoleConnString(b.url, fixture.RoleApprover)
+	require.NoError(t, err)
+	fixture.RolePool(t, b.url, fixture.RoleApprover) // creates the test logins
+	t.Setenv("APPROVER_DATABASE_URL", approverURL)
 
 	Example()
 

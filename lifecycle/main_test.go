@@ -20,17 +20,20 @@ var server *ephemeralpg.Server
 func TestMain(m *testing.M) { ephemeralpg.RunTests(m, ephemeralpg.Options{}, &server) }
 
 // testBundle is one test's database (migrations plus the fixture tenant
-// tables) and a Store over it.
+// tables), a Store over it and a second operator's Store to approve with
+// (the two-person rule compares database roles).
 type testBundle struct {
-	url   string
-	pool  *pgxpool.Pool
-	store *lifecycle.Store
+	url      string
+	pool     *pgxpool.Pool
+	store    *lifecycle.Store
+	approver *lifecycle.Store
 }
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
 	url, pool := fixture.NewTestPool(t, server)
-	return &testBundle{url: url, pool: pool, store: lifecycle.New(pool)}
+	return &testBundle{url: url, pool: pool, store: lifecycle.New(pool),
+		approver: lifecycle.New(fixture.RolePool(t, url, fixture.RoleApprover))}
 }
 
 // createCommunity inserts an active community and returns its id and host.

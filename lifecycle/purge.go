@@ -2,7 +2,6 @@ package lifecycle
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -393,19 +392,13 @@ func (r *purgeRun) plan(ctx context.Context, recheck bool) (*purgePlan, error) {
 		if err != nil {
 			return fmt.Errorf("list the community's partitions: %w", err)
 		}
-		checkpoints, err := q.PurgeCheckpointList(ctx, dbgen.PurgeCheckpointListParams{
-			RequestID: r.token.RequestID, Stage: string(StageBindingsRemoved),
-		})
+		progress, err := q.PurgeProgressList(ctx, r.token.RequestID)
 		if err != nil {
-			return fmt.Errorf("read purge checkpoints: %w", err)
+			return fmt.Errorf("read purge progress: %w", err)
 		}
-		done := make(map[string]purgeCheckpoint, len(checkpoints))
-		for _, c := range checkpoints {
-			var detail purgeCheckpoint
-			if err := json.Unmarshal(c.Detail, &detail); err != nil {
-				return refusef("purge checkpoint %s is unreadable: %w", c.UnitKey, err)
-			}
-			done[c.UnitKey] = detail
+		done := make(map[string]purgeCheckpoint, len(progress))
+		for _, p := range progress {
+			done[p.UnitKey] = purgeCheckpoint{Rows: p.RowCount, Done: p.Done}
 		}
 
 		tables := make(map[string]*purgeTable, len(shapes))
@@ -707,8 +700,7 @@ func (b *purgeBatcher) batch(ctx context.Context) (bool, error) {
 		if b.clear {
 			return nil
 		}
-		return checkpointCompleted(ctx, q, r.token, StageBindingsRemoved, t.unit(),
-			purgeCheckpoint{Rows: t.rows + rows, Done: done})
+		return r.recordProgress(ctx, q, t, purgeCheckpoint{Rows: t.rows + rows, Done: done})
 	})
 	if err != nil {
 		return false, err
@@ -961,8 +953,7 @@ func (r *purgeRun) dropPartition(ctx context.Context, t *purgeTable, p dbgen.Pur
 			if _, err := tx.Exec(ctx, "DROP TABLE "+partition); err != nil {
 				return fmt.Errorf("drop partition %s of %s: %w", p.PartitionName, t.name, err)
 			}
-			return checkpointCompleted(ctx, q, r.token, StageBindingsRemoved, t.unit(),
-				purgeCheckpoint{Rows: t.rows + rows})
+			return r.recordProgress(ctx, q, t, purgeCheckpoint{Rows: t.rows + rows})
 		})
 		var pgErr *pgconn.PgError
 		if !errors.As(err, &pgErr) || pgErr.Code != sqlstateLockTimeout {
@@ -977,6 +968,22 @@ func (r *purgeRun) dropPartition(ctx context.Context, t *purgeTable, p dbgen.Pur
 	r.record(t)
 	r.progress(t, false)
 	return nil
+}
+
+// recordProgress records a table's rows so far in the purge's working
+// progress and, once the table is done, appends its completed checkpoint:
+// the audit trail gets one row per table, with its total.
+func (r *purgeRun) recordProgress(ctx context.Context, q *dbgen.Queries, t *purgeTable, p purgeCheckpoint) error {
+	if err := q.PurgeProgressRecord(ctx, dbgen.PurgeProgressRecordParams{
+		RequestID: r.token.RequestID, UnitKey: t.unit(), RowCount: p.Rows, Done: p.Done,
+		LeaseGeneration: r.token.Generation,
+	}); err != nil {
+		return fmt.Errorf("record purge progress of %s: %w", t.name, err)
+	}
+	if !p.Done {
+		return nil
+	}
+	return checkpointCompleted(ctx, q, r.token, StageBindingsRemoved, t.unit(), p)
 }
 
 // purgeRowsRemain reports whether the table still holds a row of the

@@ -102,7 +102,9 @@ func purgeReady(t *testing.T, b *testBundle, community uuid.UUID) lifecycle.Leas
 		SET stage = 'inventoried', schema_manifest = '{}', storage_manifest = '{}', inventory_manifest = '{}',
 		    inventory_digest = $2, inventory_frozen_at = now()
 		WHERE id = $1`, request, digest[:])
-	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+	// The approval is a second operator's: the database compares roles.
+	approver := fixture.RolePool(t, b.url, fixture.RoleApprover)
+	require.NoError(t, pgx.BeginFunc(ctx, approver, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO community_deletion_approvals (request_id, community_id, inventory_digest, approved_by)
 			SELECT id, community_id, inventory_digest, 'approver' FROM community_deletion_requests WHERE id = $1`, request); err != nil {
 			return err
@@ -343,8 +345,8 @@ func TestPurgePostgresPurgesOneCommunityAndLeavesOthersUntouched(t *testing.T) {
 	err = b.store.VerifyPostgresLogicallyDeleted(ctx, token)
 	require.ErrorIs(t, err, lifecycle.ErrRefused)
 	require.Contains(t, err.Error(), "purge_late")
+	purgeExec(t, b, "SELECT detach_community_write_fence('purge_late')")
 	purgeExec(t, b, "DROP TABLE purge_late")
-	purgeExec(t, b, "DELETE FROM community_scoped_tables WHERE table_name = 'purge_late'")
 	require.NoError(t, b.store.VerifyPostgresLogicallyDeleted(ctx, token))
 }
 
@@ -586,6 +588,30 @@ func TestPurgePostgresDetachesAndDropsTheCommunitysOwnPartition(t *testing.T) {
 	require.Equal(t, int64(purgeSmall.activity), otherActivity)
 }
 
+// An executor login that does not own the partitioned table (the least
+// privileged deployment) may not DETACH or DROP: the purge deletes the
+// partition's rows in batches instead, and the empty partition stays for its
+// owner.
+func TestPurgePostgresAsTheExecutorRoleEmptiesAPartitionItDoesNotOwn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	target := purgeNewCommunity(t, b)
+	purgeExec(t, b, fmt.Sprintf("CREATE TABLE fixture_activity_target PARTITION OF fixture_activity FOR VALUES IN ('%s')", target))
+	purgeExec(t, b, "SELECT attach_community_write_fence('fixture_activity')")
+	purgePopulate(t, b, target, purgeSmall)
+	token := purgeReady(t, b, target)
+
+	executorStore := lifecycle.New(fixture.RolePool(t, b.url, fixture.RoleExecutor))
+	result, err := executorStore.PurgePostgres(ctx, token, lifecycle.PurgeOptions{})
+	require.NoError(t, err)
+	require.Equal(t, int64(purgeSmall.activity), result.Deleted["fixture_activity"])
+	var rows int64
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM fixture_activity_target").Scan(&rows))
+	require.Zero(t, rows, "the partition stays, empty")
+	purgeRequireGone(t, b, token)
+}
+
 func TestPurgePostgresRefusesAForeignKeyCycleAndPurgesABreakableOne(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -768,7 +794,7 @@ func TestPurgePostgresWithinTheWholeLifecycle(t *testing.T) {
 	}}
 	request, err := b.store.FreezeInventory(ctx, submitted.ID, lifecycle.FrozenInventory{Schema: *schema, Storage: storage})
 	require.NoError(t, err)
-	_, err = b.store.Approve(ctx, request.ID, "approver", "")
+	_, err = b.approver.Approve(ctx, request.ID, "approver", "")
 	require.NoError(t, err)
 	claim, err := b.store.ClaimSpecific(ctx, request.ID, "executor", lifecycle.DefaultLeaseDuration)
 	require.NoError(t, err)

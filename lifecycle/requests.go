@@ -538,24 +538,19 @@ func (s *Store) Abort(ctx context.Context, id uuid.UUID, abortedBy, reason strin
 			if oldGeneration == math.MaxInt64 {
 				return refusef("community %s fence generation would overflow", current.CommunityID)
 			}
-			next := oldGeneration + 1
-			newGeneration = &next
 			archivedAt := community.ArchivedAt
 			if current.QuiescingStartedAt != nil {
 				archivedAt = current.PreQuiesceArchivedAt
 			}
-			if err := setExecutor(ctx, q, current.CommunityID, next); err != nil {
-				return err
-			}
-			restored, err := q.CommunityRestoreActive(ctx, dbgen.CommunityRestoreActiveParams{
-				FenceGeneration: next, ArchivedAt: archivedAt, ID: current.CommunityID,
+			// An operator is not the executor: the database authorizes this
+			// one step for this transaction (community_deletion_restore_active).
+			next, err := q.CommunityRestoreActive(ctx, dbgen.CommunityRestoreActiveParams{
+				RequestID: id, ArchivedAt: archivedAt,
 			})
 			if err != nil {
 				return fmt.Errorf("restore community %s: %w", current.CommunityID, err)
 			}
-			if restored != 1 {
-				return refusef("community %s could not be restored to active", current.CommunityID)
-			}
+			newGeneration = &next
 		default:
 			return refusef("community %s is %s and cannot be restored", current.CommunityID, community.DeletionState)
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -59,7 +60,7 @@ func (b *testBundle) lcInventoried(t *testing.T) (*lifecycle.Request, lifecycle.
 func (b *testBundle) lcApproved(t *testing.T) *lifecycle.Request {
 	t.Helper()
 	request, _ := b.lcInventoried(t)
-	approved, err := b.store.Approve(t.Context(), request.ID, "approver", "")
+	approved, err := b.approver.Approve(t.Context(), request.ID, "approver", "")
 	require.NoError(t, err)
 	require.Equal(t, lifecycle.StageApproved, approved.Stage)
 	return approved
@@ -237,7 +238,8 @@ func lcRequireNoDeadlock(t *testing.T, err error) {
 // lcCheckpoint returns the request's checkpoint whose unit key has prefix.
 func lcCheckpoint(t *testing.T, inspection *lifecycle.Inspection, prefix string) lifecycle.Checkpoint {
 	t.Helper()
-	for _, c := range inspection.Checkpoints {
+	// The newest: checkpoints are append-only, oldest first.
+	for _, c := range slices.Backward(inspection.Checkpoints) {
 		if strings.HasPrefix(c.UnitKey, prefix) {
 			return c
 		}
@@ -277,7 +279,7 @@ func TestScenarioApprovalBoundaryBlocksClaimUntilExactInventoryIsApproved(t *tes
 		VALUES ($1, $2, $3, 'tampered')`, request.ID, request.CommunityID, make([]byte, 32))
 	require.Error(t, err, "a mismatched approval must be unrepresentable")
 
-	approved, err := b.store.Approve(ctx, request.ID, "approver-a", "reviewed")
+	approved, err := b.approver.Approve(ctx, request.ID, "approver-a", "reviewed")
 	require.NoError(t, err)
 	require.Equal(t, lifecycle.StageApproved, approved.Stage)
 	digest, err := inventory.Digest()
@@ -327,7 +329,7 @@ func TestScenarioApprovedRequestCannotBeRetargetedRewrittenOrClaimedWithoutAppro
 		require.Error(t, mutation(), "the frozen %s must be immutable", name)
 	}
 
-	_, err := b.store.Approve(ctx, request.ID, "approver", "")
+	_, err := b.approver.Approve(ctx, request.ID, "approver", "")
 	require.NoError(t, err)
 	claim, err := b.store.ClaimSpecific(ctx, request.ID, "forged-executor", lcLease)
 	require.NoError(t, err)
@@ -359,7 +361,7 @@ func TestScenarioApprovedRequestCannotBeRetargetedRewrittenOrClaimedWithoutAppro
 	require.Nil(t, claim)
 
 	// The requester cannot approve, in Go or in the database.
-	_, err = b.store.Approve(ctx, forged.ID, " REQUESTER ", "")
+	_, err = b.approver.Approve(ctx, forged.ID, " REQUESTER ", "")
 	require.ErrorIs(t, err, lifecycle.ErrRefused)
 	err = b.lcExec(t, `INSERT INTO community_deletion_approvals (request_id, community_id, inventory_digest, approved_by)
 		SELECT id, community_id, inventory_digest, 'Requester' FROM community_deletion_requests WHERE id = $1`, forged.ID)

@@ -29,7 +29,7 @@ func (b *testBundle) storeApprovedRequest(t *testing.T) (community, request uuid
 	require.NoError(t, err)
 	_, err = b.store.FreezeInventory(ctx, submitted.ID, lifecycle.FrozenInventory{Schema: *schema, Storage: emptyStorage(community)})
 	require.NoError(t, err)
-	_, err = b.store.Approve(ctx, submitted.ID, "approver", "")
+	_, err = b.approver.Approve(ctx, submitted.ID, "approver", "")
 	require.NoError(t, err)
 	return community, submitted.ID
 }
@@ -604,7 +604,7 @@ func TestServingLeaseQueriesUseTheirIndexes(t *testing.T) {
 		SELECT format('explain-%s.example', g) FROM generate_series(1, 200) g`)
 	require.NoError(t, err)
 	_, err = b.pool.Exec(ctx, `INSERT INTO community_serving_write_leases (community_id, operation, owner, fence_generation, lease_until)
-		SELECT c.id, 'upload', format('server-%s', g), 0, now() + ((g % 100) - 5) * interval '1 minute'
+		SELECT c.id, 'upload', format('server-%s', g), 0, now() + ((g % 100) - 5) * interval '30 seconds'
 		FROM communities c CROSS JOIN generate_series(1, 100) g`)
 	require.NoError(t, err)
 	_, err = b.pool.Exec(ctx, "ANALYZE community_serving_write_leases")

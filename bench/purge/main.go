@@ -213,6 +213,13 @@ func ready(ctx context.Context, conn *pgx.Conn) error {
 		digest := sha256.Sum256(request[:])
 		steps := []func() error{
 			func() error {
+				// One superuser plays every role here: declare it, as a
+				// deployment whose operators share one login would.
+				_, err := tx.Exec(ctx, `INSERT INTO community_deletion_settings (operators_share_role, reason)
+					VALUES (true, 'bench: one superuser submits and approves')`)
+				return err
+			},
+			func() error {
 				_, err := tx.Exec(ctx, `UPDATE community_deletion_requests
 					SET stage = 'inventoried', schema_manifest = '{}', storage_manifest = '{}', inventory_manifest = '{}',
 					    inventory_digest = $2, inventory_frozen_at = now() WHERE id = $1`, request, digest[:])
@@ -224,7 +231,11 @@ func ready(ctx context.Context, conn *pgx.Conn) error {
 				return err
 			},
 			func() error {
-				_, err := tx.Exec(ctx, `UPDATE community_deletion_requests SET stage = 'approved', lease_owner = $2,
+				_, err := tx.Exec(ctx, "UPDATE community_deletion_requests SET stage = 'approved' WHERE id = $1", request)
+				return err
+			},
+			func() error {
+				_, err := tx.Exec(ctx, `UPDATE community_deletion_requests SET lease_owner = $2,
 					lease_generation = 1, lease_until = now() + interval '1 hour', attempts = 1 WHERE id = $1`, request, executor)
 				return err
 			},

@@ -215,6 +215,18 @@ func (db *testDB) cli(t *testing.T, args ...string) (code int, stdout, stderr st
 	return cli(t, append([]string{"--database-url", db.url}, args...)...)
 }
 
+// okAs runs deletionctl against db connected as role, requires success and
+// returns stdout.
+func (db *testDB) okAs(t *testing.T, role fixture.Role, args ...string) string {
+	t.Helper()
+	fixture.RolePool(t, db.url, role) // creates the test logins
+	url, err := fixture.RoleConnString(db.url, role)
+	require.NoError(t, err)
+	code, stdout, stderr := cli(t, append([]string{"--database-url", url}, args...)...)
+	require.Equal(t, 0, code, "deletionctl %v as %s: %s", args, role, stderr)
+	return stdout
+}
+
 // ok runs deletionctl against db, requires success and returns stdout.
 func (db *testDB) ok(t *testing.T, args ...string) string {
 	t.Helper()
@@ -259,7 +271,7 @@ func TestSubmitInventoryApproveInspectAbort(t *testing.T) {
 	require.Empty(t, stdout)
 	requireOneLine(t, stderr, "deletionctl: refused: approve of request "+id+` by "alice"`, "lifecycle: refused")
 
-	out = db.ok(t, "approve", "--request", id, "--by", "bob", "--note", "reviewed")
+	out = db.okAs(t, fixture.RoleApprover, "approve", "--request", id, "--by", "bob", "--note", "reviewed")
 	require.Equal(t, id+" approved "+digest+"\n", out)
 
 	var rep struct {

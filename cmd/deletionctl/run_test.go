@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/tombstoneworks/communitydeletion/fixture"
 	"os"
 	"path/filepath"
 	"strings"
@@ -77,7 +78,7 @@ func TestRunOnce(t *testing.T) {
 	require.Equal(t, want.Prefixes, rep.Request.Inventory.Storage.Prefixes)
 	require.EqualValues(t, 5, rep.Request.Inventory.Storage.Prefixes[0].ObjectCount)
 
-	db.ok(t, "approve", "--request", id, "--by", "bob")
+	db.okAs(t, fixture.RoleApprover, "approve", "--request", id, "--by", "bob")
 
 	out := db.ok(t, "run", "--once", "--objects-dir", dir, "--request", id, "--owner", "test-executor", "--chunk-size", "2")
 	require.NotContains(t, out, "\r", "no progress bar off a terminal")
@@ -154,7 +155,7 @@ func TestRunOnceRefused(t *testing.T) {
 	dir, paths := writeFiles(t, community, 3)
 	id := db.submit(t, host, "alice")
 	db.ok(t, "inventory", "--request", id, "--prefix", "media/someone-else/", "--objects-dir", dir)
-	db.ok(t, "approve", "--request", id, "--by", "bob")
+	db.okAs(t, fixture.RoleApprover, "approve", "--request", id, "--by", "bob")
 
 	code, stdout, stderr := db.cli(t, "run", "--once", "--objects-dir", dir, "--request", id)
 	require.Equal(t, exitRefused, code, "stdout %s stderr %s", stdout, stderr)
@@ -181,7 +182,7 @@ func TestRunUntilCancelled(t *testing.T) {
 	dir, paths := writeFiles(t, community, 2)
 	id := db.submit(t, host, "alice")
 	db.ok(t, "inventory", "--request", id, "--objects-dir", dir)
-	db.ok(t, "approve", "--request", id, "--by", "bob")
+	db.okAs(t, fixture.RoleApprover, "approve", "--request", id, "--by", "bob")
 
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()

@@ -28,17 +28,18 @@ type deletion struct {
 	chunksTotal int64
 }
 
-// deleteTarget submits the target's deletion as one operator, freezes its
-// inventory, approves it as another, and runs the executor to the end.
-func deleteTarget(ctx context.Context, out io.Writer, store *lifecycle.Store, w *world) (*deletion, error) {
+// deleteTarget submits the target's deletion as one operator (alice),
+// freezes its inventory, approves it as another (bob), and runs the executor
+// to the end as the executor's login.
+func deleteTarget(ctx context.Context, out io.Writer, r *roles, w *world) (*deletion, error) {
 	t := w.target
 	fmt.Fprintf(out, "\ndeleting %s\n", t.host)
-	request, err := store.Submit(ctx, t.host, "alice", "demo: the tenant asked to be forgotten")
+	request, err := r.alice.Submit(ctx, t.host, "alice", "demo: the tenant asked to be forgotten")
 	if err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(out, "  submitted by alice: request %s\n", request.ID)
-	schema, err := store.InventorySchema(ctx, t.id)
+	schema, err := r.alice.InventorySchema(ctx, t.id)
 	if err != nil {
 		return nil, err
 	}
@@ -46,18 +47,18 @@ func deleteTarget(ctx context.Context, out io.Writer, store *lifecycle.Store, w 
 	if err != nil {
 		return nil, err
 	}
-	request, err = store.FreezeInventory(ctx, request.ID, lifecycle.FrozenInventory{Schema: *schema, Storage: storage})
+	request, err = r.alice.FreezeInventory(ctx, request.ID, lifecycle.FrozenInventory{Schema: *schema, Storage: storage})
 	if err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(out, "  inventory frozen: %d tables, %d prefixes, digest %s\n",
 		len(schema.ScopedTables), len(storage.Prefixes), request.InventoryDigest)
-	if _, err := store.Approve(ctx, request.ID, "alice", "approving my own request"); err == nil {
+	if _, err := r.alice.Approve(ctx, request.ID, "alice", "approving my own request"); err == nil {
 		return nil, fmt.Errorf("the requester approved her own deletion")
 	} else {
 		fmt.Fprintf(out, "  alice's own approval refused: %v\n", err)
 	}
-	if _, err := store.Approve(ctx, request.ID, "bob", "checked the frozen inventory"); err != nil {
+	if _, err := r.bob.Approve(ctx, request.ID, "bob", "checked the frozen inventory"); err != nil {
 		return nil, err
 	}
 	fmt.Fprintln(out, "  approved by bob")
@@ -65,7 +66,7 @@ func deleteTarget(ctx context.Context, out io.Writer, store *lifecycle.Store, w 
 	d := &deletion{request: request.ID, rows: map[string]int64{}}
 	current, since := lifecycle.StageApproved, time.Now()
 	lastTable := ""
-	runner, err := newRunner(store, w, func(e executor.Event) {
+	runner, err := newRunner(r.executor, w, func(e executor.Event) {
 		if e.Stage != current {
 			d.stages = append(d.stages, stageTime{stage: current, took: time.Since(since)})
 			current, since = e.Stage, time.Now()

@@ -62,12 +62,19 @@ func run(ctx context.Context, out io.Writer) error {
 	if err := migrate(ctx, out, url); err != nil {
 		return err
 	}
+	// The demo's own connection owns the schema and sets up the world; every
+	// lifecycle call and every live write connects as a login of the
+	// deployment role it needs.
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
 	defer pool.Close()
-	store := lifecycle.New(pool)
+	roles, err := connectRoles(ctx, out, url)
+	if err != nil {
+		return err
+	}
+	defer roles.close()
 
 	root, err := os.MkdirTemp("", "demo-objects-")
 	if err != nil {
@@ -92,8 +99,8 @@ func run(ctx context.Context, out io.Writer) error {
 		return err
 	}
 
-	writers := startWriters(ctx, pool, w)
-	deletion, err := deleteTarget(ctx, out, store, w)
+	writers := startWriters(ctx, roles.web, w)
+	deletion, err := deleteTarget(ctx, out, roles, w)
 	writerResults := writers.stop()
 	if err != nil {
 		return err
@@ -128,6 +135,63 @@ func migrate(ctx context.Context, out io.Writer, url string) error {
 	fmt.Fprintf(out, "registered the fixture tenant tables: %d purged, %d nullified\n",
 		len(fixture.Tables), len(fixture.NullifyTables))
 	return nil
+}
+
+// demoLogins are the logins the demo connects as: two operators (the
+// two-person rule compares database roles), the executor, and the web
+// service that keeps writing.
+var demoLogins = []fixture.Login{
+	{Name: "demo_alice", Password: "demo", Member: "community_deletion_operator"},
+	{Name: "demo_bob", Password: "demo", Member: "community_deletion_operator"},
+	{Name: "demo_executor", Password: "demo", Member: "community_deletion_executor"},
+	{Name: "demo_web", Password: "demo", Member: "community_deletion_serving"},
+}
+
+// roles holds a Store per operator login, the executor's Store and the web
+// service's pool.
+type roles struct {
+	alice, bob, executor *lifecycle.Store
+	web                  *pgxpool.Pool
+	pools                []*pgxpool.Pool
+}
+
+// connectRoles creates the demo's logins and connects as each.
+func connectRoles(ctx context.Context, out io.Writer, url string) (*roles, error) {
+	if err := fixture.EnsureLogins(ctx, url, demoLogins); err != nil {
+		return nil, err
+	}
+	r := &roles{}
+	connect := func(login fixture.Login) (*pgxpool.Pool, error) {
+		loginURL, err := fixture.LoginConnString(url, login.Name, login.Password)
+		if err != nil {
+			return nil, err
+		}
+		pool, err := pgxpool.New(ctx, loginURL)
+		if err != nil {
+			return nil, fmt.Errorf("connect as %s: %w", login.Name, err)
+		}
+		r.pools = append(r.pools, pool)
+		return pool, nil
+	}
+	var pools [4]*pgxpool.Pool
+	for i, login := range demoLogins {
+		pool, err := connect(login)
+		if err != nil {
+			r.close()
+			return nil, err
+		}
+		pools[i] = pool
+		fmt.Fprintf(out, "connected as %s (member of %s)\n", login.Name, login.Member)
+	}
+	r.alice, r.bob, r.executor = lifecycle.New(pools[0]), lifecycle.New(pools[1]), lifecycle.New(pools[2])
+	r.web = pools[3]
+	return r, nil
+}
+
+func (r *roles) close() {
+	for _, pool := range r.pools {
+		pool.Close()
+	}
 }
 
 // newRunner is the executor the demo deletes with.

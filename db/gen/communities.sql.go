@@ -197,29 +197,23 @@ func (q *Queries) CommunityQuiesce(ctx context.Context, id uuid.UUID) (int64, er
 	return result.RowsAffected(), nil
 }
 
-const communityRestoreActive = `-- name: CommunityRestoreActive :execrows
-UPDATE communities
-SET deletion_state = 'active',
-    deletion_fence_generation = $1,
-    archived_at = $2::timestamptz
-WHERE id = $3
-  AND deletion_state IN ('quiescing', 'fenced')
+const communityRestoreActive = `-- name: CommunityRestoreActive :one
+SELECT community_deletion_restore_active($1::uuid, $2::timestamptz)::bigint AS fence_generation
 `
 
 type CommunityRestoreActiveParams struct {
-	FenceGeneration int64
-	ArchivedAt      *time.Time
-	ID              uuid.UUID
+	RequestID  uuid.UUID
+	ArchivedAt *time.Time
 }
 
-// Returns a quiescing or fenced community to active under a new fence
-// generation with the archived_at it had before quiescing (an abort). The
-// caller is the authorized executor at that generation and holds the
-// community lock.
+// Returns the quiescing or fenced community of an approved or fenced request
+// to active under a new fence generation, with the archived_at it had before
+// quiescing (an operator's abort), and returns that generation. The
+// operator is not the executor: the SECURITY DEFINER function authorizes
+// exactly this step for this transaction.
 func (q *Queries) CommunityRestoreActive(ctx context.Context, arg CommunityRestoreActiveParams) (int64, error) {
-	result, err := q.db.Exec(ctx, communityRestoreActive, arg.FenceGeneration, arg.ArchivedAt, arg.ID)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+	row := q.db.QueryRow(ctx, communityRestoreActive, arg.RequestID, arg.ArchivedAt)
+	var fence_generation int64
+	err := row.Scan(&fence_generation)
+	return fence_generation, err
 }

@@ -12,7 +12,7 @@ import (
 )
 
 const deletionApprovalGetByRequest = `-- name: DeletionApprovalGetByRequest :one
-SELECT request_id, community_id, inventory_digest, approved_by, note, approved_at
+SELECT request_id, community_id, inventory_digest, approved_by, note, approved_at, approved_by_role
 FROM community_deletion_approvals
 WHERE request_id = $1
 `
@@ -27,6 +27,7 @@ func (q *Queries) DeletionApprovalGetByRequest(ctx context.Context, requestID uu
 		&i.ApprovedBy,
 		&i.Note,
 		&i.ApprovedAt,
+		&i.ApprovedByRole,
 	)
 	return i, err
 }
@@ -34,7 +35,7 @@ func (q *Queries) DeletionApprovalGetByRequest(ctx context.Context, requestID uu
 const deletionApprovalInsert = `-- name: DeletionApprovalInsert :one
 INSERT INTO community_deletion_approvals (request_id, community_id, inventory_digest, approved_by, note)
 VALUES ($1, $2, $3, $4, $5)
-RETURNING request_id, community_id, inventory_digest, approved_by, note, approved_at
+RETURNING request_id, community_id, inventory_digest, approved_by, note, approved_at, approved_by_role
 `
 
 type DeletionApprovalInsertParams struct {
@@ -61,6 +62,7 @@ func (q *Queries) DeletionApprovalInsert(ctx context.Context, arg DeletionApprov
 		&i.ApprovedBy,
 		&i.Note,
 		&i.ApprovedAt,
+		&i.ApprovedByRole,
 	)
 	return i, err
 }

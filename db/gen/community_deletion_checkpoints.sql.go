@@ -13,15 +13,12 @@ import (
 
 const deletionCheckpointComplete = `-- name: DeletionCheckpointComplete :exec
 INSERT INTO community_deletion_checkpoints
-    (request_id, stage, unit_key, status, lease_generation, detail, completed_at)
-VALUES ($1, $2, $3, 'completed', $4, $5, now())
-ON CONFLICT (request_id, stage, unit_key) DO UPDATE
-SET status = 'completed',
-    lease_generation = EXCLUDED.lease_generation,
-    attempts = community_deletion_checkpoints.attempts + 1,
-    detail = EXCLUDED.detail,
-    error = NULL,
-    completed_at = now()
+    (request_id, stage, unit_key, status, lease_generation, attempts, detail, completed_at)
+SELECT $1, $2, $3, 'completed', $4,
+       1 + count(*) FILTER (WHERE c.status = 'failed'), $5, now()
+FROM community_deletion_checkpoints c
+WHERE c.request_id = $1 AND c.stage = $2 AND c.unit_key = $3
+ON CONFLICT (request_id, stage, unit_key) WHERE status = 'completed' DO NOTHING
 `
 
 type DeletionCheckpointCompleteParams struct {
@@ -32,6 +29,9 @@ type DeletionCheckpointCompleteParams struct {
 	Detail          []byte
 }
 
+// Appends the completion of a unit; a unit completes once, so a repeated
+// completion (a step retried after its commit was lost) keeps the first.
+// attempts counts the unit's failures before it, plus this one.
 func (q *Queries) DeletionCheckpointComplete(ctx context.Context, arg DeletionCheckpointCompleteParams) error {
 	_, err := q.db.Exec(ctx, deletionCheckpointComplete,
 		arg.RequestID,
@@ -45,15 +45,11 @@ func (q *Queries) DeletionCheckpointComplete(ctx context.Context, arg DeletionCh
 
 const deletionCheckpointFail = `-- name: DeletionCheckpointFail :exec
 INSERT INTO community_deletion_checkpoints
-    (request_id, stage, unit_key, status, lease_generation, detail, error)
-VALUES ($1, $2, $3, 'failed', $4, $5, $6)
-ON CONFLICT (request_id, stage, unit_key) DO UPDATE
-SET status = 'failed',
-    lease_generation = EXCLUDED.lease_generation,
-    attempts = community_deletion_checkpoints.attempts + 1,
-    detail = EXCLUDED.detail,
-    error = EXCLUDED.error,
-    completed_at = NULL
+    (request_id, stage, unit_key, status, lease_generation, attempts, detail, error)
+SELECT $1, $2, $3, 'failed', $4,
+       1 + count(*) FILTER (WHERE c.status = 'failed'), $5, $6
+FROM community_deletion_checkpoints c
+WHERE c.request_id = $1 AND c.stage = $2 AND c.unit_key = $3
 `
 
 type DeletionCheckpointFailParams struct {
@@ -65,6 +61,7 @@ type DeletionCheckpointFailParams struct {
 	Error           *string
 }
 
+// Appends a failure of a unit, numbered by its attempt.
 func (q *Queries) DeletionCheckpointFail(ctx context.Context, arg DeletionCheckpointFailParams) error {
 	_, err := q.db.Exec(ctx, deletionCheckpointFail,
 		arg.RequestID,
@@ -81,6 +78,8 @@ const deletionCheckpointGet = `-- name: DeletionCheckpointGet :one
 SELECT sequence, request_id, stage, unit_key, status, lease_generation, attempts, detail, error, started_at, completed_at
 FROM community_deletion_checkpoints
 WHERE request_id = $1 AND stage = $2 AND unit_key = $3
+ORDER BY sequence DESC
+LIMIT 1
 `
 
 type DeletionCheckpointGetParams struct {
@@ -89,6 +88,7 @@ type DeletionCheckpointGetParams struct {
 	UnitKey   string
 }
 
+// The newest checkpoint of a unit.
 func (q *Queries) DeletionCheckpointGet(ctx context.Context, arg DeletionCheckpointGetParams) (CommunityDeletionCheckpoint, error) {
 	row := q.db.QueryRow(ctx, deletionCheckpointGet, arg.RequestID, arg.Stage, arg.UnitKey)
 	var i CommunityDeletionCheckpoint

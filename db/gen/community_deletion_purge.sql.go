@@ -11,45 +11,6 @@ import (
 	"github.com/google/uuid"
 )
 
-const purgeCheckpointList = `-- name: PurgeCheckpointList :many
-SELECT unit_key, detail
-FROM community_deletion_checkpoints
-WHERE request_id = $1 AND stage = $2 AND status = 'completed'
-  AND (unit_key LIKE 'purge:%' OR unit_key LIKE 'nullify:%')
-ORDER BY unit_key
-`
-
-type PurgeCheckpointListParams struct {
-	RequestID uuid.UUID
-	Stage     string
-}
-
-type PurgeCheckpointListRow struct {
-	UnitKey string
-	Detail  []byte
-}
-
-// The purge's completed per-table checkpoints of a request at a stage.
-func (q *Queries) PurgeCheckpointList(ctx context.Context, arg PurgeCheckpointListParams) ([]PurgeCheckpointListRow, error) {
-	rows, err := q.db.Query(ctx, purgeCheckpointList, arg.RequestID, arg.Stage)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []PurgeCheckpointListRow{}
-	for rows.Next() {
-		var i PurgeCheckpointListRow
-		if err := rows.Scan(&i.UnitKey, &i.Detail); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const purgeCommunityPartitions = `-- name: PurgeCommunityPartitions :many
 SELECT registered.table_name::text AS table_name,
        pn.nspname::text AS partition_schema,
@@ -62,6 +23,8 @@ JOIN pg_catalog.pg_inherits inh ON inh.inhparent = parent.oid
 JOIN pg_catalog.pg_class part ON part.oid = inh.inhrelid
 JOIN pg_catalog.pg_namespace pn ON pn.oid = part.relnamespace
 WHERE registered.purge_action = 'delete'
+  AND pg_has_role(current_user, parent.relowner, 'USAGE')
+  AND pg_has_role(current_user, part.relowner, 'USAGE')
   AND pg_get_partkeydef(parent.oid) = 'LIST (community_id)'
   AND pg_get_expr(part.relpartbound, part.oid) = format('FOR VALUES IN (%L)', $1::uuid)
 ORDER BY 1, 3
@@ -75,7 +38,9 @@ type PurgeCommunityPartitionsRow struct {
 
 // The partitions of registered 'delete' tables, partitioned LIST
 // (community_id), whose bound holds exactly this community: they go by
-// DETACH PARTITION and DROP TABLE instead of row deletes.
+// DETACH PARTITION and DROP TABLE instead of row deletes, where the purging
+// role has the privileges of the owners of the table and the partition (an
+// executor that does not deletes their rows in batches instead).
 func (q *Queries) PurgeCommunityPartitions(ctx context.Context, communityID uuid.UUID) ([]PurgeCommunityPartitionsRow, error) {
 	rows, err := q.db.Query(ctx, purgeCommunityPartitions, communityID)
 	if err != nil {
@@ -270,6 +235,70 @@ SELECT set_config('lock_timeout', $1::text, true)
 // Bounds how long the transaction's DDL waits for a table lock.
 func (q *Queries) PurgeLockTimeoutSet(ctx context.Context, timeout string) error {
 	_, err := q.db.Exec(ctx, purgeLockTimeoutSet, timeout)
+	return err
+}
+
+const purgeProgressList = `-- name: PurgeProgressList :many
+SELECT unit_key, row_count, done
+FROM community_deletion_purge_progress
+WHERE request_id = $1
+ORDER BY unit_key
+`
+
+type PurgeProgressListRow struct {
+	UnitKey  string
+	RowCount int64
+	Done     bool
+}
+
+// The purge's progress per table of a request: rows so far and whether done.
+func (q *Queries) PurgeProgressList(ctx context.Context, requestID uuid.UUID) ([]PurgeProgressListRow, error) {
+	rows, err := q.db.Query(ctx, purgeProgressList, requestID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []PurgeProgressListRow{}
+	for rows.Next() {
+		var i PurgeProgressListRow
+		if err := rows.Scan(&i.UnitKey, &i.RowCount, &i.Done); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const purgeProgressRecord = `-- name: PurgeProgressRecord :exec
+INSERT INTO community_deletion_purge_progress (request_id, unit_key, row_count, done, lease_generation)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (request_id, unit_key) DO UPDATE
+SET row_count = EXCLUDED.row_count,
+    done = EXCLUDED.done,
+    lease_generation = EXCLUDED.lease_generation,
+    updated_at = now()
+`
+
+type PurgeProgressRecordParams struct {
+	RequestID       uuid.UUID
+	UnitKey         string
+	RowCount        int64
+	Done            bool
+	LeaseGeneration int64
+}
+
+// Records a table's rows so far after a committed batch.
+func (q *Queries) PurgeProgressRecord(ctx context.Context, arg PurgeProgressRecordParams) error {
+	_, err := q.db.Exec(ctx, purgeProgressRecord,
+		arg.RequestID,
+		arg.UnitKey,
+		arg.RowCount,
+		arg.Done,
+		arg.LeaseGeneration,
+	)
 	return err
 }
 

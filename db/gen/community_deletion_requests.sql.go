@@ -31,7 +31,7 @@ SET stage = 'aborted',
     next_attempt_at = now()
 WHERE id = $4
   AND stage = $5
-RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at
+RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role
 `
 
 type DeletionRequestAbortParams struct {
@@ -89,6 +89,7 @@ func (q *Queries) DeletionRequestAbort(ctx context.Context, arg DeletionRequestA
 		&i.AbortReason,
 		&i.AbortedAt,
 		&i.CompletedAt,
+		&i.RequestedByRole,
 	)
 	return i, err
 }
@@ -144,7 +145,7 @@ SET blocked_at = now(),
     lease_owner = NULL,
     lease_until = NULL
 WHERE id = $2
-RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at
+RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role
 `
 
 type DeletionRequestBlockParams struct {
@@ -191,6 +192,7 @@ func (q *Queries) DeletionRequestBlock(ctx context.Context, arg DeletionRequestB
 		&i.AbortReason,
 		&i.AbortedAt,
 		&i.CompletedAt,
+		&i.RequestedByRole,
 	)
 	return i, err
 }
@@ -242,7 +244,7 @@ SET lease_owner = $1,
     lease_until = clock_timestamp() + $2::interval,
     attempts = attempts + 1
 WHERE id = $3
-RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at
+RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role
 `
 
 type DeletionRequestClaimParams struct {
@@ -291,12 +293,13 @@ func (q *Queries) DeletionRequestClaim(ctx context.Context, arg DeletionRequestC
 		&i.AbortReason,
 		&i.AbortedAt,
 		&i.CompletedAt,
+		&i.RequestedByRole,
 	)
 	return i, err
 }
 
 const deletionRequestClaimNextCandidate = `-- name: DeletionRequestClaimNextCandidate :one
-SELECT request.id, request.community_id, request.community_host, request.stage, request.retry_stage, request.requested_by, request.reason, request.schema_manifest, request.storage_manifest, request.destructive_storage_manifest, request.inventory_manifest, request.inventory_digest, request.inventory_frozen_at, request.destructive_storage_frozen_at, request.fence_generation, request.lease_owner, request.lease_generation, request.lease_until, request.attempts, request.retry_count, request.last_error, request.last_error_at, request.next_attempt_at, request.blocked_at, request.blocked_reason, request.created_at, request.updated_at, request.pre_quiesce_archived_at, request.quiescing_started_at, request.aborted_by, request.abort_reason, request.aborted_at, request.completed_at
+SELECT request.id, request.community_id, request.community_host, request.stage, request.retry_stage, request.requested_by, request.reason, request.schema_manifest, request.storage_manifest, request.destructive_storage_manifest, request.inventory_manifest, request.inventory_digest, request.inventory_frozen_at, request.destructive_storage_frozen_at, request.fence_generation, request.lease_owner, request.lease_generation, request.lease_until, request.attempts, request.retry_count, request.last_error, request.last_error_at, request.next_attempt_at, request.blocked_at, request.blocked_reason, request.created_at, request.updated_at, request.pre_quiesce_archived_at, request.quiescing_started_at, request.aborted_by, request.abort_reason, request.aborted_at, request.completed_at, request.requested_by_role
 FROM community_deletion_requests request
 JOIN community_deletion_approvals approval ON approval.request_id = request.id
     AND approval.community_id = request.community_id
@@ -351,12 +354,13 @@ func (q *Queries) DeletionRequestClaimNextCandidate(ctx context.Context) (Commun
 		&i.AbortReason,
 		&i.AbortedAt,
 		&i.CompletedAt,
+		&i.RequestedByRole,
 	)
 	return i, err
 }
 
 const deletionRequestClaimSpecificCandidate = `-- name: DeletionRequestClaimSpecificCandidate :one
-SELECT request.id, request.community_id, request.community_host, request.stage, request.retry_stage, request.requested_by, request.reason, request.schema_manifest, request.storage_manifest, request.destructive_storage_manifest, request.inventory_manifest, request.inventory_digest, request.inventory_frozen_at, request.destructive_storage_frozen_at, request.fence_generation, request.lease_owner, request.lease_generation, request.lease_until, request.attempts, request.retry_count, request.last_error, request.last_error_at, request.next_attempt_at, request.blocked_at, request.blocked_reason, request.created_at, request.updated_at, request.pre_quiesce_archived_at, request.quiescing_started_at, request.aborted_by, request.abort_reason, request.aborted_at, request.completed_at
+SELECT request.id, request.community_id, request.community_host, request.stage, request.retry_stage, request.requested_by, request.reason, request.schema_manifest, request.storage_manifest, request.destructive_storage_manifest, request.inventory_manifest, request.inventory_digest, request.inventory_frozen_at, request.destructive_storage_frozen_at, request.fence_generation, request.lease_owner, request.lease_generation, request.lease_until, request.attempts, request.retry_count, request.last_error, request.last_error_at, request.next_attempt_at, request.blocked_at, request.blocked_reason, request.created_at, request.updated_at, request.pre_quiesce_archived_at, request.quiescing_started_at, request.aborted_by, request.abort_reason, request.aborted_at, request.completed_at, request.requested_by_role
 FROM community_deletion_requests request
 JOIN community_deletion_approvals approval ON approval.request_id = request.id
     AND approval.community_id = request.community_id
@@ -409,6 +413,7 @@ func (q *Queries) DeletionRequestClaimSpecificCandidate(ctx context.Context, id 
 		&i.AbortReason,
 		&i.AbortedAt,
 		&i.CompletedAt,
+		&i.RequestedByRole,
 	)
 	return i, err
 }
@@ -467,7 +472,7 @@ SET stage = 'inventoried',
 WHERE id = $5
   AND stage = 'submitted'
   AND blocked_at IS NULL
-RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at
+RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role
 `
 
 type DeletionRequestFreezeInventoryParams struct {
@@ -523,12 +528,13 @@ func (q *Queries) DeletionRequestFreezeInventory(ctx context.Context, arg Deleti
 		&i.AbortReason,
 		&i.AbortedAt,
 		&i.CompletedAt,
+		&i.RequestedByRole,
 	)
 	return i, err
 }
 
 const deletionRequestGet = `-- name: DeletionRequestGet :one
-SELECT id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at
+SELECT id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role
 FROM community_deletion_requests
 WHERE id = $1
 `
@@ -570,12 +576,13 @@ func (q *Queries) DeletionRequestGet(ctx context.Context, id uuid.UUID) (Communi
 		&i.AbortReason,
 		&i.AbortedAt,
 		&i.CompletedAt,
+		&i.RequestedByRole,
 	)
 	return i, err
 }
 
 const deletionRequestGetForOperator = `-- name: DeletionRequestGetForOperator :one
-SELECT community_deletion_requests.id, community_deletion_requests.community_id, community_deletion_requests.community_host, community_deletion_requests.stage, community_deletion_requests.retry_stage, community_deletion_requests.requested_by, community_deletion_requests.reason, community_deletion_requests.schema_manifest, community_deletion_requests.storage_manifest, community_deletion_requests.destructive_storage_manifest, community_deletion_requests.inventory_manifest, community_deletion_requests.inventory_digest, community_deletion_requests.inventory_frozen_at, community_deletion_requests.destructive_storage_frozen_at, community_deletion_requests.fence_generation, community_deletion_requests.lease_owner, community_deletion_requests.lease_generation, community_deletion_requests.lease_until, community_deletion_requests.attempts, community_deletion_requests.retry_count, community_deletion_requests.last_error, community_deletion_requests.last_error_at, community_deletion_requests.next_attempt_at, community_deletion_requests.blocked_at, community_deletion_requests.blocked_reason, community_deletion_requests.created_at, community_deletion_requests.updated_at, community_deletion_requests.pre_quiesce_archived_at, community_deletion_requests.quiescing_started_at, community_deletion_requests.aborted_by, community_deletion_requests.abort_reason, community_deletion_requests.aborted_at, community_deletion_requests.completed_at,
+SELECT community_deletion_requests.id, community_deletion_requests.community_id, community_deletion_requests.community_host, community_deletion_requests.stage, community_deletion_requests.retry_stage, community_deletion_requests.requested_by, community_deletion_requests.reason, community_deletion_requests.schema_manifest, community_deletion_requests.storage_manifest, community_deletion_requests.destructive_storage_manifest, community_deletion_requests.inventory_manifest, community_deletion_requests.inventory_digest, community_deletion_requests.inventory_frozen_at, community_deletion_requests.destructive_storage_frozen_at, community_deletion_requests.fence_generation, community_deletion_requests.lease_owner, community_deletion_requests.lease_generation, community_deletion_requests.lease_until, community_deletion_requests.attempts, community_deletion_requests.retry_count, community_deletion_requests.last_error, community_deletion_requests.last_error_at, community_deletion_requests.next_attempt_at, community_deletion_requests.blocked_at, community_deletion_requests.blocked_reason, community_deletion_requests.created_at, community_deletion_requests.updated_at, community_deletion_requests.pre_quiesce_archived_at, community_deletion_requests.quiescing_started_at, community_deletion_requests.aborted_by, community_deletion_requests.abort_reason, community_deletion_requests.aborted_at, community_deletion_requests.completed_at, community_deletion_requests.requested_by_role,
        (lease_owner IS NOT NULL AND lease_until >= clock_timestamp())::boolean AS lease_live
 FROM community_deletion_requests
 WHERE id = $1
@@ -626,13 +633,14 @@ func (q *Queries) DeletionRequestGetForOperator(ctx context.Context, id uuid.UUI
 		&i.CommunityDeletionRequest.AbortReason,
 		&i.CommunityDeletionRequest.AbortedAt,
 		&i.CommunityDeletionRequest.CompletedAt,
+		&i.CommunityDeletionRequest.RequestedByRole,
 		&i.LeaseLive,
 	)
 	return i, err
 }
 
 const deletionRequestGetForUpdate = `-- name: DeletionRequestGetForUpdate :one
-SELECT id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at
+SELECT id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role
 FROM community_deletion_requests
 WHERE id = $1
 FOR UPDATE
@@ -675,6 +683,7 @@ func (q *Queries) DeletionRequestGetForUpdate(ctx context.Context, id uuid.UUID)
 		&i.AbortReason,
 		&i.AbortedAt,
 		&i.CompletedAt,
+		&i.RequestedByRole,
 	)
 	return i, err
 }
@@ -814,7 +823,7 @@ func (q *Queries) DeletionRequestLeaseValid(ctx context.Context, arg DeletionReq
 }
 
 const deletionRequestList = `-- name: DeletionRequestList :many
-SELECT id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at
+SELECT id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role
 FROM community_deletion_requests
 ORDER BY created_at DESC, id DESC
 LIMIT $1::integer
@@ -864,6 +873,7 @@ func (q *Queries) DeletionRequestList(ctx context.Context, maxRows int32) ([]Com
 			&i.AbortReason,
 			&i.AbortedAt,
 			&i.CompletedAt,
+			&i.RequestedByRole,
 		); err != nil {
 			return nil, err
 		}
@@ -876,7 +886,7 @@ func (q *Queries) DeletionRequestList(ctx context.Context, maxRows int32) ([]Com
 }
 
 const deletionRequestListPage = `-- name: DeletionRequestListPage :many
-SELECT id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at
+SELECT id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role
 FROM community_deletion_requests
 WHERE (created_at, id) < (coalesce($1::timestamptz, 'infinity'::timestamptz),
                          coalesce($2::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'::uuid))
@@ -944,6 +954,7 @@ func (q *Queries) DeletionRequestListPage(ctx context.Context, arg DeletionReque
 			&i.AbortReason,
 			&i.AbortedAt,
 			&i.CompletedAt,
+			&i.RequestedByRole,
 		); err != nil {
 			return nil, err
 		}
@@ -956,7 +967,7 @@ func (q *Queries) DeletionRequestListPage(ctx context.Context, arg DeletionReque
 }
 
 const deletionRequestListPageBlocked = `-- name: DeletionRequestListPageBlocked :many
-SELECT id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at
+SELECT id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role
 FROM community_deletion_requests
 WHERE blocked_at IS NOT NULL
   AND (created_at, id) < (coalesce($1::timestamptz, 'infinity'::timestamptz),
@@ -1016,6 +1027,7 @@ func (q *Queries) DeletionRequestListPageBlocked(ctx context.Context, arg Deleti
 			&i.AbortReason,
 			&i.AbortedAt,
 			&i.CompletedAt,
+			&i.RequestedByRole,
 		); err != nil {
 			return nil, err
 		}
@@ -1028,7 +1040,7 @@ func (q *Queries) DeletionRequestListPageBlocked(ctx context.Context, arg Deleti
 }
 
 const deletionRequestListPageByStage = `-- name: DeletionRequestListPageByStage :many
-SELECT id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at
+SELECT id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role
 FROM community_deletion_requests
 WHERE stage = $1
   AND (created_at, id) < (coalesce($2::timestamptz, 'infinity'::timestamptz),
@@ -1097,6 +1109,7 @@ func (q *Queries) DeletionRequestListPageByStage(ctx context.Context, arg Deleti
 			&i.AbortReason,
 			&i.AbortedAt,
 			&i.CompletedAt,
+			&i.RequestedByRole,
 		); err != nil {
 			return nil, err
 		}
@@ -1115,7 +1128,7 @@ SET stage = 'approved',
 WHERE id = $1
   AND stage = 'inventoried'
   AND blocked_at IS NULL
-RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at
+RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role
 `
 
 // Moves an unblocked inventoried request to approved and makes it due now;
@@ -1157,6 +1170,7 @@ func (q *Queries) DeletionRequestMarkApproved(ctx context.Context, id uuid.UUID)
 		&i.AbortReason,
 		&i.AbortedAt,
 		&i.CompletedAt,
+		&i.RequestedByRole,
 	)
 	return i, err
 }
@@ -1211,7 +1225,7 @@ WHERE id = $5
   AND lease_generation = $7
   AND lease_until >= now()
   AND blocked_at IS NULL
-RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at
+RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role
 `
 
 type DeletionRequestRecordRetryParams struct {
@@ -1273,6 +1287,7 @@ func (q *Queries) DeletionRequestRecordRetry(ctx context.Context, arg DeletionRe
 		&i.AbortReason,
 		&i.AbortedAt,
 		&i.CompletedAt,
+		&i.RequestedByRole,
 	)
 	return i, err
 }
@@ -1324,12 +1339,12 @@ WITH target AS (
     SELECT target.id, target.host, $2::text, $3::text
     FROM target
     ON CONFLICT (community_id) WHERE stage <> 'aborted' DO NOTHING
-    RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at
+    RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role
 )
-SELECT inserted.id, inserted.community_id, inserted.community_host, inserted.stage, inserted.retry_stage, inserted.requested_by, inserted.reason, inserted.schema_manifest, inserted.storage_manifest, inserted.destructive_storage_manifest, inserted.inventory_manifest, inserted.inventory_digest, inserted.inventory_frozen_at, inserted.destructive_storage_frozen_at, inserted.fence_generation, inserted.lease_owner, inserted.lease_generation, inserted.lease_until, inserted.attempts, inserted.retry_count, inserted.last_error, inserted.last_error_at, inserted.next_attempt_at, inserted.blocked_at, inserted.blocked_reason, inserted.created_at, inserted.updated_at, inserted.pre_quiesce_archived_at, inserted.quiescing_started_at, inserted.aborted_by, inserted.abort_reason, inserted.aborted_at, inserted.completed_at
+SELECT inserted.id, inserted.community_id, inserted.community_host, inserted.stage, inserted.retry_stage, inserted.requested_by, inserted.reason, inserted.schema_manifest, inserted.storage_manifest, inserted.destructive_storage_manifest, inserted.inventory_manifest, inserted.inventory_digest, inserted.inventory_frozen_at, inserted.destructive_storage_frozen_at, inserted.fence_generation, inserted.lease_owner, inserted.lease_generation, inserted.lease_until, inserted.attempts, inserted.retry_count, inserted.last_error, inserted.last_error_at, inserted.next_attempt_at, inserted.blocked_at, inserted.blocked_reason, inserted.created_at, inserted.updated_at, inserted.pre_quiesce_archived_at, inserted.quiescing_started_at, inserted.aborted_by, inserted.abort_reason, inserted.aborted_at, inserted.completed_at, inserted.requested_by_role
 FROM inserted
 UNION ALL
-SELECT request.id, request.community_id, request.community_host, request.stage, request.retry_stage, request.requested_by, request.reason, request.schema_manifest, request.storage_manifest, request.destructive_storage_manifest, request.inventory_manifest, request.inventory_digest, request.inventory_frozen_at, request.destructive_storage_frozen_at, request.fence_generation, request.lease_owner, request.lease_generation, request.lease_until, request.attempts, request.retry_count, request.last_error, request.last_error_at, request.next_attempt_at, request.blocked_at, request.blocked_reason, request.created_at, request.updated_at, request.pre_quiesce_archived_at, request.quiescing_started_at, request.aborted_by, request.abort_reason, request.aborted_at, request.completed_at
+SELECT request.id, request.community_id, request.community_host, request.stage, request.retry_stage, request.requested_by, request.reason, request.schema_manifest, request.storage_manifest, request.destructive_storage_manifest, request.inventory_manifest, request.inventory_digest, request.inventory_frozen_at, request.destructive_storage_frozen_at, request.fence_generation, request.lease_owner, request.lease_generation, request.lease_until, request.attempts, request.retry_count, request.last_error, request.last_error_at, request.next_attempt_at, request.blocked_at, request.blocked_reason, request.created_at, request.updated_at, request.pre_quiesce_archived_at, request.quiescing_started_at, request.aborted_by, request.abort_reason, request.aborted_at, request.completed_at, request.requested_by_role
 FROM community_deletion_requests request
 JOIN target ON target.id = request.community_id
 WHERE request.stage = 'submitted'
@@ -1378,6 +1393,7 @@ type DeletionRequestSubmitRow struct {
 	AbortReason                *string
 	AbortedAt                  *time.Time
 	CompletedAt                *time.Time
+	RequestedByRole            *string
 }
 
 // Submits a request for the active community named host (case-insensitive).
@@ -1421,6 +1437,7 @@ func (q *Queries) DeletionRequestSubmit(ctx context.Context, arg DeletionRequest
 		&i.AbortReason,
 		&i.AbortedAt,
 		&i.CompletedAt,
+		&i.RequestedByRole,
 	)
 	return i, err
 }
@@ -1438,7 +1455,7 @@ SET blocked_at = NULL,
     lease_until = NULL
 WHERE id = $1
   AND blocked_at IS NOT NULL
-RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at
+RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role
 `
 
 // Clears a block after an operator's remediation: the retry streak, the last
@@ -1480,6 +1497,7 @@ func (q *Queries) DeletionRequestUnblock(ctx context.Context, id uuid.UUID) (Com
 		&i.AbortReason,
 		&i.AbortedAt,
 		&i.CompletedAt,
+		&i.RequestedByRole,
 	)
 	return i, err
 }

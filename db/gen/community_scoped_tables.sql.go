@@ -24,7 +24,7 @@ func (q *Queries) CommunityScopedTableAttach(ctx context.Context, arg CommunityS
 }
 
 const communityScopedTableList = `-- name: CommunityScopedTableList :many
-SELECT table_name, purge_action, registered_at
+SELECT table_name, purge_action, registered_at, registered_by
 FROM community_scoped_tables
 ORDER BY table_name
 `
@@ -38,7 +38,12 @@ func (q *Queries) CommunityScopedTableList(ctx context.Context) ([]CommunityScop
 	items := []CommunityScopedTable{}
 	for rows.Next() {
 		var i CommunityScopedTable
-		if err := rows.Scan(&i.TableName, &i.PurgeAction, &i.RegisteredAt); err != nil {
+		if err := rows.Scan(
+			&i.TableName,
+			&i.PurgeAction,
+			&i.RegisteredAt,
+			&i.RegisteredBy,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

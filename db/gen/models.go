@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 type Community struct {
@@ -29,6 +30,7 @@ type CommunityDeletionApproval struct {
 	ApprovedBy      string
 	Note            *string
 	ApprovedAt      time.Time
+	ApprovedByRole  *string
 }
 
 type CommunityDeletionCheckpoint struct {
@@ -45,6 +47,11 @@ type CommunityDeletionCheckpoint struct {
 	CompletedAt     *time.Time
 }
 
+type CommunityDeletionCreatedRole struct {
+	RoleName  string
+	CreatedAt time.Time
+}
+
 type CommunityDeletionExecutorHeartbeat struct {
 	ExecutorID  string
 	Mode        string
@@ -54,12 +61,27 @@ type CommunityDeletionExecutorHeartbeat struct {
 	StoppedAt   *time.Time
 }
 
+type CommunityDeletionFunctionDigest struct {
+	FunctionSignature string
+	Digest            string
+	RecordedAt        time.Time
+}
+
 type CommunityDeletionManifestKey struct {
 	RequestID uuid.UUID
 	ChunkNo   int64
 	Prefix    string
 	Keys      []byte
 	DeletedAt *time.Time
+}
+
+type CommunityDeletionPurgeProgress struct {
+	RequestID       uuid.UUID
+	UnitKey         string
+	RowCount        int64
+	Done            bool
+	LeaseGeneration int64
+	UpdatedAt       time.Time
 }
 
 type CommunityDeletionRequest struct {
@@ -96,12 +118,29 @@ type CommunityDeletionRequest struct {
 	AbortReason                *string
 	AbortedAt                  *time.Time
 	CompletedAt                *time.Time
+	RequestedByRole            *string
+}
+
+type CommunityDeletionSetting struct {
+	Sequence           int64
+	OperatorsShareRole bool
+	Reason             string
+	ChangedBy          string
+	ChangedAt          time.Time
+}
+
+type CommunityDeletionStepAuthorization struct {
+	TransactionID pgtype.Uint64
+	CommunityID   uuid.UUID
+	Step          string
+	AuthorizedBy  string
 }
 
 type CommunityScopedTable struct {
 	TableName    string
 	PurgeAction  string
 	RegisteredAt time.Time
+	RegisteredBy *string
 }
 
 type CommunityServingWriteLease struct {

@@ -64,10 +64,11 @@ type Querier interface {
 	// archived unless it already was. The caller is the authorized executor at
 	// the current fence generation and holds the community lock.
 	CommunityQuiesce(ctx context.Context, id uuid.UUID) (int64, error)
-	// Returns a quiescing or fenced community to active under a new fence
-	// generation with the archived_at it had before quiescing (an abort). The
-	// caller is the authorized executor at that generation and holds the
-	// community lock.
+	// Returns the quiescing or fenced community of an approved or fenced request
+	// to active under a new fence generation, with the archived_at it had before
+	// quiescing (an operator's abort), and returns that generation. The
+	// operator is not the executor: the SECURITY DEFINER function authorizes
+	// exactly this step for this transaction.
 	CommunityRestoreActive(ctx context.Context, arg CommunityRestoreActiveParams) (int64, error)
 	CommunityScopedTableAttach(ctx context.Context, arg CommunityScopedTableAttachParams) error
 	CommunityScopedTableList(ctx context.Context) ([]CommunityScopedTable, error)
@@ -78,8 +79,13 @@ type Querier interface {
 	CommunityWriteAssertAllowed(ctx context.Context, communityID uuid.UUID) error
 	DeletionApprovalGetByRequest(ctx context.Context, requestID uuid.UUID) (CommunityDeletionApproval, error)
 	DeletionApprovalInsert(ctx context.Context, arg DeletionApprovalInsertParams) (CommunityDeletionApproval, error)
+	// Appends the completion of a unit; a unit completes once, so a repeated
+	// completion (a step retried after its commit was lost) keeps the first.
+	// attempts counts the unit's failures before it, plus this one.
 	DeletionCheckpointComplete(ctx context.Context, arg DeletionCheckpointCompleteParams) error
+	// Appends a failure of a unit, numbered by its attempt.
 	DeletionCheckpointFail(ctx context.Context, arg DeletionCheckpointFailParams) error
+	// The newest checkpoint of a unit.
 	DeletionCheckpointGet(ctx context.Context, arg DeletionCheckpointGetParams) (CommunityDeletionCheckpoint, error)
 	// An audit checkpoint with a unique unit key (operator abort, unblock).
 	DeletionCheckpointInsertCompleted(ctx context.Context, arg DeletionCheckpointInsertCompletedParams) error
@@ -195,11 +201,11 @@ type Querier interface {
 	// Clears a block after an operator's remediation: the retry streak, the last
 	// error and any expired lease go, and the request is due now.
 	DeletionRequestUnblock(ctx context.Context, id uuid.UUID) (CommunityDeletionRequest, error)
-	// The purge's completed per-table checkpoints of a request at a stage.
-	PurgeCheckpointList(ctx context.Context, arg PurgeCheckpointListParams) ([]PurgeCheckpointListRow, error)
 	// The partitions of registered 'delete' tables, partitioned LIST
 	// (community_id), whose bound holds exactly this community: they go by
-	// DETACH PARTITION and DROP TABLE instead of row deletes.
+	// DETACH PARTITION and DROP TABLE instead of row deletes, where the purging
+	// role has the privileges of the owners of the table and the partition (an
+	// executor that does not deletes their rows in batches instead).
 	PurgeCommunityPartitions(ctx context.Context, communityID uuid.UUID) ([]PurgeCommunityPartitionsRow, error)
 	// Turns the fenced community into its tombstone at the fence generation and
 	// scrubs its profile; the tombstone guard admits it only as the executor
@@ -220,6 +226,10 @@ type Querier interface {
 	PurgeLeafRelations(ctx context.Context, tableName string) ([]PurgeLeafRelationsRow, error)
 	// Bounds how long the transaction's DDL waits for a table lock.
 	PurgeLockTimeoutSet(ctx context.Context, timeout string) error
+	// The purge's progress per table of a request: rows so far and whether done.
+	PurgeProgressList(ctx context.Context, requestID uuid.UUID) ([]PurgeProgressListRow, error)
+	// Records a table's rows so far after a committed batch.
+	PurgeProgressRecord(ctx context.Context, arg PurgeProgressRecordParams) error
 	// The transaction's enable_seqscan, to restore after the proofs.
 	PurgeSeqScanGet(ctx context.Context) (string, error)
 	// Sets enable_seqscan for the rest of the transaction: the absence proofs

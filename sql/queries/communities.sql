@@ -51,14 +51,10 @@ WHERE id = @id
   AND deletion_state IN ('active', 'quiescing')
   AND deleted_at IS NULL;
 
--- name: CommunityRestoreActive :execrows
--- Returns a quiescing or fenced community to active under a new fence
--- generation with the archived_at it had before quiescing (an abort). The
--- caller is the authorized executor at that generation and holds the
--- community lock.
-UPDATE communities
-SET deletion_state = 'active',
-    deletion_fence_generation = @fence_generation,
-    archived_at = sqlc.narg('archived_at')::timestamptz
-WHERE id = @id
-  AND deletion_state IN ('quiescing', 'fenced');
+-- name: CommunityRestoreActive :one
+-- Returns the quiescing or fenced community of an approved or fenced request
+-- to active under a new fence generation, with the archived_at it had before
+-- quiescing (an operator's abort), and returns that generation. The
+-- operator is not the executor: the SECURITY DEFINER function authorizes
+-- exactly this step for this transaction.
+SELECT community_deletion_restore_active(@request_id::uuid, sqlc.narg('archived_at')::timestamptz)::bigint AS fence_generation;

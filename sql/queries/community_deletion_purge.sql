@@ -82,7 +82,9 @@ ORDER BY 1, 2, 3;
 -- name: PurgeCommunityPartitions :many
 -- The partitions of registered 'delete' tables, partitioned LIST
 -- (community_id), whose bound holds exactly this community: they go by
--- DETACH PARTITION and DROP TABLE instead of row deletes.
+-- DETACH PARTITION and DROP TABLE instead of row deletes, where the purging
+-- role has the privileges of the owners of the table and the partition (an
+-- executor that does not deletes their rows in batches instead).
 SELECT registered.table_name::text AS table_name,
        pn.nspname::text AS partition_schema,
        part.relname::text AS partition_name
@@ -94,6 +96,8 @@ JOIN pg_catalog.pg_inherits inh ON inh.inhparent = parent.oid
 JOIN pg_catalog.pg_class part ON part.oid = inh.inhrelid
 JOIN pg_catalog.pg_namespace pn ON pn.oid = part.relnamespace
 WHERE registered.purge_action = 'delete'
+  AND pg_has_role(current_user, parent.relowner, 'USAGE')
+  AND pg_has_role(current_user, part.relowner, 'USAGE')
   AND pg_get_partkeydef(parent.oid) = 'LIST (community_id)'
   AND pg_get_expr(part.relpartbound, part.oid) = format('FOR VALUES IN (%L)', @community_id::uuid)
 ORDER BY 1, 3;
@@ -116,13 +120,22 @@ WHERE root.relname = @table_name::text
   AND c.relkind = 'r'
 ORDER BY c.relname;
 
--- name: PurgeCheckpointList :many
--- The purge's completed per-table checkpoints of a request at a stage.
-SELECT unit_key, detail
-FROM community_deletion_checkpoints
-WHERE request_id = @request_id AND stage = @stage AND status = 'completed'
-  AND (unit_key LIKE 'purge:%' OR unit_key LIKE 'nullify:%')
+-- name: PurgeProgressList :many
+-- The purge's progress per table of a request: rows so far and whether done.
+SELECT unit_key, row_count, done
+FROM community_deletion_purge_progress
+WHERE request_id = @request_id
 ORDER BY unit_key;
+
+-- name: PurgeProgressRecord :exec
+-- Records a table's rows so far after a committed batch.
+INSERT INTO community_deletion_purge_progress (request_id, unit_key, row_count, done, lease_generation)
+VALUES (@request_id, @unit_key, @row_count, @done, @lease_generation)
+ON CONFLICT (request_id, unit_key) DO UPDATE
+SET row_count = EXCLUDED.row_count,
+    done = EXCLUDED.done,
+    lease_generation = EXCLUDED.lease_generation,
+    updated_at = now();
 
 -- name: PurgeCommunityTombstone :execrows
 -- Turns the fenced community into its tombstone at the fence generation and
