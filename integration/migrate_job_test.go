@@ -21,6 +21,7 @@ import (
 
 	communitydeletion "github.com/tombstoneworks/communitydeletion"
 	"github.com/tombstoneworks/communitydeletion/ephemeralpg"
+	"github.com/tombstoneworks/communitydeletion/migration"
 )
 
 // migrateBinary builds cmd/migrate once for this test binary.
@@ -117,7 +118,7 @@ func TestConcurrentMigrateJobs(t *testing.T) {
 	require.Contains(t, outputs, "no migrations to apply", outputs)
 
 	var applied int
-	require.NoError(t, holder.QueryRow(ctx, "SELECT count(*) FROM goose_db_version WHERE version_id > 0").Scan(&applied))
+	require.NoError(t, holder.QueryRow(ctx, "SELECT count(*) FROM "+migration.VersionTable+" WHERE version_id > 0").Scan(&applied))
 	require.Equal(t, migrationCount(t), applied)
 }
 
@@ -187,13 +188,16 @@ func TestMigrationsRollBackStepByStep(t *testing.T) {
 
 // schemaFingerprint lists the project's objects in the current schema (every
 // relation, column, default, constraint, index, trigger and function
-// definition), sorted, leaving out goose's own version table.
+// definition), sorted, leaving out the project's version table (and its
+// sequence and index), which stays at version 0. goose's default table is not
+// left out: the migrations must never create it.
 func schemaFingerprint(t *testing.T, conn *pgx.Conn) []string {
 	t.Helper()
 	rows, err := conn.Query(t.Context(), `
 		WITH rels AS (
 			SELECT c.oid, c.relname, c.relkind FROM pg_class c
-			WHERE c.relnamespace = current_schema()::regnamespace AND c.relname NOT LIKE 'goose_db_version%'
+			WHERE c.relnamespace = current_schema()::regnamespace
+			  AND c.relname NOT IN ($1::text, $1::text || '_pkey', $1::text || '_id_seq')
 		)
 		SELECT entry FROM (
 			SELECT format('relation %s %s', relname, relkind) FROM rels
@@ -216,7 +220,7 @@ func schemaFingerprint(t *testing.T, conn *pgx.Conn) []string {
 			SELECT format('function %s', pg_get_functiondef(p.oid))
 			FROM pg_proc p WHERE p.pronamespace = current_schema()::regnamespace AND p.prokind IN ('f', 'p')
 		) fingerprint(entry)
-		ORDER BY entry`)
+		ORDER BY entry`, migration.VersionTable)
 	require.NoError(t, err)
 	entries, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)

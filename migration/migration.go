@@ -25,9 +25,14 @@
 // the highest applied one is refused with ErrOutOfOrder unless
 // WithAllowOutOfOrder(true) is given.
 //
+// The applied migrations are recorded in VersionTable, a goose version table
+// of this project's own, so that a service's goose (whose default table is
+// LegacyVersionTable), golang-migrate, Atlas or Flyway history in the same
+// database never collides with ours.
+//
 // Status, Version and Pending only read, and take no lock: they neither wait
 // for nor hold off a migration or a deletion stage. (Like every goose
-// operation, on a database without goose's version table they create it.)
+// operation, on a database without VersionTable they create it.)
 package migration
 
 import (
@@ -55,6 +60,17 @@ import (
 // highest version already applied, while out-of-order migrations are not
 // allowed (see WithAllowOutOfOrder).
 var ErrOutOfOrder = errors.New("refusing out-of-order migrations")
+
+// VersionTable is the table, in the schema the migrations run in (the first
+// schema of the search_path), where a Migrator records which of this
+// project's migrations are applied. It has goose's layout and is a contract:
+// it never changes name.
+const VersionTable = "community_deletion_schema_migrations"
+
+// LegacyVersionTable is goose's default version table. Releases before
+// VersionTable existed recorded this project's migrations there, where a
+// service's own goose migrations usually live too; see AdoptLegacyVersions.
+const LegacyVersionTable = "goose_db_version"
 
 // applicationName is the application_name Open gives its sessions unless the
 // connection string sets one.
@@ -214,6 +230,7 @@ func newMigrator(db *sql.DB, ownsDB bool, cfg config) (*Migrator, error) {
 	common := []goose.ProviderOption{
 		goose.WithDisableGlobalRegistry(true),
 		goose.WithAllowOutofOrder(cfg.allowOutOfOrder),
+		goose.WithTableName(VersionTable),
 	}
 	locked, err := goose.NewProvider(goose.DialectPostgres, db, cfg.fsys,
 		append(slices.Clone(common), goose.WithSessionLocker(locker))...)
