@@ -21,6 +21,7 @@ import (
 
 	communitydeletion "github.com/tombstoneworks/communitydeletion"
 	"github.com/tombstoneworks/communitydeletion/ephemeralpg"
+	"github.com/tombstoneworks/communitydeletion/internal/exitcode"
 	"github.com/tombstoneworks/communitydeletion/migration"
 )
 
@@ -123,21 +124,21 @@ func TestConcurrentMigrateJobs(t *testing.T) {
 }
 
 // The job's readiness gate, dry run and lock timeout behave as documented:
-// status --fail-on-pending exits 3 while migrations are pending, up --dry-run
-// applies nothing, and a held schema lock makes up exit 4 naming the lock.
+// status --fail-on-pending exits 6 while migrations are pending, up --dry-run
+// applies nothing, and a held schema lock makes up exit 7 naming the lock.
 func TestMigrateJobExitCodes(t *testing.T) {
 	t.Parallel()
 	url := ephemeralpg.NewEmptyTestDatabase(t, server)
 	ctx := t.Context()
 
 	code, _, stderr := runMigrate(t, url, "status", "--fail-on-pending")
-	require.Equal(t, 3, code, stderr)
+	require.Equal(t, exitcode.Pending, code, stderr)
 
 	code, stdout, stderr := runMigrate(t, url, "up", "--dry-run")
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, stdout, "00007_community_deletion_guards.sql")
 	code, _, _ = runMigrate(t, url, "status", "--fail-on-pending")
-	require.Equal(t, 3, code, "a dry run applies nothing")
+	require.Equal(t, exitcode.Pending, code, "a dry run applies nothing")
 
 	holder, err := pgx.Connect(ctx, url)
 	require.NoError(t, err)
@@ -145,7 +146,7 @@ func TestMigrateJobExitCodes(t *testing.T) {
 	_, err = holder.Exec(ctx, "SELECT pg_advisory_lock($1)", communitydeletion.SchemaDestructionLockKey)
 	require.NoError(t, err)
 	code, _, stderr = runMigrate(t, url, "up", "--lock-timeout", "1s")
-	require.Equal(t, 4, code, stderr)
+	require.Equal(t, exitcode.LockTimeout, code, stderr)
 	require.Contains(t, stderr, "0x6364736368656d61")
 	_, err = holder.Exec(ctx, "SELECT pg_advisory_unlock($1)", communitydeletion.SchemaDestructionLockKey)
 	require.NoError(t, err)

@@ -15,7 +15,8 @@ const usage = `usage: migrate <command> [flags]
 
 Applies the communitydeletion schema migrations while holding the schema
 destruction advisory lock. Connect directly to PostgreSQL, never through a
-transaction-pooling PgBouncer: the lock belongs to the session.
+transaction-pooling PgBouncer: the lock belongs to the session. The applied
+migrations are recorded in the table community_deletion_schema_migrations.
 
 Commands:
   up               apply every pending migration
@@ -39,11 +40,12 @@ Flags (before or after the command):
                               version instead of refusing
   --dry-run                   up: list what up would apply, apply nothing
   --json                      status: print JSON
-  --fail-on-pending           status: exit 3 when migrations are pending
+  --fail-on-pending           status: exit 6 when migrations are pending
 
-Exit codes:
-  0 success, 1 failure, 2 usage error, 3 migrations pending
-  (status --fail-on-pending), 4 timed out waiting for the advisory lock
+Exit codes (shared with deletionctl):
+  0 success, 1 failure, 2 usage error, 3 refused (out-of-order migrations,
+  a history in goose_db_version not yet adopted), 6 migrations pending (status --fail-on-pending), 7 timed out waiting for
+  the advisory lock
 `
 
 // config is a parsed command line.

@@ -18,8 +18,10 @@
 // session-pooling proxy), never through a transaction-pooling PgBouncer, which
 // would hand the lock's session to other clients between transactions.
 //
-// Exit codes: 0 success, 1 failure, 2 usage error, 3 migrations pending
-// (status --fail-on-pending), 4 timed out waiting for the advisory lock.
+// Exit codes, shared with cmd/deletionctl (package internal/exitcode): 0
+// success, 1 failure, 2 usage error, 3 refused (out-of-order migrations, a
+// history not yet adopted from goose_db_version), 6 migrations pending
+// (status --fail-on-pending), 7 timed out waiting for the advisory lock.
 package main
 
 import (
@@ -32,16 +34,18 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/tombstoneworks/communitydeletion/internal/exitcode"
 	"github.com/tombstoneworks/communitydeletion/migration"
 )
 
-// Exit codes.
+// Exit codes, from the table shared with cmd/deletionctl.
 const (
-	exitOK          = 0
-	exitFailure     = 1
-	exitUsage       = 2
-	exitPending     = 3
-	exitLockTimeout = 4
+	exitOK          = exitcode.OK
+	exitFailure     = exitcode.Failure
+	exitUsage       = exitcode.Usage
+	exitRefused     = exitcode.Refused
+	exitPending     = exitcode.Pending
+	exitLockTimeout = exitcode.LockTimeout
 )
 
 func main() {
@@ -76,6 +80,9 @@ func exitCode(err error) int {
 		return exitPending
 	case errors.Is(err, migration.ErrLockTimeout):
 		return exitLockTimeout
+	case errors.Is(err, migration.ErrOutOfOrder),
+		errors.Is(err, migration.ErrLegacyVersionsNotAdopted):
+		return exitRefused
 	default:
 		return exitFailure
 	}

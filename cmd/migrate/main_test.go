@@ -107,16 +107,21 @@ func TestParseArgsHelp(t *testing.T) {
 	}
 }
 
+// Exit codes follow the table shared with deletionctl (internal/exitcode);
+// the numbers are spelled out because scripts depend on them.
 func TestExitCode(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, exitOK, exitCode(nil))
-	require.Equal(t, exitFailure, exitCode(errors.New("boom")))
-	require.Equal(t, exitUsage, exitCode(fmt.Errorf("parse: %w", usagef("bad"))))
-	require.Equal(t, exitPending, exitCode(fmt.Errorf("%w: 2 not applied", errPending)))
-	require.Equal(t, exitLockTimeout, exitCode(fmt.Errorf("up: %w", migration.ErrLockTimeout)))
-	require.Equal(t, exitFailure, exitCode(fmt.Errorf("up: %w", migration.ErrLockLost)))
-	require.Equal(t, exitFailure, exitCode(fmt.Errorf("up: %w", migration.ErrOutOfOrder)))
-	require.Equal(t, exitFailure, exitCode(context.Canceled))
+	require.Equal(t, 0, exitCode(nil))
+	require.Equal(t, 1, exitCode(errors.New("boom")))
+	require.Equal(t, 2, exitCode(fmt.Errorf("parse: %w", usagef("bad"))))
+	require.Equal(t, 6, exitCode(fmt.Errorf("%w: 2 not applied", errPending)))
+	require.Equal(t, 7, exitCode(fmt.Errorf("up: %w", migration.ErrLockTimeout)))
+	require.Equal(t, 1, exitCode(fmt.Errorf("up: %w", migration.ErrLockLost)))
+	require.Equal(t, 3, exitCode(fmt.Errorf("up: %w", migration.ErrOutOfOrder)))
+	require.Equal(t, 3, exitCode(fmt.Errorf("up: %w: versions 1-8", migration.ErrLegacyVersionsNotAdopted)))
+	require.Equal(t, 1, exitCode(context.Canceled))
+	require.Equal(t, []int{exitOK, exitFailure, exitUsage, exitRefused, exitPending, exitLockTimeout},
+		[]int{0, 1, 2, 3, 6, 7})
 }
 
 func TestReportPrintsOneLine(t *testing.T) {
@@ -128,7 +133,7 @@ func TestReportPrintsOneLine(t *testing.T) {
 
 	stderr.Reset()
 	code = report(context.Background(), fmt.Errorf("up: %w: pending 00002_b.sql", migration.ErrOutOfOrder), &stderr)
-	require.Equal(t, exitFailure, code)
+	require.Equal(t, exitRefused, code)
 	require.Contains(t, stderr.String(), "--allow-out-of-order")
 
 	stderr.Reset()
