@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	_ "github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
 	communitydeletion "github.com/tombstoneworks/communitydeletion"
@@ -157,6 +160,49 @@ func TestMigrateJobExitCodes(t *testing.T) {
 	code, stdout, stderr = runMigrate(t, url, "status", "--fail-on-pending", "--json")
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, stdout, `"state": "applied"`)
+}
+
+// A database migrated by a release that recorded the migrations in
+// goose_db_version: the job refuses up (exit 3, one line naming the command
+// to run) until adopt-legacy-versions has run, which adopts once and then
+// says there is nothing to adopt.
+func TestMigrateJobAdoptsLegacyVersions(t *testing.T) {
+	t.Parallel()
+	url := ephemeralpg.NewEmptyTestDatabase(t, server)
+	ctx := t.Context()
+	db, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	defer db.Close()
+	legacy, err := goose.NewProvider(goose.DialectPostgres, db, communitydeletion.Migrations(),
+		goose.WithDisableGlobalRegistry(true))
+	require.NoError(t, err)
+	_, err = legacy.Up(ctx)
+	require.NoError(t, err)
+	count := migrationCount(t)
+
+	code, stdout, stderr := runMigrate(t, url, "up")
+	require.Equal(t, exitcode.Refused, code, stderr)
+	require.Empty(t, stdout)
+	require.Equal(t, 1, strings.Count(stderr, "\n"), stderr)
+	require.Contains(t, stderr, "migrate: up: this project's migrations are recorded in goose_db_version and not yet adopted")
+	require.Contains(t, stderr, "run 'migrate adopt-legacy-versions'")
+
+	code, stdout, stderr = runMigrate(t, url, "adopt-legacy-versions")
+	require.Equal(t, exitcode.OK, code, stderr)
+	require.Equal(t, count+1, strings.Count(stdout, "\n"), stdout)
+	require.Contains(t, stdout, "adopted 00001_communities.sql (applied ")
+	require.Contains(t, stdout, fmt.Sprintf("adopted %d migration(s) from goose_db_version", count))
+
+	code, stdout, stderr = runMigrate(t, url, "adopt-legacy-versions")
+	require.Equal(t, exitcode.OK, code, stderr)
+	require.Equal(t, fmt.Sprintf("nothing to adopt: %s already records the applied migrations; database at version %d\n",
+		migration.VersionTable, count), stdout)
+
+	code, stdout, stderr = runMigrate(t, url, "up")
+	require.Equal(t, exitcode.OK, code, stderr)
+	require.Contains(t, stdout, "no migrations to apply")
+	code, _, stderr = runMigrate(t, url, "status", "--fail-on-pending")
+	require.Equal(t, exitcode.OK, code, stderr)
 }
 
 // Every migration's Down undoes exactly what its Up did: climbing one

@@ -7,8 +7,16 @@
 //
 //	migrate <command> [flags]
 //
-// The commands are up, up-to VERSION, down, down-to VERSION, status and
-// version; "migrate -h" prints the full usage, flags and exit codes.
+// The commands are up, up-to VERSION, down, down-to VERSION, status, version
+// and adopt-legacy-versions; "migrate -h" prints the full usage, flags and
+// exit codes.
+//
+// migrate records the applied migrations in migration.VersionTable, a table
+// of the project's own, so that a service's goose history in
+// goose_db_version never collides with ours. A database migrated by a
+// release that still recorded them in goose_db_version is refused (exit 3)
+// until adopt-legacy-versions has copied that history over once; see
+// migration.Migrator.AdoptLegacyVersions.
 //
 // While it changes the schema, migrate holds the exclusive session-level
 // advisory lock communitydeletion.SchemaDestructionLockKey, which holds off
@@ -20,8 +28,9 @@
 //
 // Exit codes, shared with cmd/deletionctl (package internal/exitcode): 0
 // success, 1 failure, 2 usage error, 3 refused (out-of-order migrations, a
-// history not yet adopted from goose_db_version), 6 migrations pending
-// (status --fail-on-pending), 7 timed out waiting for the advisory lock.
+// history not yet adopted from goose_db_version, an ambiguous adoption), 6
+// migrations pending (status --fail-on-pending), 7 timed out waiting for the
+// advisory lock.
 package main
 
 import (
@@ -71,6 +80,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // exitCode maps the outcome of a run to the process exit code.
 func exitCode(err error) int {
 	var usageErr *usageError
+	var ambiguous *migration.AmbiguousLegacyVersionsError
 	switch {
 	case err == nil:
 		return exitOK
@@ -81,7 +91,8 @@ func exitCode(err error) int {
 	case errors.Is(err, migration.ErrLockTimeout):
 		return exitLockTimeout
 	case errors.Is(err, migration.ErrOutOfOrder),
-		errors.Is(err, migration.ErrLegacyVersionsNotAdopted):
+		errors.Is(err, migration.ErrLegacyVersionsNotAdopted),
+		errors.As(err, &ambiguous):
 		return exitRefused
 	default:
 		return exitFailure
