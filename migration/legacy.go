@@ -48,15 +48,14 @@ type Adoption struct {
 	AlreadyTracked bool
 }
 
-// AdoptLegacyVersions moves a database migrated by a release before
-// VersionTable onto VersionTable: under the schema destruction lock, in one
-// transaction, it copies exactly this project's versions that
-// LegacyVersionTable records as applied, each only after checking that the
-// objects that version creates exist; it refuses with
-// *AmbiguousLegacyVersionsError when a recorded version's objects are absent
-// or a version's objects exist unrecorded. LegacyVersionTable is left as it
-// is. It is idempotent: once VersionTable records applied migrations it
-// copies nothing and reports AlreadyTracked.
+// AdoptLegacyVersions copies, once, this project's versions that
+// LegacyVersionTable records as applied into VersionTable (with their
+// times), in one transaction under the schema destruction lock, and leaves
+// LegacyVersionTable as it is. Each version is copied only if the objects it
+// creates exist; when a recorded version's objects are absent, or a
+// version's objects exist unrecorded, it copies nothing and returns
+// *AmbiguousLegacyVersionsError. Once VersionTable records applied
+// migrations it does nothing and reports AlreadyTracked.
 func (m *Migrator) AdoptLegacyVersions(ctx context.Context) (_ Adoption, err error) {
 	const op = "adopt legacy versions"
 	conn, err := m.db.Conn(ctx)

@@ -340,7 +340,7 @@ func (m *Migrator) DownTo(ctx context.Context, version int64) ([]Result, error) 
 }
 
 // Status lists every known migration, in version order, as applied (with its
-// time) or pending.
+// time) or pending, as VersionTable records them; it reads no other table.
 func (m *Migrator) Status(ctx context.Context) ([]Status, error) {
 	list, err := m.reader.Status(ctx)
 	if err != nil {
@@ -370,7 +370,7 @@ func (m *Migrator) Version(ctx context.Context) (int64, error) {
 
 // Pending lists, in the order Up would apply them, the migrations Up would
 // apply, without applying anything: the dry run of Up. It fails with
-// ErrOutOfOrder where Up would.
+// ErrOutOfOrder or ErrLegacyVersionsNotAdopted where Up would.
 func (m *Migrator) Pending(ctx context.Context) ([]Status, error) {
 	plan, err := m.plan(ctx, math.MaxInt64)
 	if err != nil {
