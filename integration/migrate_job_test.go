@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -17,10 +18,14 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	_ "github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
 	communitydeletion "github.com/tombstoneworks/communitydeletion"
 	"github.com/tombstoneworks/communitydeletion/ephemeralpg"
+	"github.com/tombstoneworks/communitydeletion/internal/exitcode"
+	"github.com/tombstoneworks/communitydeletion/migration"
 )
 
 // migrateBinary builds cmd/migrate once for this test binary.
@@ -117,26 +122,26 @@ func TestConcurrentMigrateJobs(t *testing.T) {
 	require.Contains(t, outputs, "no migrations to apply", outputs)
 
 	var applied int
-	require.NoError(t, holder.QueryRow(ctx, "SELECT count(*) FROM goose_db_version WHERE version_id > 0").Scan(&applied))
+	require.NoError(t, holder.QueryRow(ctx, "SELECT count(*) FROM "+migration.VersionTable+" WHERE version_id > 0").Scan(&applied))
 	require.Equal(t, migrationCount(t), applied)
 }
 
 // The job's readiness gate, dry run and lock timeout behave as documented:
-// status --fail-on-pending exits 3 while migrations are pending, up --dry-run
-// applies nothing, and a held schema lock makes up exit 4 naming the lock.
+// status --fail-on-pending exits 6 while migrations are pending, up --dry-run
+// applies nothing, and a held schema lock makes up exit 7 naming the lock.
 func TestMigrateJobExitCodes(t *testing.T) {
 	t.Parallel()
 	url := ephemeralpg.NewEmptyTestDatabase(t, server)
 	ctx := t.Context()
 
 	code, _, stderr := runMigrate(t, url, "status", "--fail-on-pending")
-	require.Equal(t, 3, code, stderr)
+	require.Equal(t, exitcode.Pending, code, stderr)
 
 	code, stdout, stderr := runMigrate(t, url, "up", "--dry-run")
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, stdout, "00007_community_deletion_guards.sql")
 	code, _, _ = runMigrate(t, url, "status", "--fail-on-pending")
-	require.Equal(t, 3, code, "a dry run applies nothing")
+	require.Equal(t, exitcode.Pending, code, "a dry run applies nothing")
 
 	holder, err := pgx.Connect(ctx, url)
 	require.NoError(t, err)
@@ -144,7 +149,7 @@ func TestMigrateJobExitCodes(t *testing.T) {
 	_, err = holder.Exec(ctx, "SELECT pg_advisory_lock($1)", communitydeletion.SchemaDestructionLockKey)
 	require.NoError(t, err)
 	code, _, stderr = runMigrate(t, url, "up", "--lock-timeout", "1s")
-	require.Equal(t, 4, code, stderr)
+	require.Equal(t, exitcode.LockTimeout, code, stderr)
 	require.Contains(t, stderr, "0x6364736368656d61")
 	_, err = holder.Exec(ctx, "SELECT pg_advisory_unlock($1)", communitydeletion.SchemaDestructionLockKey)
 	require.NoError(t, err)
@@ -155,6 +160,49 @@ func TestMigrateJobExitCodes(t *testing.T) {
 	code, stdout, stderr = runMigrate(t, url, "status", "--fail-on-pending", "--json")
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, stdout, `"state": "applied"`)
+}
+
+// A database migrated by a release that recorded the migrations in
+// goose_db_version: the job refuses up (exit 3, one line naming the command
+// to run) until adopt-legacy-versions has run, which adopts once and then
+// says there is nothing to adopt.
+func TestMigrateJobAdoptsLegacyVersions(t *testing.T) {
+	t.Parallel()
+	url := ephemeralpg.NewEmptyTestDatabase(t, server)
+	ctx := t.Context()
+	db, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	defer db.Close()
+	legacy, err := goose.NewProvider(goose.DialectPostgres, db, communitydeletion.Migrations(),
+		goose.WithDisableGlobalRegistry(true))
+	require.NoError(t, err)
+	_, err = legacy.Up(ctx)
+	require.NoError(t, err)
+	count := migrationCount(t)
+
+	code, stdout, stderr := runMigrate(t, url, "up")
+	require.Equal(t, exitcode.Refused, code, stderr)
+	require.Empty(t, stdout)
+	require.Equal(t, 1, strings.Count(stderr, "\n"), stderr)
+	require.Contains(t, stderr, "migrate: up: this project's migrations are recorded in goose_db_version and not yet adopted")
+	require.Contains(t, stderr, "run 'migrate adopt-legacy-versions'")
+
+	code, stdout, stderr = runMigrate(t, url, "adopt-legacy-versions")
+	require.Equal(t, exitcode.OK, code, stderr)
+	require.Equal(t, count+1, strings.Count(stdout, "\n"), stdout)
+	require.Contains(t, stdout, "adopted 00001_communities.sql (applied ")
+	require.Contains(t, stdout, fmt.Sprintf("adopted %d migration(s) from goose_db_version", count))
+
+	code, stdout, stderr = runMigrate(t, url, "adopt-legacy-versions")
+	require.Equal(t, exitcode.OK, code, stderr)
+	require.Equal(t, fmt.Sprintf("nothing to adopt: %s already records the applied migrations; database at version %d\n",
+		migration.VersionTable, count), stdout)
+
+	code, stdout, stderr = runMigrate(t, url, "up")
+	require.Equal(t, exitcode.OK, code, stderr)
+	require.Contains(t, stdout, "no migrations to apply")
+	code, _, stderr = runMigrate(t, url, "status", "--fail-on-pending")
+	require.Equal(t, exitcode.OK, code, stderr)
 }
 
 // Every migration's Down undoes exactly what its Up did: climbing one
@@ -188,13 +236,16 @@ func TestMigrationsRollBackStepByStep(t *testing.T) {
 // schemaFingerprint lists the project's objects in the current schema (every
 // relation, column, default, constraint, index, trigger and function
 // definition, and every privilege on them, defaults spelled out), sorted,
-// leaving out goose's own version table.
+// leaving out the project's version table (and its sequence and index), which
+// stays at version 0. goose's default table is not left out: the migrations
+// must never create it.
 func schemaFingerprint(t *testing.T, conn *pgx.Conn) []string {
 	t.Helper()
 	rows, err := conn.Query(t.Context(), `
 		WITH rels AS (
 			SELECT c.oid, c.relname, c.relkind, c.relacl, c.relowner FROM pg_class c
-			WHERE c.relnamespace = current_schema()::regnamespace AND c.relname NOT LIKE 'goose_db_version%'
+			WHERE c.relnamespace = current_schema()::regnamespace
+			  AND c.relname NOT IN ($1::text, $1::text || '_pkey', $1::text || '_id_seq')
 		)
 		SELECT entry FROM (
 			SELECT format('relation %s %s', relname, relkind) FROM rels
@@ -242,7 +293,7 @@ func schemaFingerprint(t *testing.T, conn *pgx.Conn) []string {
 			FROM pg_namespace n, aclexplode(n.nspacl) e
 			WHERE n.oid = current_schema()::regnamespace AND e.grantee::regrole::text LIKE 'community\_deletion\_%'
 		) fingerprint(entry)
-		ORDER BY entry`)
+		ORDER BY entry`, migration.VersionTable)
 	require.NoError(t, err)
 	entries, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)

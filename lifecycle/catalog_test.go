@@ -9,6 +9,7 @@ import (
 
 	"github.com/tombstoneworks/communitydeletion/fixture"
 	"github.com/tombstoneworks/communitydeletion/lifecycle"
+	"github.com/tombstoneworks/communitydeletion/migration"
 )
 
 // Ping probes the deletion control plane itself, not the migration ledger.
@@ -17,7 +18,7 @@ func TestPingProbesTheControlPlane(t *testing.T) {
 	b := setup(t)
 	ctx := t.Context()
 	require.NoError(t, b.store.Ping(ctx))
-	require.NoError(t, b.lcExec(t, "ALTER TABLE goose_db_version RENAME TO lc_goose_elsewhere"))
+	require.NoError(t, b.lcExec(t, "ALTER TABLE "+migration.VersionTable+" RENAME TO lc_versions_elsewhere"))
 	require.NoError(t, b.store.Ping(ctx), "the migration ledger is not what Ping probes")
 	require.NoError(t, b.lcExec(t, "ALTER TABLE community_deletion_requests RENAME TO lc_requests_elsewhere"))
 	require.ErrorIs(t, b.store.Ping(ctx), lifecycle.ErrRefused)

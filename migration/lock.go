@@ -55,6 +55,9 @@ type sessionLocker struct {
 	ddlLockTimeout   time.Duration
 	statementTimeout time.Duration
 	notice           func(message string)
+	// guard, if set, runs on the session once it holds the lock, before
+	// goose reads the version table; its error ends the operation.
+	guard func(ctx context.Context, conn *sql.Conn) error
 }
 
 var _ lock.SessionLocker = (*sessionLocker)(nil)
@@ -71,8 +74,9 @@ func keyString(key int64) string {
 }
 
 // SessionLock takes the exclusive session-level advisory lock on conn,
-// polling pg_try_advisory_lock until the wait runs out, and then sets the
-// session's lock_timeout and statement_timeout.
+// polling pg_try_advisory_lock until the wait runs out, then sets the
+// session's lock_timeout and statement_timeout and runs the guard. On a
+// failure after the lock was taken it releases the lock again.
 func (l *sessionLocker) SessionLock(ctx context.Context, conn *sql.Conn) error {
 	deadline := time.Now().Add(l.wait)
 	noticed := false
@@ -111,6 +115,11 @@ func (l *sessionLocker) SessionLock(ctx context.Context, conn *sql.Conn) error {
 		if _, err := conn.ExecContext(ctx, "SELECT set_config($1, $2, false)", s[0], s[1]); err != nil {
 			_, unlockErr := conn.ExecContext(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", l.key)
 			return errors.Join(fmt.Errorf("set %s on the migration session: %w", s[0], err), unlockErr)
+		}
+	}
+	if l.guard != nil {
+		if err := l.guard(ctx, conn); err != nil {
+			return errors.Join(err, l.SessionUnlock(context.WithoutCancel(ctx), conn))
 		}
 	}
 	return nil

@@ -20,14 +20,24 @@
 // transaction fails fast instead of blocking every writer of the table behind
 // itself. Both are restored when the lock is released.
 //
+// On a database migrated by a release before VersionTable, whose history is
+// in LegacyVersionTable, every operation that would change the schema (and
+// Pending) refuses with ErrLegacyVersionsNotAdopted until
+// AdoptLegacyVersions has copied that history over once.
+//
 // Each migration file runs in its own transaction unless it is marked
 // "-- +goose NO TRANSACTION". A pending migration whose version is lower than
 // the highest applied one is refused with ErrOutOfOrder unless
 // WithAllowOutOfOrder(true) is given.
 //
+// The applied migrations are recorded in VersionTable, a goose version table
+// of this project's own, so that a service's goose (whose default table is
+// LegacyVersionTable), golang-migrate, Atlas or Flyway history in the same
+// database never collides with ours.
+//
 // Status, Version and Pending only read, and take no lock: they neither wait
 // for nor hold off a migration or a deletion stage. (Like every goose
-// operation, on a database without goose's version table they create it.)
+// operation, on a database without VersionTable they create it.)
 package migration
 
 import (
@@ -55,6 +65,17 @@ import (
 // highest version already applied, while out-of-order migrations are not
 // allowed (see WithAllowOutOfOrder).
 var ErrOutOfOrder = errors.New("refusing out-of-order migrations")
+
+// VersionTable is the table, in the schema the migrations run in (the first
+// schema of the search_path), where a Migrator records which of this
+// project's migrations are applied. It has goose's layout and is a contract:
+// it never changes name.
+const VersionTable = "community_deletion_schema_migrations"
+
+// LegacyVersionTable is goose's default version table. Releases before
+// VersionTable existed recorded this project's migrations there, where a
+// service's own goose migrations usually live too; see AdoptLegacyVersions.
+const LegacyVersionTable = "goose_db_version"
 
 // applicationName is the application_name Open gives its sessions unless the
 // connection string sets one.
@@ -146,6 +167,10 @@ type Migrator struct {
 	// locked runs schema changes under the advisory lock; reader only reads.
 	locked *goose.Provider
 	reader *goose.Provider
+	// versions are the known migrations' versions, ascending; files names
+	// each version's file.
+	versions []int64
+	files    map[int64]string
 }
 
 // New returns a Migrator that runs on db, which must be a PostgreSQL database
@@ -203,28 +228,44 @@ func Open(ctx context.Context, databaseURL string, opts ...Option) (*Migrator, e
 }
 
 func newMigrator(db *sql.DB, ownsDB bool, cfg config) (*Migrator, error) {
-	locker := &sessionLocker{
-		key:              communitydeletion.SchemaDestructionLockKey,
-		wait:             cfg.lockTimeout,
-		poll:             pollInterval(cfg.lockTimeout),
-		ddlLockTimeout:   cfg.ddlLockTimeout,
-		statementTimeout: cfg.statementTimeout,
-		notice:           cfg.lockWaitNotice,
-	}
+	m := &Migrator{db: db, ownsDB: ownsDB, cfg: cfg, files: map[int64]string{}}
 	common := []goose.ProviderOption{
 		goose.WithDisableGlobalRegistry(true),
 		goose.WithAllowOutofOrder(cfg.allowOutOfOrder),
+		goose.WithTableName(VersionTable),
 	}
-	locked, err := goose.NewProvider(goose.DialectPostgres, db, cfg.fsys,
-		append(slices.Clone(common), goose.WithSessionLocker(locker))...)
+	// Under the lock, before goose reads the version table, refuse a
+	// database whose history is still in LegacyVersionTable.
+	guard := func(ctx context.Context, conn *sql.Conn) error { return m.checkAdopted(ctx, conn) }
+	var err error
+	m.locked, err = goose.NewProvider(goose.DialectPostgres, db, cfg.fsys,
+		append(slices.Clone(common), goose.WithSessionLocker(m.newLocker(guard)))...)
 	if err != nil {
 		return nil, fmt.Errorf("new migrator: load migrations: %w", err)
 	}
-	reader, err := goose.NewProvider(goose.DialectPostgres, db, cfg.fsys, common...)
+	m.reader, err = goose.NewProvider(goose.DialectPostgres, db, cfg.fsys, common...)
 	if err != nil {
 		return nil, fmt.Errorf("new migrator: load migrations: %w", err)
 	}
-	return &Migrator{db: db, ownsDB: ownsDB, cfg: cfg, locked: locked, reader: reader}, nil
+	for _, source := range m.reader.ListSources() {
+		m.versions = append(m.versions, source.Version)
+		m.files[source.Version] = path.Base(source.Path)
+	}
+	return m, nil
+}
+
+// newLocker returns the session locker of the schema destruction lock with
+// m's settings; guard, if not nil, runs once the lock is held.
+func (m *Migrator) newLocker(guard func(ctx context.Context, conn *sql.Conn) error) *sessionLocker {
+	return &sessionLocker{
+		key:              communitydeletion.SchemaDestructionLockKey,
+		wait:             m.cfg.lockTimeout,
+		poll:             pollInterval(m.cfg.lockTimeout),
+		ddlLockTimeout:   m.cfg.ddlLockTimeout,
+		statementTimeout: m.cfg.statementTimeout,
+		notice:           m.cfg.lockWaitNotice,
+		guard:            guard,
+	}
 }
 
 // Close closes the connection pool if Open created it.
@@ -299,7 +340,7 @@ func (m *Migrator) DownTo(ctx context.Context, version int64) ([]Result, error) 
 }
 
 // Status lists every known migration, in version order, as applied (with its
-// time) or pending.
+// time) or pending, as VersionTable records them; it reads no other table.
 func (m *Migrator) Status(ctx context.Context) ([]Status, error) {
 	list, err := m.reader.Status(ctx)
 	if err != nil {
@@ -329,7 +370,7 @@ func (m *Migrator) Version(ctx context.Context) (int64, error) {
 
 // Pending lists, in the order Up would apply them, the migrations Up would
 // apply, without applying anything: the dry run of Up. It fails with
-// ErrOutOfOrder where Up would.
+// ErrOutOfOrder or ErrLegacyVersionsNotAdopted where Up would.
 func (m *Migrator) Pending(ctx context.Context) ([]Status, error) {
 	plan, err := m.plan(ctx, math.MaxInt64)
 	if err != nil {
@@ -340,8 +381,12 @@ func (m *Migrator) Pending(ctx context.Context) ([]Status, error) {
 
 // plan returns the pending migrations up to target, applying goose's
 // out-of-order rule: a pending version below the database version is
-// "missing", refused unless out-of-order migrations are allowed.
+// "missing", refused unless out-of-order migrations are allowed. It refuses a
+// database whose history is still in LegacyVersionTable.
 func (m *Migrator) plan(ctx context.Context, target int64) ([]Status, error) {
+	if err := m.checkAdopted(ctx, m.db); err != nil {
+		return nil, err
+	}
 	all, err := m.Status(ctx)
 	if err != nil {
 		return nil, err
@@ -375,6 +420,10 @@ func (m *Migrator) finish(ctx context.Context, op string, res []*goose.Migration
 	out := convertResults(res)
 	if err == nil {
 		return out, nil
+	}
+	var unadopted *unadoptedError
+	if errors.As(err, &unadopted) {
+		return out, fmt.Errorf("%s: %w", op, unadopted)
 	}
 	var lockErr *lockError
 	if errors.As(err, &lockErr) && errors.Is(lockErr, ErrLockTimeout) {

@@ -34,11 +34,16 @@ type config struct {
 	statementTimeout time.Duration
 	allowOutOfOrder  bool
 	lockWaitNotice   func(message string)
+	// probes are the legacy probes of the migrations: legacyProbes for the
+	// project's own, none for migrations given with WithMigrations.
+	probes map[int64][]check
 }
 
 // WithMigrations sets the migrations to run: an fs.FS whose root directory
 // holds goose .sql files. The default is communitydeletion.Migrations(); tests
-// pass their own, for example a testing/fstest.MapFS.
+// pass their own, for example a testing/fstest.MapFS. The checks of
+// AdoptLegacyVersions know only the default migrations: with others, every
+// version LegacyVersionTable records counts as one whose objects are unknown.
 func WithMigrations(fsys fs.FS) Option {
 	return func(c *config) { c.fsys = fsys }
 }
@@ -92,6 +97,7 @@ func newConfig(opts []Option) (config, error) {
 	}
 	if c.fsys == nil {
 		c.fsys = communitydeletion.Migrations()
+		c.probes = legacyProbes
 	}
 	var errs []error
 	for _, d := range []struct {

@@ -53,17 +53,18 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/tombstoneworks/communitydeletion/internal/exitcode"
 	"github.com/tombstoneworks/communitydeletion/lifecycle"
 )
 
-// Exit codes.
+// Exit codes, from the table shared with cmd/migrate.
 const (
-	exitOK           = 0
-	exitFailure      = 1
-	exitUsage        = 2
-	exitRefused      = 3
-	exitNotFound     = 4
-	exitInvalidInput = 5
+	exitOK           = exitcode.OK
+	exitFailure      = exitcode.Failure
+	exitUsage        = exitcode.Usage
+	exitRefused      = exitcode.Refused
+	exitNotFound     = exitcode.NotFound
+	exitInvalidInput = exitcode.InvalidInput
 )
 
 func main() {

@@ -15,7 +15,8 @@ const usage = `usage: migrate <command> [flags]
 
 Applies the communitydeletion schema migrations while holding the schema
 destruction advisory lock. Connect directly to PostgreSQL, never through a
-transaction-pooling PgBouncer: the lock belongs to the session.
+transaction-pooling PgBouncer: the lock belongs to the session. The applied
+migrations are recorded in the table community_deletion_schema_migrations.
 
 Commands:
   up               apply every pending migration
@@ -24,6 +25,12 @@ Commands:
   down-to VERSION  roll back every migration above VERSION (0: all of them)
   status           list every migration as applied or pending
   version          print the current database version
+  adopt-legacy-versions
+                   once, on a database migrated by a release that recorded
+                   them in goose_db_version: copy exactly this project's
+                   applied versions, after checking that their objects
+                   exist, into community_deletion_schema_migrations; leaves
+                   goose_db_version as it is; a second run does nothing
 
 Flags (before or after the command):
   --database-url URL          PostgreSQL URL or key=value string; default
@@ -39,11 +46,13 @@ Flags (before or after the command):
                               version instead of refusing
   --dry-run                   up: list what up would apply, apply nothing
   --json                      status: print JSON
-  --fail-on-pending           status: exit 3 when migrations are pending
+  --fail-on-pending           status: exit 6 when migrations are pending
 
-Exit codes:
-  0 success, 1 failure, 2 usage error, 3 migrations pending
-  (status --fail-on-pending), 4 timed out waiting for the advisory lock
+Exit codes (shared with deletionctl):
+  0 success, 1 failure, 2 usage error, 3 refused (out-of-order migrations,
+  a history in goose_db_version not yet adopted, an ambiguous adoption),
+  6 migrations pending (status --fail-on-pending), 7 timed out waiting for
+  the advisory lock
 `
 
 // config is a parsed command line.
@@ -90,6 +99,7 @@ var commandFlags = map[string]string{
 // commandArgs maps each command to its positional argument, if any.
 var commandArgs = map[string]string{
 	"up": "", "up-to": "VERSION", "down": "", "down-to": "VERSION", "status": "", "version": "",
+	"adopt-legacy-versions": "",
 }
 
 // parseArgs parses the command line; getenv supplies DATABASE_URL. Flags may

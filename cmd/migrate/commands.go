@@ -54,6 +54,8 @@ func execute(ctx context.Context, cfg config, stdout, stderr io.Writer, extra ..
 		}
 		fmt.Fprintln(stdout, v)
 		return nil
+	case "adopt-legacy-versions":
+		return adopt(ctx, m, stdout)
 	}
 	return usagef("unknown command %q", cfg.command)
 }
@@ -101,6 +103,34 @@ func dryRun(ctx context.Context, m *migration.Migrator, stdout io.Writer) error 
 		fmt.Fprintf(stdout, "would apply %s\n", p.File)
 	}
 	fmt.Fprintf(stdout, "dry run: %d migration(s) would be applied; database at version %d\n", len(pending), v)
+	return nil
+}
+
+// adopt copies a history recorded in goose_db_version into the project's
+// version table and prints what it adopted, or why there was nothing to.
+func adopt(ctx context.Context, m *migration.Migrator, stdout io.Writer) error {
+	adoption, err := m.AdoptLegacyVersions(ctx)
+	if err != nil {
+		return err
+	}
+	if !adoption.AlreadyTracked && len(adoption.Adopted) == 0 {
+		fmt.Fprintf(stdout, "nothing to adopt: %s records none of this project's migrations\n", migration.LegacyVersionTable)
+		return nil
+	}
+	for _, s := range adoption.Adopted {
+		fmt.Fprintf(stdout, "adopted %s (applied %s)\n", s.File, s.AppliedAt.Format(time.RFC3339))
+	}
+	v, err := m.Version(ctx)
+	if err != nil {
+		return err
+	}
+	if adoption.AlreadyTracked {
+		fmt.Fprintf(stdout, "nothing to adopt: %s already records the applied migrations; database at version %d\n",
+			migration.VersionTable, v)
+		return nil
+	}
+	fmt.Fprintf(stdout, "adopted %d migration(s) from %s, which is left as it is, into %s; database at version %d\n",
+		len(adoption.Adopted), migration.LegacyVersionTable, migration.VersionTable, v)
 	return nil
 }
 

@@ -7,8 +7,16 @@
 //
 //	migrate <command> [flags]
 //
-// The commands are up, up-to VERSION, down, down-to VERSION, status and
-// version; "migrate -h" prints the full usage, flags and exit codes.
+// The commands are up, up-to VERSION, down, down-to VERSION, status, version
+// and adopt-legacy-versions; "migrate -h" prints the full usage, flags and
+// exit codes.
+//
+// migrate records the applied migrations in migration.VersionTable, a table
+// of the project's own, so that a service's goose history in
+// goose_db_version never collides with ours. A database migrated by a
+// release that still recorded them in goose_db_version is refused (exit 3)
+// until adopt-legacy-versions has copied that history over once; see
+// migration.Migrator.AdoptLegacyVersions.
 //
 // While it changes the schema, migrate holds the exclusive session-level
 // advisory lock communitydeletion.SchemaDestructionLockKey, which holds off
@@ -18,8 +26,11 @@
 // session-pooling proxy), never through a transaction-pooling PgBouncer, which
 // would hand the lock's session to other clients between transactions.
 //
-// Exit codes: 0 success, 1 failure, 2 usage error, 3 migrations pending
-// (status --fail-on-pending), 4 timed out waiting for the advisory lock.
+// Exit codes, shared with cmd/deletionctl (package internal/exitcode): 0
+// success, 1 failure, 2 usage error, 3 refused (out-of-order migrations, a
+// history not yet adopted from goose_db_version, an ambiguous adoption), 6
+// migrations pending (status --fail-on-pending), 7 timed out waiting for the
+// advisory lock.
 package main
 
 import (
@@ -32,16 +43,18 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/tombstoneworks/communitydeletion/internal/exitcode"
 	"github.com/tombstoneworks/communitydeletion/migration"
 )
 
-// Exit codes.
+// Exit codes, from the table shared with cmd/deletionctl.
 const (
-	exitOK          = 0
-	exitFailure     = 1
-	exitUsage       = 2
-	exitPending     = 3
-	exitLockTimeout = 4
+	exitOK          = exitcode.OK
+	exitFailure     = exitcode.Failure
+	exitUsage       = exitcode.Usage
+	exitRefused     = exitcode.Refused
+	exitPending     = exitcode.Pending
+	exitLockTimeout = exitcode.LockTimeout
 )
 
 func main() {
@@ -67,6 +80,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // exitCode maps the outcome of a run to the process exit code.
 func exitCode(err error) int {
 	var usageErr *usageError
+	var ambiguous *migration.AmbiguousLegacyVersionsError
 	switch {
 	case err == nil:
 		return exitOK
@@ -76,6 +90,10 @@ func exitCode(err error) int {
 		return exitPending
 	case errors.Is(err, migration.ErrLockTimeout):
 		return exitLockTimeout
+	case errors.Is(err, migration.ErrOutOfOrder),
+		errors.Is(err, migration.ErrLegacyVersionsNotAdopted),
+		errors.As(err, &ambiguous):
+		return exitRefused
 	default:
 		return exitFailure
 	}

@@ -55,6 +55,8 @@ func TestParseArgs(t *testing.T) {
 		{"status json fail-on-pending", []string{"status", "--json", "--fail-on-pending"}, nil,
 			func(c *config) { c.command = "status"; c.json = true; c.failOnPending = true }},
 		{"double dash ends flags", []string{"up-to", "--", "3"}, nil, func(c *config) { c.command = "up-to"; c.version = 3 }},
+		{"adopt-legacy-versions", []string{"adopt-legacy-versions", "--lock-timeout", "1m"}, nil,
+			func(c *config) { c.command = "adopt-legacy-versions"; c.lockTimeout = time.Minute }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -87,6 +89,8 @@ func TestParseArgsUsageErrors(t *testing.T) {
 		{[]string{"status", "--dry-run"}, "flag --dry-run is only valid with up"},
 		{[]string{"up", "--json"}, "flag --json is only valid with status"},
 		{[]string{"version", "--fail-on-pending"}, "flag --fail-on-pending is only valid with status"},
+		{[]string{"adopt-legacy-versions", "8"}, `adopt-legacy-versions takes no arguments, got "8"`},
+		{[]string{"adopt-legacy-versions", "--dry-run"}, "flag --dry-run is only valid with up"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			t.Parallel()
@@ -107,16 +111,23 @@ func TestParseArgsHelp(t *testing.T) {
 	}
 }
 
+// Exit codes follow the table shared with deletionctl (internal/exitcode);
+// the numbers are spelled out because scripts depend on them.
 func TestExitCode(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, exitOK, exitCode(nil))
-	require.Equal(t, exitFailure, exitCode(errors.New("boom")))
-	require.Equal(t, exitUsage, exitCode(fmt.Errorf("parse: %w", usagef("bad"))))
-	require.Equal(t, exitPending, exitCode(fmt.Errorf("%w: 2 not applied", errPending)))
-	require.Equal(t, exitLockTimeout, exitCode(fmt.Errorf("up: %w", migration.ErrLockTimeout)))
-	require.Equal(t, exitFailure, exitCode(fmt.Errorf("up: %w", migration.ErrLockLost)))
-	require.Equal(t, exitFailure, exitCode(fmt.Errorf("up: %w", migration.ErrOutOfOrder)))
-	require.Equal(t, exitFailure, exitCode(context.Canceled))
+	require.Equal(t, 0, exitCode(nil))
+	require.Equal(t, 1, exitCode(errors.New("boom")))
+	require.Equal(t, 2, exitCode(fmt.Errorf("parse: %w", usagef("bad"))))
+	require.Equal(t, 6, exitCode(fmt.Errorf("%w: 2 not applied", errPending)))
+	require.Equal(t, 7, exitCode(fmt.Errorf("up: %w", migration.ErrLockTimeout)))
+	require.Equal(t, 1, exitCode(fmt.Errorf("up: %w", migration.ErrLockLost)))
+	require.Equal(t, 3, exitCode(fmt.Errorf("up: %w", migration.ErrOutOfOrder)))
+	require.Equal(t, 3, exitCode(fmt.Errorf("up: %w: versions 1-8", migration.ErrLegacyVersionsNotAdopted)))
+	require.Equal(t, 3, exitCode(fmt.Errorf("adopt legacy versions: %w",
+		&migration.AmbiguousLegacyVersionsError{Versions: []int64{1}})))
+	require.Equal(t, 1, exitCode(context.Canceled))
+	require.Equal(t, []int{exitOK, exitFailure, exitUsage, exitRefused, exitPending, exitLockTimeout},
+		[]int{0, 1, 2, 3, 6, 7})
 }
 
 func TestReportPrintsOneLine(t *testing.T) {
@@ -128,7 +139,7 @@ func TestReportPrintsOneLine(t *testing.T) {
 
 	stderr.Reset()
 	code = report(context.Background(), fmt.Errorf("up: %w: pending 00002_b.sql", migration.ErrOutOfOrder), &stderr)
-	require.Equal(t, exitFailure, code)
+	require.Equal(t, exitRefused, code)
 	require.Contains(t, stderr.String(), "--allow-out-of-order")
 
 	stderr.Reset()

@@ -1,0 +1,148 @@
+package migration
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+)
+
+// check is one catalog fact: an object that exists in the schema the
+// migrations run in (current_schema()).
+type check struct {
+	// what names the object in messages: "table communities".
+	what string
+	// query returns one boolean, true when the object exists.
+	query string
+	args  []any
+}
+
+// table checks that a table exists.
+func table(name string) check {
+	return check{
+		what:  "table " + name,
+		query: "SELECT to_regclass(format('%I.%I', current_schema(), $1::text)) IS NOT NULL",
+		args:  []any{name},
+	}
+}
+
+// function checks that a function with this signature exists, for example
+// "community_deletion_lock_key(uuid)".
+func function(signature string) check {
+	return check{
+		what:  "function " + signature,
+		query: "SELECT to_regprocedure(format('%I.%s', current_schema(), $1::text)) IS NOT NULL",
+		args:  []any{signature},
+	}
+}
+
+// functionBody checks that a function's body contains text: the probe of a
+// migration that replaces a function body (CREATE OR REPLACE) rather than
+// creating a new object.
+func functionBody(signature, text string) check {
+	return check{
+		what: fmt.Sprintf("function %s containing %q", signature, text),
+		query: `SELECT EXISTS (SELECT 1 FROM pg_proc
+			WHERE oid = to_regprocedure(format('%I.%s', current_schema(), $1::text))
+			  AND strpos(prosrc, $2::text) > 0)`,
+		args: []any{signature, text},
+	}
+}
+
+// trigger checks that a trigger exists on a table.
+func trigger(tableName, name string) check {
+	return check{
+		what: fmt.Sprintf("trigger %s on %s", name, tableName),
+		query: `SELECT EXISTS (SELECT 1 FROM pg_trigger
+			WHERE NOT tgisinternal AND tgname = $2::text
+			  AND tgrelid = to_regclass(format('%I.%I', current_schema(), $1::text)))`,
+		args: []any{tableName, name},
+	}
+}
+
+// legacyProbes proves, per migration version, that this project's migration
+// of that version is applied: the checks name objects the version's Up
+// creates (or, for a replaced function, text only its body has), and that
+// every later version keeps. AdoptLegacyVersions copies a version out of
+// LegacyVersionTable only when its probe passes.
+//
+// Every migration file needs an entry. Adding a migration: list one or more
+// objects it creates, then run `go test ./migration/ -run Probe`.
+// TestLegacyProbesCoverEveryMigration names a file without a probe;
+// TestLegacyProbesMatchEachVersion migrates one version at a time, up and
+// down, and fails when a probe passes before its version is applied or stops
+// passing after it (say, because a later migration dropped or replaced the
+// object: then probe something that stays, or the later version's text).
+var legacyProbes = map[int64][]check{
+	1: { // 00001_communities.sql
+		table("communities"),
+		table("community_scoped_tables"),
+	},
+	2: { // 00002_community_deletion_requests.sql
+		table("community_deletion_requests"),
+		table("community_deletion_approvals"),
+		table("community_deletion_checkpoints"),
+	},
+	3: { // 00003_community_deletion_execution.sql
+		table("community_deletion_executor_heartbeats"),
+		table("community_serving_write_leases"),
+		table("community_deletion_manifest_keys"),
+		table("storage_taxonomy_sweeps"),
+	},
+	4: { // 00004_community_deletion_locks.sql
+		function("community_deletion_lock_key(uuid)"),
+		function("community_schema_destruction_lock_key()"),
+		function("community_write_allowed(uuid)"),
+		function("assert_community_write_allowed(uuid)"),
+	},
+	5: { // 00005_community_write_fence.sql
+		function("enforce_community_write_fence()"),
+		function("attach_community_write_fence(regclass,text)"),
+		function("community_deletion_catalog_drift()"),
+	},
+	6: { // 00006_community_tombstone.sql
+		trigger("communities", "communities_tombstone_guard"),
+		trigger("communities", "communities_truncate_guard"),
+	},
+	7: { // 00007_community_deletion_guards.sql
+		trigger("community_deletion_requests", "community_deletion_requests_guard"),
+		trigger("community_deletion_approvals", "community_deletion_approvals_guard"),
+		trigger("community_deletion_manifest_keys", "community_deletion_manifest_keys_guard"),
+		trigger("community_serving_write_leases", "community_serving_write_leases_guard"),
+	},
+	8: { // 00008_community_write_fence_fast_path.sql
+		functionBody("enforce_community_write_fence()", "pg_try_advisory_xact_lock_shared"),
+	},
+	9: { // 00009_community_deletion_roles.sql
+		table("community_deletion_created_roles"),
+	},
+	10: { // 00010_community_deletion_least_privilege.sql
+		table("community_deletion_settings"),
+		table("community_deletion_purge_progress"),
+		table("community_deletion_step_authorizations"),
+	},
+	11: { // 00011_community_deletion_least_privilege.sql
+		function("community_deletion_seal_functions()"),
+		trigger("community_deletion_checkpoints", "community_deletion_checkpoints_guard"),
+	},
+}
+
+// querier is what probes and the version-table reads run on: a *sql.DB,
+// *sql.Conn or *sql.Tx.
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// probe runs the checks and returns the objects that are missing.
+func probe(ctx context.Context, q querier, checks []check) (missing []string, err error) {
+	for _, c := range checks {
+		var ok bool
+		if err := q.QueryRowContext(ctx, c.query, c.args...).Scan(&ok); err != nil {
+			return nil, fmt.Errorf("probe %s: %w", c.what, err)
+		}
+		if !ok {
+			missing = append(missing, c.what)
+		}
+	}
+	return missing, nil
+}
