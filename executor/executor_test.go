@@ -3,6 +3,7 @@ package executor_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tombstoneworks/communitydeletion/executor"
+	"github.com/tombstoneworks/communitydeletion/fixture"
 	"github.com/tombstoneworks/communitydeletion/lifecycle"
 )
 
@@ -414,5 +416,57 @@ func TestUndrainedServingWritesRetry(t *testing.T) {
 		}
 		require.True(t, time.Now().Before(deadline))
 	}
+	b.requireDeleted(t, id, target)
+}
+
+// A prepared transaction that holds the community's deletion lock (a writer
+// that prepared and was forgotten) makes every fence attempt time out after
+// the lock wait bound; each is a retry, and after the retry budget the
+// request is blocked durably with a reason that names the transaction.
+func TestAStuckLockHolderBlocksDurablyNamingIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	target := b.createCommunity(t, 1)
+	id := b.approve(t, target)
+	gid := "forgotten-" + uuid.NewString()
+	conn, err := b.pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, "BEGIN")
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "SELECT pg_advisory_xact_lock_shared(community_deletion_lock_key($1))", target.id)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "PREPARE TRANSACTION '"+gid+"'")
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = b.pool.Exec(context.Background(), "ROLLBACK PREPARED '"+gid+"'") })
+
+	cfg := b.config("executor-1")
+	cfg.Store = lifecycle.New(fixture.RolePool(t, b.url, fixture.RoleExecutor), lifecycle.WithLockWait(20*time.Millisecond))
+	r := b.runner(t, cfg)
+	for attempt := 0; ; attempt++ {
+		request, err := b.store.Get(ctx, id)
+		require.NoError(t, err)
+		if request.Blocked() {
+			require.Equal(t, lifecycle.StageApproved, request.Stage)
+			require.Contains(t, request.BlockedReason, "waited 20ms for the deletion lock of community "+target.id.String())
+			require.Contains(t, request.BlockedReason, fmt.Sprintf("prepared transaction %q", gid))
+			break
+		}
+		require.Less(t, attempt, 2*lifecycle.MaxConsecutiveRetries, "never blocked")
+		claimed, err := r.RunOnce(ctx, &id)
+		if claimed {
+			require.ErrorIs(t, err, executor.ErrRetryScheduled)
+		}
+	}
+
+	// Once the holder is gone and an operator unblocks, it completes.
+	_, err = b.pool.Exec(ctx, "ROLLBACK PREPARED '"+gid+"'")
+	require.NoError(t, err)
+	_, err = b.operator.Unblock(ctx, id, "carol", "rolled back the forgotten prepared transaction")
+	require.NoError(t, err)
+	claimed, err := b.runner(t, b.config("executor-2")).RunOnce(ctx, &id)
+	require.NoError(t, err)
+	require.True(t, claimed)
 	b.requireDeleted(t, id, target)
 }

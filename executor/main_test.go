@@ -24,7 +24,10 @@ import (
 // test gets its own database cloned from a migrated template.
 var server *ephemeralpg.Server
 
-func TestMain(m *testing.M) { ephemeralpg.RunTests(m, ephemeralpg.Options{}, &server) }
+func TestMain(m *testing.M) {
+	// Prepared transactions hold locks in the lock-wait tests.
+	ephemeralpg.RunTests(m, ephemeralpg.Options{ExtraConfig: map[string]string{"max_prepared_transactions": "8"}}, &server)
+}
 
 // testBundle is one test's database (migrations plus the fixture tenant
 // tables), Stores over it as the executor (what the Runner uses), an operator

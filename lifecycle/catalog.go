@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -280,17 +281,14 @@ func checkDeletionCatalog(ctx context.Context, q *dbgen.Queries) ([]dbgen.Catalo
 // catalogTx is Store.tx for the catalog work that needs the transaction
 // itself: dynamic statements over table names from the validated registry.
 func (s *Store) catalogTx(ctx context.Context, fn func(tx pgx.Tx, q *dbgen.Queries) error) error {
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
-		return fn(tx, dbgen.New(tx))
-	})
-	return translate(err)
+	return s.begin(ctx, false, func(tx pgx.Tx) error { return fn(tx, dbgen.New(tx)) })
 }
 
 // catalogMissing turns "relation or function does not exist" while reading
 // the catalog into the refusal it is: the deletion schema is not installed.
 func catalogMissing(err error) error {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42883") {
+	if errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.UndefinedTable || pgErr.Code == pgerrcode.UndefinedFunction) {
 		return refusef("the deletion schema is not installed: %w", err)
 	}
 	return err

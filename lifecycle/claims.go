@@ -76,8 +76,8 @@ func (s *Store) claim(ctx context.Context, id *uuid.UUID, owner string, lease ti
 	err = s.tx(ctx, func(q *dbgen.Queries) error {
 		// Advisory locks come before any row lock: a migration holding the
 		// schema lock exclusively may wait for this transaction's row locks.
-		if err := q.SchemaDestructionLockShared(ctx); err != nil {
-			return fmt.Errorf("take schema-destruction lock: %w", err)
+		if err := lockSchemaShared(ctx, q); err != nil {
+			return err
 		}
 		var candidate dbgen.CommunityDeletionRequest
 		var err error
@@ -298,11 +298,11 @@ func checkExecutionStage(stage Stage) error {
 	return nil
 }
 
-// leaseInterval converts a lease duration for the database: positive and at
-// least one microsecond, the database's resolution.
+// leaseInterval converts a lease duration for the database: at least one
+// microsecond (the database's resolution) and at most MaxLeaseDuration.
 func leaseInterval(lease time.Duration) (pgtype.Interval, error) {
-	if lease < time.Microsecond {
-		return pgtype.Interval{}, invalidf("lease duration must be at least 1µs, not %s", lease)
+	if lease < time.Microsecond || lease > MaxLeaseDuration {
+		return pgtype.Interval{}, invalidf("lease duration must be between 1µs and %s, not %s", MaxLeaseDuration, lease)
 	}
 	return pgtype.Interval{Microseconds: lease.Microseconds(), Valid: true}, nil
 }

@@ -1,6 +1,7 @@
 package lifecycle_test
 
 import (
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -203,4 +204,40 @@ func TestHeartbeatAndStopExecutor(t *testing.T) {
 	require.Equal(t, token.Generation+1, claim.Lease.Generation)
 	require.True(t, lifecycle.IsStaleLease(b.store.StopExecutor(ctx, &token, token.Owner)))
 	require.NoError(t, b.store.StopExecutor(ctx, nil, "never-started"))
+}
+
+// Every lease is bounded by MaxLeaseDuration: a claim, a heartbeat and a
+// serving write lease asking for longer are refused as invalid input before
+// any write (a lease until the year 2319 would strand the request beyond
+// every API call), and exactly the bound is accepted.
+func TestLeasesAreBoundedByMaxLeaseDuration(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	request := b.lcApproved(t)
+	community, _ := b.createCommunity(t)
+
+	for _, d := range []time.Duration{time.Duration(math.MaxInt64), lifecycle.MaxLeaseDuration + time.Second} {
+		_, err := b.store.ClaimSpecific(ctx, request.ID, "executor-1", d)
+		require.ErrorIs(t, err, lifecycle.ErrInvalidInput, "claim for %s", d)
+		_, err = b.store.ClaimNext(ctx, "executor-1", d)
+		require.ErrorIs(t, err, lifecycle.ErrInvalidInput, "claim next for %s", d)
+		_, err = b.store.AcquireServingWriteLease(ctx, community, "upload", "web-1", d)
+		require.ErrorIs(t, err, lifecycle.ErrInvalidInput, "serving lease for %s", d)
+	}
+	claim, err := b.store.ClaimSpecific(ctx, request.ID, "executor-1", lifecycle.MaxLeaseDuration)
+	require.NoError(t, err)
+	require.NotNil(t, claim)
+	err = b.store.Heartbeat(ctx, claim.Lease, "test", time.Duration(math.MaxInt64), false)
+	require.ErrorIs(t, err, lifecycle.ErrInvalidInput)
+	require.NoError(t, b.store.Heartbeat(ctx, claim.Lease, "test", lifecycle.MaxLeaseDuration, false))
+
+	lease, err := b.store.AcquireServingWriteLease(ctx, community, "upload", "web-1", lifecycle.MaxLeaseDuration)
+	require.NoError(t, err)
+	err = b.store.RenewServingWriteLease(ctx, lease, time.Duration(math.MaxInt64))
+	require.ErrorIs(t, err, lifecycle.ErrInvalidInput)
+	require.NoError(t, b.store.RenewServingWriteLease(ctx, lease, lifecycle.MaxLeaseDuration))
+	var longest time.Duration
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT max(lease_until - now()) FROM community_deletion_requests`).Scan(&longest))
+	require.LessOrEqual(t, longest, lifecycle.MaxLeaseDuration+time.Second)
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -53,13 +54,11 @@ const (
 
 // Checkpoint units of the purge, all at StageBindingsRemoved.
 const (
-	purgeUnitPrefix     = "purge:"
-	nullifyUnitPrefix   = "nullify:"
-	purgeTombstoneUnit  = "postgres_tombstone_committed"
-	purgeActionDelete   = "delete"
-	purgeActionNullify  = "nullify"
-	sqlstateFKViolation = "23503"
-	sqlstateLockTimeout = "55P03"
+	purgeUnitPrefix    = "purge:"
+	nullifyUnitPrefix  = "nullify:"
+	purgeTombstoneUnit = "postgres_tombstone_committed"
+	purgeActionDelete  = "delete"
+	purgeActionNullify = "nullify"
 )
 
 // PurgeMethod selects how a table's rows are cut into batches.
@@ -227,8 +226,8 @@ func (s *Store) VerifyPostgresLogicallyDeleted(ctx context.Context, token LeaseT
 		return err
 	}
 	return purgeTx(ctx, s, func(tx pgx.Tx, q *dbgen.Queries) error {
-		if err := q.SchemaDestructionLockShared(ctx); err != nil {
-			return fmt.Errorf("take the schema destruction lock: %w", err)
+		if err := lockSchemaShared(ctx, q); err != nil {
+			return err
 		}
 		if err := purgeValidateCatalog(ctx, q); err != nil {
 			return err
@@ -321,10 +320,7 @@ type purgeCheckpoint struct {
 // purgeTx runs fn in one READ COMMITTED transaction, as Store.tx does, with
 // the transaction itself for the dynamic per-table statements.
 func purgeTx(ctx context.Context, s *Store, fn func(tx pgx.Tx, q *dbgen.Queries) error) error {
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
-		return fn(tx, dbgen.New(tx))
-	})
-	return translate(err)
+	return s.begin(ctx, false, func(tx pgx.Tx) error { return fn(tx, dbgen.New(tx)) })
 }
 
 // tx runs fn as one purge transaction: the shared schema-destruction lock
@@ -335,8 +331,8 @@ func purgeTx(ctx context.Context, s *Store, fn func(tx pgx.Tx, q *dbgen.Queries)
 func (r *purgeRun) tx(ctx context.Context, validate bool, fn func(tx pgx.Tx, q *dbgen.Queries) error) (time.Duration, error) {
 	start := time.Now()
 	err := purgeTx(ctx, r.store, func(tx pgx.Tx, q *dbgen.Queries) error {
-		if err := q.SchemaDestructionLockShared(ctx); err != nil {
-			return fmt.Errorf("take the schema destruction lock: %w", err)
+		if err := lockSchemaShared(ctx, q); err != nil {
+			return err
 		}
 		if validate {
 			if err := purgeValidateCatalog(ctx, q); err != nil {
@@ -539,7 +535,7 @@ func (r *purgeRun) purgeTable(ctx context.Context, t *purgeTable) error {
 		done, err := b.batch(ctx)
 		var pgErr *pgconn.PgError
 		switch {
-		case errors.As(err, &pgErr) && pgErr.Code == sqlstateFKViolation:
+		case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.ForeignKeyViolation:
 			if cleared || !t.hasSelfRef(pgErr.ConstraintName) {
 				return refusef("purge of %s: rows the purge does not delete still reference the community's rows: %w", t.name, err)
 			}
@@ -956,7 +952,7 @@ func (r *purgeRun) dropPartition(ctx context.Context, t *purgeTable, p dbgen.Pur
 			return r.recordProgress(ctx, q, t, purgeCheckpoint{Rows: t.rows + rows})
 		})
 		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || pgErr.Code != sqlstateLockTimeout {
+		if !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.LockNotAvailable {
 			break
 		}
 	}

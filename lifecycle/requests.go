@@ -728,8 +728,8 @@ func lockRequestForOperator(ctx context.Context, q *dbgen.Queries, id uuid.UUID)
 	if err != nil {
 		return first, err
 	}
-	if err := q.CommunityDeletionLockExclusive(ctx, first.CommunityID); err != nil {
-		return first, fmt.Errorf("take community lock: %w", err)
+	if err := lockCommunity(ctx, q, first.CommunityID); err != nil {
+		return first, err
 	}
 	row, err := lockRequestRow(ctx, q, id)
 	if err != nil {

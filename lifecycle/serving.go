@@ -400,10 +400,11 @@ func staleServingLease(lease *ServingWriteLease) error {
 }
 
 // servingLeaseSeconds converts a serving lease duration to the whole seconds
-// the database adds to its clock, rounding up. d must be positive.
+// the database adds to its clock, rounding up. d must be positive and at most
+// MaxLeaseDuration.
 func servingLeaseSeconds(d time.Duration) (int64, error) {
-	if d <= 0 {
-		return 0, invalidf("serving write lease duration %s is not positive", d)
+	if d <= 0 || d > MaxLeaseDuration {
+		return 0, invalidf("serving write lease duration must be positive and at most %s, not %s", MaxLeaseDuration, d)
 	}
 	seconds := int64(d / time.Second)
 	if d%time.Second != 0 {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -20,20 +21,76 @@ import (
 // between heartbeats.
 const DefaultLeaseDuration = 60 * time.Second
 
+// MaxLeaseDuration bounds every lease: an executor's claim and heartbeat and
+// a serving write lease. The schema refuses longer ones too (SQLSTATE
+// 23514), so a lease of a process that died never strands a request or a
+// fence for longer.
+const MaxLeaseDuration = time.Hour
+
 // Store is the deletion lifecycle's client: every operation is one short READ
 // COMMITTED transaction over the generated queries, on database time only,
 // one statement at a time. The invariants it relies on are enforced by the
 // schema's triggers as well; Store checks them first to explain a refusal,
 // never as the only guard. A Store is safe for concurrent use.
 type Store struct {
-	pool *pgxpool.Pool
+	pool     *pgxpool.Pool
+	lockWait time.Duration
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithLockWait bounds how long each transaction waits for any lock (a
+// deletion lock or a row lock) before it gives up with a *LockWaitError;
+// the default is DefaultLockWait.
+func WithLockWait(d time.Duration) Option {
+	return func(s *Store) { s.lockWait = d }
 }
 
 // New returns a Store over pool. The pool's connections may go through a
 // transaction-pooling proxy: every lock and setting the Store uses is
 // transaction-scoped.
-func New(pool *pgxpool.Pool) *Store {
-	return &Store{pool: pool}
+func New(pool *pgxpool.Pool, opts ...Option) *Store {
+	s := &Store{pool: pool, lockWait: DefaultLockWait}
+	for _, opt := range opts {
+		opt(s)
+	}
+	if s.lockWait < time.Millisecond {
+		s.lockWait = time.Millisecond
+	}
+	return s
+}
+
+// txOptions are every transaction's: READ COMMITTED, with the lock wait
+// bound set in the BEGIN itself, so it costs no round trip.
+func (s *Store) txOptions(readOnly bool) pgx.TxOptions {
+	mode := ""
+	if readOnly {
+		mode = " READ ONLY"
+	}
+	return pgx.TxOptions{
+		IsoLevel:   pgx.ReadCommitted,
+		BeginQuery: fmt.Sprintf("BEGIN ISOLATION LEVEL READ COMMITTED%s; SET LOCAL lock_timeout = '%dms'", mode, s.lockWait.Milliseconds()),
+		AccessMode: accessMode(readOnly),
+	}
+}
+
+func accessMode(readOnly bool) pgx.TxAccessMode {
+	if readOnly {
+		return pgx.ReadOnly
+	}
+	return pgx.ReadWrite
+}
+
+// begin runs fn in one transaction with txOptions and commits it if fn
+// returns nil. A lock wait that timed out comes back as a *LockWaitError
+// naming the lock's holders; a guard's refusal as translate says.
+func (s *Store) begin(ctx context.Context, readOnly bool, fn func(tx pgx.Tx) error) error {
+	err := pgx.BeginTxFunc(ctx, s.pool, s.txOptions(readOnly), fn)
+	if err != nil && (isLockTimeout(err) || errors.As(err, new(*LockWaitError))) {
+		return s.describeLockWait(ctx, err)
+	}
+	return translate(err)
 }
 
 // LeaseToken is the proof of a claim that every execution call presents. A
@@ -64,10 +121,7 @@ func (t LeaseToken) WithFence(generation int64) LeaseToken {
 // ErrRefused (or ErrAccessDenied for a write fence) with the database's own
 // message.
 func (s *Store) tx(ctx context.Context, fn func(q *dbgen.Queries) error) error {
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
-		return fn(dbgen.New(tx))
-	})
-	return translate(err)
+	return s.begin(ctx, false, func(tx pgx.Tx) error { return fn(dbgen.New(tx)) })
 }
 
 // translate classifies a PostgreSQL error raised by the schema's guards.
@@ -77,12 +131,14 @@ func translate(err error) error {
 		return err
 	}
 	switch pgErr.Code {
-	case "55000":
+	case pgerrcode.InsufficientPrivilege:
+		return deniedf("%w", err)
+	case pgerrcode.ObjectNotInPrerequisiteState:
 		if len(pgErr.Message) >= len("community write") && pgErr.Message[:len("community write")] == "community write" {
 			return deniedf("%w", err)
 		}
 		return refusef("%w", err)
-	case "23000", "23514", "25000":
+	case pgerrcode.IntegrityConstraintViolation, pgerrcode.CheckViolation, pgerrcode.InvalidTransactionState:
 		return refusef("%w", err)
 	}
 	return err

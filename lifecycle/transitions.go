@@ -249,8 +249,8 @@ func lockTransition(ctx context.Context, q *dbgen.Queries, token LeaseToken, sta
 	if err := verifyTokenAt(ctx, q, token, stage); err != nil {
 		return dbgen.CommunityDeletionRequest{}, err
 	}
-	if err := q.CommunityDeletionLockExclusive(ctx, token.CommunityID); err != nil {
-		return dbgen.CommunityDeletionRequest{}, fmt.Errorf("take community lock: %w", err)
+	if err := lockCommunity(ctx, q, token.CommunityID); err != nil {
+		return dbgen.CommunityDeletionRequest{}, err
 	}
 	row, err := q.DeletionRequestGetForUpdate(ctx, token.RequestID)
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -55,9 +56,9 @@ func startWriters(ctx context.Context, pool *pgxpool.Pool, w *world) *writers {
 					if result.refused > 0 {
 						result.succeededAfterRefusal++
 					}
-				case errors.As(err, &pgErr) && pgErr.Code == "55000":
+				case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.ObjectNotInPrerequisiteState:
 					result.refused++
-				case errors.As(err, &pgErr) && (pgErr.Code == "23503" || pgErr.Code == "40P01") && result.refused > 0:
+				case errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.ForeignKeyViolation || pgErr.Code == pgerrcode.DeadlockDetected) && result.refused > 0:
 					result.orphaned++
 				case ctx.Err() == nil:
 					result.otherErrors = append(result.otherErrors, err.Error())

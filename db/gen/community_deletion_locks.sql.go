@@ -65,6 +65,52 @@ func (q *Queries) DeletionExecutorSet(ctx context.Context, arg DeletionExecutorS
 	return err
 }
 
+const lockHoldersList = `-- name: LockHoldersList :many
+SELECT coalesce(holder.pid, 0)::integer AS pid,
+       coalesce(holder.role_name, '')::text AS role_name,
+       coalesce(holder.application_name, '')::text AS application_name,
+       holder.lock_mode::text AS lock_mode,
+       coalesce(holder.prepared_gid, '')::text AS prepared_gid
+FROM community_deletion_lock_holders($1::bigint)
+    AS holder (pid, role_name, application_name, lock_mode, prepared_gid)
+`
+
+type LockHoldersListRow struct {
+	Pid             int32
+	RoleName        string
+	ApplicationName string
+	LockMode        string
+	PreparedGid     string
+}
+
+// The sessions and prepared transactions that hold an advisory lock key, for
+// a lifecycle step whose lock wait timed out to name them.
+func (q *Queries) LockHoldersList(ctx context.Context, lockKey int64) ([]LockHoldersListRow, error) {
+	rows, err := q.db.Query(ctx, lockHoldersList, lockKey)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LockHoldersListRow{}
+	for rows.Next() {
+		var i LockHoldersListRow
+		if err := rows.Scan(
+			&i.Pid,
+			&i.RoleName,
+			&i.ApplicationName,
+			&i.LockMode,
+			&i.PreparedGid,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const schemaDestructionLockShared = `-- name: SchemaDestructionLockShared :exec
 SELECT pg_advisory_xact_lock_shared(community_schema_destruction_lock_key())
 `

@@ -201,6 +201,9 @@ type Querier interface {
 	// Clears a block after an operator's remediation: the retry streak, the last
 	// error and any expired lease go, and the request is due now.
 	DeletionRequestUnblock(ctx context.Context, id uuid.UUID) (CommunityDeletionRequest, error)
+	// The sessions and prepared transactions that hold an advisory lock key, for
+	// a lifecycle step whose lock wait timed out to name them.
+	LockHoldersList(ctx context.Context, lockKey int64) ([]LockHoldersListRow, error)
 	// The partitions of registered 'delete' tables, partitioned LIST
 	// (community_id), whose bound holds exactly this community: they go by
 	// DETACH PARTITION and DROP TABLE instead of row deletes, where the purging

@@ -42,3 +42,14 @@ SELECT set_config('community_deletion.serving_write_lease_id', @lease_id::text, 
 -- name: TransactionIsolationGet :one
 -- The transaction's isolation level, as PostgreSQL names it ('read committed').
 SELECT current_setting('transaction_isolation')::text AS isolation;
+
+-- name: LockHoldersList :many
+-- The sessions and prepared transactions that hold an advisory lock key, for
+-- a lifecycle step whose lock wait timed out to name them.
+SELECT coalesce(holder.pid, 0)::integer AS pid,
+       coalesce(holder.role_name, '')::text AS role_name,
+       coalesce(holder.application_name, '')::text AS application_name,
+       holder.lock_mode::text AS lock_mode,
+       coalesce(holder.prepared_gid, '')::text AS prepared_gid
+FROM community_deletion_lock_holders(@lock_key::bigint)
+    AS holder (pid, role_name, application_name, lock_mode, prepared_gid);

@@ -1,0 +1,160 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	dbgen "github.com/tombstoneworks/communitydeletion/db/gen"
+)
+
+// DefaultLockWait bounds how long a lifecycle step waits for a deletion lock
+// (a community's, or the schema-destruction lock) or a row lock.
+const DefaultLockWait = 5 * time.Second
+
+// ErrLockWait reports a lifecycle step that waited for a lock longer than its
+// bound and gave up, changing nothing. It is transient: retry later (the
+// executor does, and blocks the request durably after its retry budget).
+var ErrLockWait = errors.New("lifecycle: lock wait timed out")
+
+// LockWaitError names the lock a step gave up on and who held it. It
+// matches ErrLockWait.
+type LockWaitError struct {
+	// Lock names the lock: "the deletion lock of community <id>", "the
+	// schema-destruction lock" or "a row lock".
+	Lock string
+	// Waited is the bound the step waited for.
+	Waited time.Duration
+	// Holders are the sessions and prepared transactions that held the lock
+	// when the step gave up, when the database could name them.
+	Holders []LockHolder
+
+	community *uuid.UUID
+	schema    bool
+	cause     error
+}
+
+// LockHolder is one holder of a lock.
+type LockHolder struct {
+	// PID is the holding backend, 0 for a prepared transaction.
+	PID int32
+	// Role is the holder's login (a prepared transaction's owner).
+	Role string
+	// ApplicationName is the session's application_name, when visible.
+	ApplicationName string
+	// Mode is the lock mode held.
+	Mode string
+	// PreparedGID is the prepared transaction's gid, or "".
+	PreparedGID string
+}
+
+func (h LockHolder) String() string {
+	if h.PreparedGID != "" {
+		return fmt.Sprintf("prepared transaction %q (role %s, %s)", h.PreparedGID, orUnknown(h.Role), h.Mode)
+	}
+	return fmt.Sprintf("pid %d (role %s, application_name %q, %s)", h.PID, orUnknown(h.Role), h.ApplicationName, h.Mode)
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "not visible"
+	}
+	return s
+}
+
+// Error says what was waited for, how long, and who held it, on one line.
+func (e *LockWaitError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "waited %s for %s", e.Waited, e.Lock)
+	if len(e.Holders) > 0 {
+		holders := make([]string, len(e.Holders))
+		for i, h := range e.Holders {
+			holders[i] = h.String()
+		}
+		fmt.Fprintf(&b, ", held by %s", strings.Join(holders, "; "))
+	}
+	return b.String()
+}
+
+// Is makes a LockWaitError match ErrLockWait.
+func (e *LockWaitError) Is(target error) bool { return target == ErrLockWait }
+
+// Unwrap returns the database error.
+func (e *LockWaitError) Unwrap() error { return e.cause }
+
+// isLockTimeout reports a PostgreSQL lock_timeout (SQLSTATE 55P03).
+func isLockTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.LockNotAvailable
+}
+
+// lockCommunity takes community's deletion lock exclusively until the
+// transaction ends, waiting at most the transaction's lock_timeout.
+func lockCommunity(ctx context.Context, q *dbgen.Queries, community uuid.UUID) error {
+	if err := q.CommunityDeletionLockExclusive(ctx, community); err != nil {
+		if isLockTimeout(err) {
+			return &LockWaitError{Lock: fmt.Sprintf("the deletion lock of community %s", community), community: &community, cause: err}
+		}
+		return fmt.Errorf("take the deletion lock of community %s: %w", community, err)
+	}
+	return nil
+}
+
+// lockSchemaShared takes the schema-destruction lock shared until the
+// transaction ends, waiting at most the transaction's lock_timeout.
+func lockSchemaShared(ctx context.Context, q *dbgen.Queries) error {
+	if err := q.SchemaDestructionLockShared(ctx); err != nil {
+		if isLockTimeout(err) {
+			return &LockWaitError{Lock: "the schema-destruction lock", schema: true, cause: err}
+		}
+		return fmt.Errorf("take the schema-destruction lock: %w", err)
+	}
+	return nil
+}
+
+// describeLockWait completes a LockWaitError from a failed transaction: the
+// bound waited and, in a short transaction of its own, who holds the lock
+// now. It is best effort; the error stands without holders.
+func (s *Store) describeLockWait(ctx context.Context, err error) error {
+	var lw *LockWaitError
+	if !errors.As(err, &lw) {
+		if !isLockTimeout(err) {
+			return err
+		}
+		lw = &LockWaitError{Lock: "a row lock", cause: err}
+		err = lw
+	}
+	lw.Waited = s.lockWait
+	if lw.community == nil && !lw.schema {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.lockWait)
+	defer cancel()
+	q := dbgen.New(s.pool)
+	var key int64
+	var keyErr error
+	if lw.schema {
+		key, keyErr = q.SchemaDestructionLockKey(ctx)
+	} else {
+		key, keyErr = q.CommunityDeletionLockKey(ctx, *lw.community)
+	}
+	if keyErr != nil {
+		return err
+	}
+	holders, holdersErr := q.LockHoldersList(ctx, key)
+	if holdersErr != nil {
+		return err
+	}
+	for _, h := range holders {
+		lw.Holders = append(lw.Holders, LockHolder{
+			PID: h.Pid, Role: h.RoleName, ApplicationName: h.ApplicationName, Mode: h.LockMode, PreparedGID: h.PreparedGid,
+		})
+	}
+	return err
+}

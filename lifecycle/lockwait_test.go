@@ -1,0 +1,104 @@
+package lifecycle_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
+)
+
+// A lifecycle step waits for a deletion lock at most its bound, then fails
+// with a *LockWaitError that names the lock and every holder: a session by
+// pid, role and application_name, a prepared transaction by its gid. It
+// changes nothing, and succeeds once the lock is free.
+func TestLifecycleStepsBoundTheirLockWaitAndNameTheHolder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	const wait = 200 * time.Millisecond
+	store := lifecycle.New(b.pool, lifecycle.WithLockWait(wait))
+	_, token := b.lcClaimed(t)
+	before := b.lcSnapshot(t, token.RequestID)
+
+	// A session holds the community's key (any role can compute it).
+	holder, err := pgx.Connect(ctx, b.url+"&application_name=lock-squatter")
+	require.NoError(t, err)
+	defer holder.Close(context.WithoutCancel(ctx))
+	var pid int32
+	require.NoError(t, holder.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid))
+	_, err = holder.Exec(ctx, "SELECT pg_advisory_lock(community_deletion_lock_key($1))", token.CommunityID)
+	require.NoError(t, err)
+
+	started := time.Now()
+	err = store.BeginQuiescing(ctx, token)
+	require.ErrorIs(t, err, lifecycle.ErrLockWait)
+	require.Less(t, time.Since(started), 10*wait, "the wait is bounded")
+	var lw *lifecycle.LockWaitError
+	require.ErrorAs(t, err, &lw)
+	require.Equal(t, wait, lw.Waited)
+	require.Len(t, lw.Holders, 1)
+	require.Equal(t, pid, lw.Holders[0].PID)
+	require.Equal(t, "postgres", lw.Holders[0].Role)
+	require.Equal(t, "lock-squatter", lw.Holders[0].ApplicationName)
+	require.Contains(t, err.Error(), fmt.Sprintf("the deletion lock of community %s, held by pid %d", token.CommunityID, pid))
+	require.Equal(t, before, b.lcSnapshot(t, token.RequestID), "nothing changed")
+
+	// A prepared transaction holding the key shared (as a writer would) is
+	// named by its gid.
+	_, err = holder.Exec(ctx, "SELECT pg_advisory_unlock_all()")
+	require.NoError(t, err)
+	gid := "squat-" + uuid.NewString()
+	_, err = holder.Exec(ctx, "BEGIN")
+	require.NoError(t, err)
+	_, err = holder.Exec(ctx, "SELECT pg_advisory_xact_lock_shared(community_deletion_lock_key($1))", token.CommunityID)
+	require.NoError(t, err)
+	_, err = holder.Exec(ctx, fmt.Sprintf("PREPARE TRANSACTION '%s'", gid))
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = b.pool.Exec(context.Background(), fmt.Sprintf("ROLLBACK PREPARED '%s'", gid)) })
+	err = store.BeginQuiescing(ctx, token)
+	require.ErrorAs(t, err, &lw)
+	require.Len(t, lw.Holders, 1)
+	require.Equal(t, gid, lw.Holders[0].PreparedGID)
+	require.Zero(t, lw.Holders[0].PID)
+	require.Contains(t, err.Error(), fmt.Sprintf("prepared transaction %q", gid))
+	var health []string
+	rows, err := b.pool.Query(ctx, "SELECT subject || ': ' || detail FROM community_deletion_health()")
+	require.NoError(t, err)
+	health, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Len(t, health, 1, "the health report flags the prepared transaction")
+	require.Contains(t, health[0], gid)
+
+	_, err = b.pool.Exec(ctx, fmt.Sprintf("ROLLBACK PREPARED '%s'", gid))
+	require.NoError(t, err)
+	require.NoError(t, store.BeginQuiescing(ctx, token), "the lock is free again")
+}
+
+// A claim waits for the schema-destruction lock (held exclusively by a
+// migration, or by anyone who takes the key) at most its bound.
+func TestClaimBoundsItsWaitForTheSchemaLock(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	request := b.lcApproved(t)
+	store := lifecycle.New(b.pool, lifecycle.WithLockWait(100*time.Millisecond))
+	holder, err := b.pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer holder.Release()
+	_, err = holder.Exec(ctx, "SELECT pg_advisory_lock(community_schema_destruction_lock_key())")
+	require.NoError(t, err)
+	defer holder.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock_all()")
+
+	_, err = store.ClaimSpecific(ctx, request.ID, "executor-1", lifecycle.DefaultLeaseDuration)
+	var lw *lifecycle.LockWaitError
+	require.ErrorAs(t, err, &lw)
+	require.Equal(t, "the schema-destruction lock", lw.Lock)
+	require.Len(t, lw.Holders, 1)
+	require.Equal(t, "ExclusiveLock", lw.Holders[0].Mode)
+}
