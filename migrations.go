@@ -112,3 +112,16 @@ func (f flatFS) ReadDir(name string) ([]fs.DirEntry, error) {
 	slices.SortFunc(entries, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
 	return entries, nil
 }
+
+//go:embed sql/optional/community_deletion_ddl_guard.sql
+var ddlGuardInstall string
+
+//go:embed sql/optional/community_deletion_ddl_guard_uninstall.sql
+var ddlGuardUninstall string
+
+// DDLGuard returns the SQL that installs the optional DDL guard (an event
+// trigger that refuses owner-level tampering with the deletion schema, see
+// sql/optional) and the SQL that removes it. Both need a superuser.
+func DDLGuard() (install, uninstall string) {
+	return ddlGuardInstall, ddlGuardUninstall
+}

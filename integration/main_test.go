@@ -13,4 +13,7 @@ import (
 // each test gets its own database cloned from a migrated template.
 var server *ephemeralpg.Server
 
-func TestMain(m *testing.M) { ephemeralpg.RunTests(m, ephemeralpg.Options{}, &server) }
+func TestMain(m *testing.M) {
+	// Prepared transactions hold locks in the privileges suite.
+	ephemeralpg.RunTests(m, ephemeralpg.Options{ExtraConfig: map[string]string{"max_prepared_transactions": "8"}}, &server)
+}

@@ -31,6 +31,13 @@ Commands:
                    applied versions, after checking that their objects
                    exist, into community_deletion_schema_migrations; leaves
                    goose_db_version as it is; a second run does nothing
+  install-ddl-guard
+                   as a superuser: install the optional event trigger that
+                   refuses DDL which disables or drops a deletion guard,
+                   changes an installed function or leaves a registered
+                   table unfenced, outside migration runs (idempotent)
+  uninstall-ddl-guard
+                   as a superuser: remove it
 
 Flags (before or after the command):
   --database-url URL          PostgreSQL URL or key=value string; default
@@ -50,7 +57,8 @@ Flags (before or after the command):
 
 Exit codes (shared with deletionctl):
   0 success, 1 failure, 2 usage error, 3 refused (out-of-order migrations,
-  a history in goose_db_version not yet adopted, an ambiguous adoption),
+  a history in goose_db_version not yet adopted, an ambiguous adoption,
+  a DDL guard command without superuser),
   6 migrations pending (status --fail-on-pending), 7 timed out waiting for
   the advisory lock
 `
@@ -99,7 +107,7 @@ var commandFlags = map[string]string{
 // commandArgs maps each command to its positional argument, if any.
 var commandArgs = map[string]string{
 	"up": "", "up-to": "VERSION", "down": "", "down-to": "VERSION", "status": "", "version": "",
-	"adopt-legacy-versions": "",
+	"adopt-legacy-versions": "", "install-ddl-guard": "", "uninstall-ddl-guard": "",
 }
 
 // parseArgs parses the command line; getenv supplies DATABASE_URL. Flags may

@@ -56,6 +56,18 @@ func execute(ctx context.Context, cfg config, stdout, stderr io.Writer, extra ..
 		return nil
 	case "adopt-legacy-versions":
 		return adopt(ctx, m, stdout)
+	case "install-ddl-guard":
+		if err := m.InstallDDLGuard(ctx); err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, "installed the DDL guard (event trigger community_deletion_ddl_guard)")
+		return nil
+	case "uninstall-ddl-guard":
+		if err := m.UninstallDDLGuard(ctx); err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, "removed the DDL guard")
+		return nil
 	}
 	return usagef("unknown command %q", cfg.command)
 }

@@ -92,6 +92,7 @@ func exitCode(err error) int {
 		return exitLockTimeout
 	case errors.Is(err, migration.ErrOutOfOrder),
 		errors.Is(err, migration.ErrLegacyVersionsNotAdopted),
+		errors.Is(err, migration.ErrDDLGuardNeedsSuperuser),
 		errors.As(err, &ambiguous):
 		return exitRefused
 	default:

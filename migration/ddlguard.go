@@ -1,0 +1,44 @@
+package migration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	communitydeletion "github.com/tombstoneworks/communitydeletion"
+)
+
+// ErrDDLGuardNeedsSuperuser reports that the connection may not create or
+// drop event triggers: only a superuser may install the DDL guard.
+var ErrDDLGuardNeedsSuperuser = errors.New("the DDL guard is an event trigger: only a superuser may install or remove it")
+
+// InstallDDLGuard installs the optional DDL guard on a migrated database: an
+// event trigger that refuses, outside migration runs, any DDL that disables
+// or drops a guard, changes an installed function or leaves a registered
+// table unfenced (see sql/optional/community_deletion_ddl_guard.sql). It is
+// idempotent and needs a superuser.
+func (m *Migrator) InstallDDLGuard(ctx context.Context) error {
+	install, _ := communitydeletion.DDLGuard()
+	return m.execDDLGuard(ctx, "install", install)
+}
+
+// UninstallDDLGuard removes the DDL guard, if installed. It needs a
+// superuser.
+func (m *Migrator) UninstallDDLGuard(ctx context.Context) error {
+	_, uninstall := communitydeletion.DDLGuard()
+	return m.execDDLGuard(ctx, "uninstall", uninstall)
+}
+
+func (m *Migrator) execDDLGuard(ctx context.Context, verb, sql string) error {
+	if _, err := m.db.ExecContext(ctx, sql); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.InsufficientPrivilege {
+			return fmt.Errorf("%s DDL guard: %w (%s)", verb, ErrDDLGuardNeedsSuperuser, pgErr.Message)
+		}
+		return fmt.Errorf("%s DDL guard: %w", verb, err)
+	}
+	return nil
+}
