@@ -791,3 +791,51 @@ func TestPrivilegesPreparedTransactionsHoldingALockAreReported(t *testing.T) {
 	require.Contains(t, findings[0], "prepared transaction "+gid+" | prepared_lock | owner cd_test_serving")
 	requireSQLState(t, b.execAs(t, fixture.RoleServing, "SELECT * FROM community_deletion_health()"), pgerrcode.InsufficientPrivilege, "")
 }
+
+// Every function the migrations install is listed in
+// community_deletion_installed_functions() (which the drift report's digests
+// and the sealing cover), resolves names with a search_path that starts at
+// pg_catalog and ends at pg_temp (or, for the two on every tenant write,
+// qualifies every name instead), and is executable by PUBLIC only where it
+// checks its caller itself.
+func TestEveryInstalledFunctionIsSealed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rows, err := b.pool.Query(t.Context(), `
+		SELECT p.oid::regprocedure::text,
+		       p.oid IN (SELECT to_regprocedure(f)::oid FROM unnest(community_deletion_installed_functions()) f),
+		       coalesce(array_to_string(p.proconfig, ','), ''),
+		       has_function_privilege('public', p.oid, 'EXECUTE')
+		FROM pg_proc p
+		WHERE p.pronamespace = 'public'::regnamespace
+		ORDER BY 1`)
+	require.NoError(t, err)
+	type fn struct {
+		signature string
+		listed    bool
+		config    string
+		public    bool
+	}
+	functions, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (fn, error) {
+		var f fn
+		err := row.Scan(&f.signature, &f.listed, &f.config, &f.public)
+		return f, err
+	})
+	require.NoError(t, err)
+	qualified := map[string]bool{"community_deletion_lock_key(uuid)": true, "enforce_community_write_fence()": true}
+	publicOK := map[string]bool{
+		"attach_community_write_fence(regclass,text)": true, "detach_community_write_fence(regclass)": true,
+		"community_deletion_register_table(regclass,text)": true, "community_deletion_unregister_table(text)": true,
+		"enforce_community_write_fence()": true,
+	}
+	require.NotEmpty(t, functions)
+	for _, f := range functions {
+		require.True(t, f.listed, "%s is not in community_deletion_installed_functions()", f.signature)
+		if qualified[f.signature] {
+			require.Empty(t, f.config, f.signature)
+		} else {
+			require.Equal(t, "search_path=pg_catalog, public, pg_temp", f.config, f.signature)
+		}
+		require.Equal(t, publicOK[f.signature], f.public, "PUBLIC EXECUTE on %s", f.signature)
+	}
+}
