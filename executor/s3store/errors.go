@@ -24,8 +24,9 @@ var (
 	// ErrInconsistentListing reports a listing the store cannot trust: keys
 	// that do not ascend strictly, a key outside the listed prefix, a
 	// truncated page without a continuation token. The listing fails
-	// closed; nothing after the inconsistency is reported.
-	ErrInconsistentListing = errors.New("s3store: inconsistent listing")
+	// closed; nothing after the inconsistency is reported. It comes wrapped
+	// in an *Error naming the bucket and prefix.
+	ErrInconsistentListing = errors.New("inconsistent listing")
 )
 
 // Error is a failed call to the object store: what was attempted, on which

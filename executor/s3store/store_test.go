@@ -91,8 +91,20 @@ func TestManyKeysUnderOnePrefix(t *testing.T) {
 	e.put(t, append(neighbours, target...)...)
 
 	var ops countOps
+	var mu sync.Mutex
+	var batches []int // keys per DeleteObjects call
 	e.proxy.SetHook(func(w http.ResponseWriter, r *http.Request, forward http.Handler) {
 		ops.add(r)
+		if s3server.IsDeleteObjects(r) {
+			keys, err := s3server.ReadDeleteKeys(r)
+			if err != nil {
+				s3server.WriteError(w, http.StatusBadRequest, "MalformedXML", err.Error())
+				return
+			}
+			mu.Lock()
+			batches = append(batches, len(keys))
+			mu.Unlock()
+		}
 		forward.ServeHTTP(w, r)
 	})
 	got, total := e.list(t, "community-a/")
@@ -101,7 +113,7 @@ func TestManyKeysUnderOnePrefix(t *testing.T) {
 	require.Equal(t, 3, ops.get("list"), "pages of at most 1,000 keys")
 
 	require.NoError(t, e.store.Delete(ctx, got))
-	require.Equal(t, 3, ops.get("deleteObjects"), "batches of at most 1,000 keys")
+	require.Equal(t, []int{1000, 1000, 500}, batches, "batches of at most 1,000 keys")
 	found, err := e.store.Any(ctx, "community-a/")
 	require.NoError(t, err)
 	require.False(t, found)
@@ -344,28 +356,32 @@ func TestInconsistentListingFailsClosed(t *testing.T) {
 	e := newEnv(t, func(c *s3store.Config) { c.ListPageSize = 3 })
 	keys := []string{"i/1", "i/2", "i/3", "i/4", "i/5"}
 	e.put(t, keys...)
-	cases := map[string]func(r *http.Request, body string) string{
-		"backwards within a page": func(_ *http.Request, body string) string {
+	type rewrite struct {
+		body func(r *http.Request, body string) string
+		want string // in the error
+	}
+	cases := map[string]rewrite{
+		"backwards within a page": {want: `does not follow`, body: func(_ *http.Request, body string) string {
 			m := contentsRE.FindAllStringIndex(body, 2)
 			if len(m) < 2 {
 				return body
 			}
 			first, second := body[m[0][0]:m[0][1]], body[m[1][0]:m[1][1]]
 			return body[:m[0][0]] + second + body[m[0][1]:m[1][0]] + first + body[m[1][1]:]
-		},
-		"backwards across pages": func(_ *http.Request, body string) string {
+		}},
+		"backwards across pages": {want: `/i/0" does not follow`, body: func(_ *http.Request, body string) string {
 			if !lastPage(body) {
 				return body
 			}
 			return strings.Replace(body, "i/4</Key>", "i/0</Key>", 1) // starts before the first page ended
-		},
-		"outside the prefix": func(_ *http.Request, body string) string {
+		}},
+		"outside the prefix": {want: `is outside the prefix`, body: func(_ *http.Request, body string) string {
 			return strings.Replace(body, "i/2</Key>", "j/2</Key>", 1)
-		},
-		"truncated without a token": func(_ *http.Request, body string) string {
+		}},
+		"truncated without a token": {want: `truncated page has no continuation token`, body: func(_ *http.Request, body string) string {
 			return nextTokenRE.ReplaceAllString(body, "")
-		},
-		"repeated token": func(r *http.Request, body string) string {
+		}},
+		"repeated token": {want: `continuation token repeats`, body: func(r *http.Request, body string) string {
 			token := r.URL.Query().Get("continuation-token")
 			if token == "" || !lastPage(body) {
 				return body
@@ -374,15 +390,16 @@ func TestInconsistentListingFailsClosed(t *testing.T) {
 			_ = xml.EscapeText(&escaped, []byte(token))
 			return strings.Replace(body, "<IsTruncated>false</IsTruncated>",
 				"<IsTruncated>true</IsTruncated><NextContinuationToken>"+escaped.String()+"</NextContinuationToken>", 1)
-		},
+		}},
 	}
-	for name, rewrite := range cases {
+	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			e.proxy.SetHook(rewriteList(rewrite))
+			e.proxy.SetHook(rewriteList(c.body))
 			defer e.proxy.SetHook(nil)
 			var got []string
 			err := e.store.List(t.Context(), "i/", func(key string, _ int64) error { got = append(got, key); return nil })
 			require.ErrorIs(t, err, s3store.ErrInconsistentListing)
+			require.Contains(t, err.Error(), c.want)
 			require.Subset(t, keys, got, "only real keys, each once")
 			require.Len(t, slices.Compact(slices.Sorted(slices.Values(got))), len(got))
 			requireOneBoundedLine(t, err)
