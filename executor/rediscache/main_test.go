@@ -1,6 +1,7 @@
 package rediscache_test
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"os"
@@ -56,9 +57,19 @@ func family(name string) string {
 	return "t" + hex.EncodeToString(b) + "-" + name
 }
 
-// setKeys writes keys (value "v") in pipelined rounds.
+// setKeys writes keys (value "v") in pipelined rounds, and deletes them
+// when the test ends, so a shared TEST_REDIS_URL server does not fill up.
 func setKeys(t *testing.T, c redis.Cmdable, keys []string) {
 	t.Helper()
+	t.Cleanup(func() {
+		ctx := context.Background() // t.Context is canceled before cleanups run
+		for start := 0; start < len(keys); start += 1000 {
+			if err := c.Del(ctx, keys[start:min(start+1000, len(keys))]...).Err(); err != nil {
+				t.Errorf("remove the test's keys: %v", err)
+				return
+			}
+		}
+	})
 	for start := 0; start < len(keys); start += 1000 {
 		_, err := c.Pipelined(t.Context(), func(p redis.Pipeliner) error {
 			for _, k := range keys[start:min(start+1000, len(keys))] {

@@ -1,6 +1,7 @@
 package s3store_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -72,7 +73,24 @@ func newEnv(t *testing.T, mod func(*s3store.Config)) *env {
 	}
 	store, err := s3store.Open(t.Context(), cfg)
 	require.NoError(t, err)
-	return &env{proxy: proxy, store: store, cfg: cfg, direct: s3srv.Client("")}
+	e := &env{proxy: proxy, store: store, cfg: cfg, direct: s3srv.Client("")}
+	t.Cleanup(func() { e.removeAll(t) })
+	return e
+}
+
+// removeAll deletes whatever the test left under its root, so a shared
+// TEST_S3_ENDPOINT bucket does not fill up.
+func (e *env) removeAll(t *testing.T) {
+	ctx := context.Background() // t.Context is canceled before cleanups run
+	e.proxy.SetHook(nil)
+	var keys []string
+	err := e.store.List(ctx, "", func(key string, _ int64) error { keys = append(keys, key); return nil })
+	if err == nil {
+		err = e.store.Delete(ctx, keys)
+	}
+	if err != nil {
+		t.Errorf("remove the test's objects: %v", err)
+	}
 }
 
 // put writes each key (relative to the root) with the key as its body,

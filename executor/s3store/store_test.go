@@ -16,6 +16,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
 	"github.com/stretchr/testify/require"
 
@@ -61,6 +63,8 @@ func TestListDeleteAnyUnderARoot(t *testing.T) {
 	require.True(t, e.exists(t, "pp/y"))
 	_, err = e.direct.HeadObject(ctx, headInput(e.cfg.Bucket, outside))
 	require.NoError(t, err, "the object outside the root survives")
+	_, err = e.direct.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(e.cfg.Bucket), Key: aws.String(outside)})
+	require.NoError(t, err)
 
 	// An error from fn stops the listing and comes back as it is.
 	stop := errors.New("stop")

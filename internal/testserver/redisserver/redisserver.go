@@ -26,8 +26,8 @@ import (
 // EnvURL names an existing Redis (a redis:// URL) to use instead.
 const EnvURL = "TEST_REDIS_URL"
 
-// InstallHint says how to get redis-server.
-const InstallHint = "apt-get install redis-server (Debian's package; redis-server and redis-cli on PATH)"
+// InstallCommand installs redis-server and redis-cli (Debian's package).
+const InstallCommand = "apt-get install redis-server"
 
 const startTimeout = time.Minute
 
@@ -334,7 +334,9 @@ func StartForTests() (*Server, func()) {
 	s, err := Start(ctx)
 	cancel()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: tests need Redis: %v\nInstall it with `%s`, or set %s.\n", err, InstallHint, EnvURL)
+		fmt.Fprintf(os.Stderr, "FAIL: tests need Redis: %v\n"+
+			"Install Debian's package with `%s` (the tests find redis-server and redis-cli on PATH), or set %s.\n",
+			err, InstallCommand, EnvURL)
 		os.Exit(1)
 	}
 	return s, func() {
