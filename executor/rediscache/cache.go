@@ -16,10 +16,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tombstoneworks/communitydeletion/internal/errtext"
 )
 
 // Defaults and limits of Options.
@@ -341,25 +342,7 @@ func (c *Cache) fail(op string, node *redis.Client, match string, err error) err
 }
 
 // bound makes s one line of at most maxErrorText bytes.
-func bound(s string) string {
-	s = strings.Map(func(r rune) rune {
-		if r == '\n' || r == '\r' {
-			return ' '
-		}
-		return r
-	}, s)
-	return clip(s, maxErrorText)
-}
+func bound(s string) string { return errtext.Line(s, maxErrorText) }
 
-// clip cuts s to at most n bytes (n >= 64) on a rune boundary, saying how
-// much it cut.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n - 32
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return fmt.Sprintf("%s…(%d bytes cut)", s[:cut], len(s)-cut)
-}
+// clip cuts s to at most n bytes (n >= 64).
+func clip(s string, n int) string { return errtext.Clip(s, n) }

@@ -4,10 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
+
+	"github.com/tombstoneworks/communitydeletion/internal/errtext"
 )
 
 // maxErrorText bounds the text of every error this package returns: a
@@ -84,28 +85,10 @@ func (e *DeleteError) Error() string {
 }
 
 // bound makes s one line of at most maxErrorText bytes.
-func bound(s string) string {
-	s = strings.Map(func(r rune) rune {
-		if r == '\n' || r == '\r' {
-			return ' '
-		}
-		return r
-	}, s)
-	return clip(s, maxErrorText)
-}
+func bound(s string) string { return errtext.Line(s, maxErrorText) }
 
-// clip cuts s to at most n bytes (n >= 64) on a rune boundary, saying how
-// much it cut.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n - 32 // room for the note
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return fmt.Sprintf("%s…(%d bytes cut)", s[:cut], len(s)-cut)
-}
+// clip cuts s to at most n bytes (n >= 64).
+func clip(s string, n int) string { return errtext.Clip(s, n) }
 
 // isNoSuchKey reports whether err is a server's NoSuchKey answer (and not,
 // say, NoSuchBucket, which is no proof of deletion).
