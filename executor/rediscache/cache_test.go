@@ -62,6 +62,8 @@ func (l layout) lookalikes(community uuid.UUID) []string {
 	}
 	return []string{
 		app + ":" + id,                   // no ":" after the id
+		app + ":" + id + "0:x",           // an id of which id is a prefix
+		feed + ":{" + id + "0}:x",        // ditto, hash-tagged
 		app + "s:" + id + ":x",           // family "apps"
 		"x" + app + ":" + id + ":x",      // family "xapp"
 		app + ":" + string(upper) + ":x", // the id's case differs
