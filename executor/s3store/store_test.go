@@ -6,8 +6,10 @@ import (
 	"encoding/xml"
 	"errors"
 	"fmt"
+	"html"
 	"io"
 	"net/http"
+	"net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -156,6 +158,39 @@ func TestKeysThatNeedEscaping(t *testing.T) {
 		require.False(t, e.exists(t, key), "%q", key)
 	}
 	require.True(t, e.exists(t, "odd-neighbour/with space"))
+}
+
+var (
+	keyElementRE   = regexp.MustCompile(`<Key>([^<]*)</Key>`)
+	listResultRE   = regexp.MustCompile(`<ListBucketResult[^>]*>`)
+	encodingTypeRE = regexp.MustCompile(`<EncodingType>[^<]*</EncodingType>`)
+)
+
+// TestURLEncodedListing has the listing come URL-encoded, as Amazon S3
+// sends it when asked (the gateway ignores encoding-type=url): the store
+// decodes the keys.
+func TestURLEncodedListing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *s3store.Config) { c.ListPageSize = 7 })
+	e.put(t, oddKeys...)
+	e.proxy.SetHook(rewriteList(func(r *http.Request, body string) string {
+		if r.URL.Query().Get("encoding-type") != "url" {
+			t.Errorf("listing without encoding-type=url: %s", r.URL.RawQuery)
+			return body
+		}
+		body = keyElementRE.ReplaceAllStringFunc(body, func(m string) string {
+			key := html.UnescapeString(keyElementRE.FindStringSubmatch(m)[1])
+			return "<Key>" + url.QueryEscape(key) + "</Key>"
+		})
+		body = encodingTypeRE.ReplaceAllString(body, "") // the gateway sends an empty one
+		return listResultRE.ReplaceAllStringFunc(body, func(m string) string { return m + "<EncodingType>url</EncodingType>" })
+	}))
+	got, total := e.list(t, "odd/")
+	require.Equal(t, sorted(oddKeys), got)
+	require.Equal(t, sizeOf(oddKeys), total)
+	found, err := e.store.Any(t.Context(), "odd/with space")
+	require.NoError(t, err)
+	require.True(t, found)
 }
 
 // TestKeyXMLCannotCarry deletes a key with a control character: the SDK
