@@ -32,11 +32,15 @@ type ProcessOptions struct {
 	LogName string
 	// Env, if not nil, is the environment; else this process's.
 	Env []string
+	// RemoveDir makes the watchdog also remove Dir when the test binary
+	// dies without Stop (after Stop, removing it is the caller's job).
+	RemoveDir bool
 }
 
 // Process is a running server process. A watchdog (a small shell process in
-// its own session) kills it with SIGKILL if the test binary exits without
-// Stop: a panic, go test's timeout, SIGKILL.
+// its own session) kills it with SIGKILL, and removes its directory if asked
+// to, if the test binary exits without Stop: a panic, go test's timeout,
+// SIGKILL, the end of a fuzzing worker.
 type Process struct {
 	cmd     *exec.Cmd
 	log     string
@@ -50,8 +54,9 @@ type Process struct {
 
 // watchdogScript waits on its standard input: a line means "released, do
 // nothing"; EOF without one means the test binary died, so it kills the
-// server. Arguments: the server's pid.
-const watchdogScript = `if read x; then exit 0; fi; kill -KILL "$1" 2>/dev/null; exit 0`
+// server and removes its directory if one is named. Arguments: the server's
+// pid, the directory or "".
+const watchdogScript = `if read x; then exit 0; fi; kill -KILL "$1" 2>/dev/null; if [ -n "$2" ]; then rm -rf "$2"; fi; exit 0`
 
 // StartProcess starts opts.Path under a watchdog and returns at once; the
 // caller waits for readiness.
@@ -92,7 +97,11 @@ func StartProcess(opts ProcessOptions) (*Process, error) {
 		_ = p.kill()
 		return nil, fmt.Errorf("testserver: start watchdog: %w", err)
 	}
-	dog := exec.Command("/bin/sh", "-c", watchdogScript, "testserver-watchdog", strconv.Itoa(cmd.Process.Pid))
+	removeDir := ""
+	if opts.RemoveDir {
+		removeDir = opts.Dir
+	}
+	dog := exec.Command("/bin/sh", "-c", watchdogScript, "testserver-watchdog", strconv.Itoa(cmd.Process.Pid), removeDir)
 	dog.Stdin = r
 	dog.Dir = "/"
 	dog.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

@@ -36,10 +36,11 @@ func alive(pid int) bool {
 
 // TestWatchdogKillsTheServerOfADeadTestBinary starts a "test binary" (this
 // one, re-run as a helper) that starts a server, kills the helper with
-// SIGKILL, and checks that the watchdog kills the server.
+// SIGKILL, and checks that the watchdog kills the server and removes its
+// directory.
 func TestWatchdogKillsTheServerOfADeadTestBinary(t *testing.T) {
 	if dir := os.Getenv(helperEnv); dir != "" {
-		p, err := testserver.StartProcess(testserver.ProcessOptions{Path: "/bin/sleep", Args: []string{"300"}, Dir: dir})
+		p, err := testserver.StartProcess(testserver.ProcessOptions{Path: "/bin/sleep", Args: []string{"300"}, Dir: dir, RemoveDir: true})
 		if err != nil {
 			fmt.Println("error:", err)
 			os.Exit(1)
@@ -48,7 +49,11 @@ func TestWatchdogKillsTheServerOfADeadTestBinary(t *testing.T) {
 		select {} // until killed
 	}
 	helper := exec.Command(os.Args[0], "-test.run=^TestWatchdogKillsTheServerOfADeadTestBinary$")
-	helper.Env = append(os.Environ(), helperEnv+"="+t.TempDir())
+	serverDir := t.TempDir() + "/server"
+	if err := os.Mkdir(serverDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	helper.Env = append(os.Environ(), helperEnv+"="+serverDir)
 	out, err := helper.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -80,6 +85,16 @@ func TestWatchdogKillsTheServerOfADeadTestBinary(t *testing.T) {
 		if time.Now().After(deadline) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 			t.Fatalf("server %d outlived its test binary", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The watchdog removes the directory right after the kill.
+	for {
+		if _, err := os.Stat(serverDir); errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server directory %s outlived its test binary", serverDir)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

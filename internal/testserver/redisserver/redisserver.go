@@ -91,7 +91,9 @@ func (s *Server) start(ctx context.Context) error {
 		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir,
 		"--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", "",
 	}, s.extra...)
-	proc, err := testserver.StartProcess(testserver.ProcessOptions{Path: s.bin, Args: args, Dir: s.dir, LogName: "redis.log"})
+	proc, err := testserver.StartProcess(testserver.ProcessOptions{
+		Path: s.bin, Args: args, Dir: s.dir, LogName: "redis.log", RemoveDir: true,
+	})
 	if err != nil {
 		return err
 	}

@@ -105,7 +105,7 @@ func startGateway(ctx context.Context) (*Server, error) {
 		}
 		s.Endpoint = "http://127.0.0.1:" + strconv.Itoa(port)
 		s.proc, err = testserver.StartProcess(testserver.ProcessOptions{
-			Path: bin, Dir: dir,
+			Path: bin, Dir: dir, RemoveDir: true,
 			Args: []string{"--access", s.AccessKey, "--secret", s.SecretKey, "--region", s.Region,
 				"--port", "127.0.0.1:" + strconv.Itoa(port), "--quiet", "posix", data},
 		})
