@@ -1,0 +1,36 @@
+// Package errtext keeps error texts short: one line, a bounded number of
+// bytes, cut on a rune boundary with a note of how much was cut. The storage
+// adapters use it so that a server's long message never floods a log line
+// or the deletion's recorded error.
+package errtext
+
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// Line returns s on one line (line breaks become spaces), cut to at most
+// max bytes (max >= 64).
+func Line(s string, max int) string {
+	s = strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\r' {
+			return ' '
+		}
+		return r
+	}, s)
+	return Clip(s, max)
+}
+
+// Clip cuts s to at most max bytes (max >= 64) on a rune boundary, ending
+// with a note of how many bytes it cut.
+func Clip(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	cut := max - 32 // room for the note
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s…(%d bytes cut)", s[:cut], len(s)-cut)
+}
