@@ -32,24 +32,23 @@ const (
 	DefaultRetryBase    = time.Second
 	DefaultRetryMax     = 5 * time.Minute
 	DefaultPollInterval = time.Second
-	// HeartbeatMode is the mode the runner's heartbeats record.
-	HeartbeatMode = "executor"
 )
 
 var (
-	// ErrRetryScheduled reports that RunOnce recorded a retryable failure:
+	// ErrRetryScheduled reports that a run recorded a retryable failure:
 	// the request was released and becomes claimable again after a backoff
 	// (or was blocked by the store on the last allowed attempt).
 	ErrRetryScheduled = errors.New("executor: retry scheduled")
-	// ErrBlocked reports that RunOnce durably blocked the request after a
+	// ErrBlocked reports that a run durably blocked the request after a
 	// fail-closed refusal; an operator must Unblock it.
 	ErrBlocked = errors.New("executor: blocked")
 )
 
 // Config configures a Runner.
 type Config struct {
-	// Store is the lifecycle store. Required.
-	Store *lifecycle.Store
+	// Engine is the lifecycle engine, over a pool whose login is a member of
+	// community_deletion_executor. Required.
+	Engine *lifecycle.Engine
 	// Objects is the object store holding the communities' files. Required.
 	Objects ObjectStore
 	// Cache is the cache holding the communities' entries. Required.
@@ -105,8 +104,8 @@ type Event struct {
 	ChunksDone, ChunksTotal int64
 }
 
-// Runner drives claimed deletions. It is safe to call RunOnce from several
-// goroutines; each call works on its own claim.
+// Runner drives claimed deletions. It is safe to call RunNext and RunRequest from
+// several goroutines; each call works on its own claim.
 type Runner struct {
 	cfg Config
 }
@@ -114,8 +113,8 @@ type Runner struct {
 // New validates cfg, fills in its defaults and returns a Runner.
 func New(cfg Config) (*Runner, error) {
 	var problems []string
-	if cfg.Store == nil {
-		problems = append(problems, "Store is nil")
+	if cfg.Engine == nil {
+		problems = append(problems, "Engine is nil")
 	}
 	if cfg.Objects == nil {
 		problems = append(problems, "Objects is nil")
@@ -181,13 +180,13 @@ func New(cfg Config) (*Runner, error) {
 func (r *Runner) Run(ctx context.Context) error {
 	defer func() {
 		// Record that this executor stopped (a claim in flight was already
-		// released by RunOnce).
+		// released by the run).
 		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
 		defer cancel()
-		_ = r.cfg.Store.StopExecutor(stopCtx, nil, r.cfg.Owner)
+		_ = r.cfg.Engine.Stop(stopCtx, lifecycle.StopParams{ExecutorID: r.cfg.Owner})
 	}()
 	for {
-		claimed, err := r.RunOnce(ctx, nil)
+		claimed, err := r.RunNext(ctx)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -210,36 +209,46 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 }
 
-// RunOnce claims requestID (ClaimSpecific), or the oldest claimable request
-// when requestID is nil (ClaimNext), and drives it through every runnable
-// stage to retention_pending or until a failure. It reports whether it
-// claimed a request. A failure it recorded returns an error matching
-// ErrRetryScheduled or ErrBlocked (and the cause); a lost lease returns an
-// error matching lifecycle.ErrStaleLease; when ctx is done it releases the
-// claim and returns ctx.Err().
-func (r *Runner) RunOnce(ctx context.Context, requestID *uuid.UUID) (bool, error) {
+// RunNext claims the oldest claimable request and drives it through every
+// runnable stage to retention_pending or until a failure. It reports whether
+// it claimed a request: (false, nil) when nothing is claimable. A failure it
+// recorded returns an error matching ErrRetryScheduled or ErrBlocked (and the
+// cause; a request the claim found drifted is ErrBlocked too); a lost lease
+// returns an error matching lifecycle.ErrStaleLease; when ctx is done it
+// releases the claim and returns ctx.Err().
+func (r *Runner) RunNext(ctx context.Context) (bool, error) {
+	return r.run(ctx, func() (*lifecycle.ClaimedDeletion, error) {
+		return r.cfg.Engine.ClaimNext(ctx, r.cfg.Owner, r.cfg.LeaseDuration)
+	})
+}
+
+// RunRequest is RunNext for request id only: (false, nil) when it is not
+// claimable now, an error matching lifecycle.ErrNotFound when it does not
+// exist.
+func (r *Runner) RunRequest(ctx context.Context, id uuid.UUID) (bool, error) {
+	return r.run(ctx, func() (*lifecycle.ClaimedDeletion, error) {
+		return r.cfg.Engine.ClaimRequest(ctx, id, r.cfg.Owner, r.cfg.LeaseDuration)
+	})
+}
+
+// run claims with claim and executes what it claimed.
+func (r *Runner) run(ctx context.Context, claim func() (*lifecycle.ClaimedDeletion, error)) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	var (
-		claim *lifecycle.ClaimedDeletion
-		err   error
-	)
-	if requestID != nil {
-		claim, err = r.cfg.Store.ClaimSpecific(ctx, *requestID, r.cfg.Owner, r.cfg.LeaseDuration)
-	} else {
-		claim, err = r.cfg.Store.ClaimNext(ctx, r.cfg.Owner, r.cfg.LeaseDuration)
-	}
-	if err != nil {
-		if ctx.Err() != nil {
-			return false, ctx.Err()
-		}
+	claimed, err := claim()
+	switch {
+	case err == nil:
+		return true, r.execute(ctx, claimed)
+	case ctx.Err() != nil:
+		return false, ctx.Err()
+	case errors.Is(err, lifecycle.ErrNothingToClaim):
+		return false, nil
+	case errors.As(err, new(*lifecycle.DriftBlockedError)):
+		return false, fmt.Errorf("%w: %w", ErrBlocked, err)
+	default:
 		return false, fmt.Errorf("executor: claim: %w", err)
 	}
-	if claim == nil {
-		return false, nil
-	}
-	return true, r.execute(ctx, claim)
 }
 
 func (r *Runner) emit(ev Event) {

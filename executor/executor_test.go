@@ -39,7 +39,7 @@ func TestFullDeletion(t *testing.T) {
 		defer mu.Unlock()
 		events = append(events, ev)
 	}
-	claimed, err := b.runner(t, cfg).RunOnce(t.Context(), &id)
+	claimed, err := b.runner(t, cfg).RunRequest(t.Context(), id)
 	require.NoError(t, err)
 	require.True(t, claimed)
 
@@ -63,7 +63,7 @@ func TestFullDeletion(t *testing.T) {
 	}
 
 	// Nothing is left to claim.
-	claimed, err = b.runner(t, b.config("executor-2")).RunOnce(t.Context(), nil)
+	claimed, err = b.runner(t, b.config("executor-2")).RunNext(t.Context())
 	require.NoError(t, err)
 	require.False(t, claimed)
 }
@@ -81,14 +81,14 @@ func TestFailingDeleteBlocksAfterMaxRetriesThenRecovers(t *testing.T) {
 	r := b.runner(t, cfg)
 	deadline := time.Now().Add(time.Minute)
 	for {
-		request, err := b.store.Get(t.Context(), id)
+		request, err := b.operator.Get(t.Context(), id)
 		require.NoError(t, err)
 		if request.Blocked() {
 			require.Equal(t, lifecycle.StageDrained, request.Stage)
 			break
 		}
 		require.True(t, time.Now().Before(deadline), "not blocked in time after %d attempts", objects.attempts())
-		claimed, err := r.RunOnce(t.Context(), &id)
+		claimed, err := r.RunRequest(t.Context(), id)
 		if claimed {
 			require.ErrorIs(t, err, executor.ErrRetryScheduled)
 		} else {
@@ -101,13 +101,13 @@ func TestFailingDeleteBlocksAfterMaxRetriesThenRecovers(t *testing.T) {
 	}
 
 	// Blocked: nobody claims it.
-	claimed, err := r.RunOnce(t.Context(), &id)
+	claimed, err := r.RunRequest(t.Context(), id)
 	require.NoError(t, err)
 	require.False(t, claimed)
 
 	_, err = b.operator.Unblock(t.Context(), id, "carol", "object store fixed")
 	require.NoError(t, err)
-	claimed, err = b.runner(t, b.config("executor-2")).RunOnce(t.Context(), &id)
+	claimed, err = b.runner(t, b.config("executor-2")).RunRequest(t.Context(), id)
 	require.NoError(t, err)
 	require.True(t, claimed)
 	b.requireDeleted(t, id, target)
@@ -152,11 +152,11 @@ func TestCrashAndResume(t *testing.T) {
 					cancel()
 				}
 			}
-			claimed, err := b.runner(t, cfg).RunOnce(ctx, &id)
+			claimed, err := b.runner(t, cfg).RunRequest(ctx, id)
 			require.True(t, claimed)
 			require.ErrorIs(t, err, context.Canceled)
 			require.True(t, crashed)
-			request, err := b.store.Get(t.Context(), id)
+			request, err := b.operator.Get(t.Context(), id)
 			require.NoError(t, err)
 			require.Equal(t, crashAt.stage, request.Stage)
 			require.False(t, request.Blocked())
@@ -165,7 +165,7 @@ func TestCrashAndResume(t *testing.T) {
 			b.expireLease(t, id)
 			cfg2 := b.config("executor-2")
 			cfg2.Objects = objects
-			claimed, err = b.runner(t, cfg2).RunOnce(t.Context(), &id)
+			claimed, err = b.runner(t, cfg2).RunRequest(t.Context(), id)
 			require.NoError(t, err)
 			require.True(t, claimed)
 			b.requireDeleted(t, id, target)
@@ -199,13 +199,13 @@ func TestTwoRunnersNeverBothAct(t *testing.T) {
 			defer wg.Done()
 			<-start
 			for {
-				claimed, err := r.RunOnce(t.Context(), &id)
+				claimed, err := r.RunRequest(t.Context(), id)
 				if err != nil {
 					t.Error(err)
 					return
 				}
 				results[i] = results[i] || claimed
-				request, err := b.store.Get(t.Context(), id)
+				request, err := b.operator.Get(t.Context(), id)
 				if err != nil {
 					t.Error(err)
 					return
@@ -242,12 +242,12 @@ func TestTakenOverRunnerStops(t *testing.T) {
 		if ev.ChunksDone == 1 && !tookOver {
 			tookOver = true
 			b.expireLease(t, id)
-			claimed, err := runnerB.RunOnce(t.Context(), &id)
+			claimed, err := runnerB.RunRequest(t.Context(), id)
 			require.NoError(t, err)
 			require.True(t, claimed)
 		}
 	}
-	claimed, err := b.runner(t, cfgA).RunOnce(t.Context(), &id)
+	claimed, err := b.runner(t, cfgA).RunRequest(t.Context(), id)
 	require.True(t, claimed)
 	require.True(t, lifecycle.IsStaleLease(err), "%v", err)
 	require.True(t, tookOver)
@@ -259,10 +259,10 @@ func TestConfigValidation(t *testing.T) {
 	t.Parallel()
 	_, err := executor.New(executor.Config{})
 	require.ErrorIs(t, err, lifecycle.ErrInvalidInput)
-	_, err = executor.New(executor.Config{Store: &lifecycle.Store{}, Objects: executor.NewFileObjectStore(t.TempDir()),
+	_, err = executor.New(executor.Config{Engine: &lifecycle.Engine{}, Objects: executor.NewFileObjectStore(t.TempDir()),
 		Cache: executor.NewMemoryCache(), Owner: "x", ChunkSize: lifecycle.MaxManifestChunkKeys + 1})
 	require.ErrorIs(t, err, lifecycle.ErrInvalidInput)
-	r, err := executor.New(executor.Config{Store: &lifecycle.Store{}, Objects: executor.NewFileObjectStore(t.TempDir()),
+	r, err := executor.New(executor.Config{Engine: &lifecycle.Engine{}, Objects: executor.NewFileObjectStore(t.TempDir()),
 		Cache: executor.NewMemoryCache(), Owner: "x"})
 	require.NoError(t, err)
 	require.NotNil(t, r)
@@ -295,11 +295,11 @@ func TestPrefixMismatchBlocksAtOnce(t *testing.T) {
 	id := b.approve(t, target)
 	cfg := b.config("executor-1")
 	cfg.Prefixes = func(c uuid.UUID) []string { return []string{"media/" + c.String() + "/"} }
-	claimed, err := b.runner(t, cfg).RunOnce(t.Context(), &id)
+	claimed, err := b.runner(t, cfg).RunRequest(t.Context(), id)
 	require.True(t, claimed)
 	require.ErrorIs(t, err, executor.ErrBlocked)
 	require.ErrorIs(t, err, lifecycle.ErrRefused)
-	request, err := b.store.Get(t.Context(), id)
+	request, err := b.operator.Get(t.Context(), id)
 	require.NoError(t, err)
 	require.True(t, request.Blocked())
 	require.Equal(t, lifecycle.StageFenced, request.Stage)
@@ -322,10 +322,10 @@ func TestLeftoverObjectRetriesVerification(t *testing.T) {
 	id := b.approve(t, target)
 	cfg := b.config("executor-1")
 	cfg.Objects = anyObjects{b.files}
-	claimed, err := b.runner(t, cfg).RunOnce(t.Context(), &id)
+	claimed, err := b.runner(t, cfg).RunRequest(t.Context(), id)
 	require.True(t, claimed)
 	require.ErrorIs(t, err, executor.ErrRetryScheduled)
-	request, err := b.store.Get(t.Context(), id)
+	request, err := b.operator.Get(t.Context(), id)
 	require.NoError(t, err)
 	require.Equal(t, lifecycle.StageCachePurged, request.Stage)
 	require.False(t, request.Blocked())
@@ -361,7 +361,7 @@ func TestStaleHeartbeatCancelsWork(t *testing.T) {
 	cfg.HeartbeatInterval = 10 * time.Millisecond
 	done := make(chan error, 1)
 	go func() {
-		_, err := b.runner(t, cfg).RunOnce(t.Context(), &id)
+		_, err := b.runner(t, cfg).RunRequest(t.Context(), id)
 		done <- err
 	}()
 	<-objects.entered
@@ -371,14 +371,14 @@ func TestStaleHeartbeatCancelsWork(t *testing.T) {
 	// the request row (releasing its claim), a claim would skip it.
 	err := <-done
 	require.True(t, lifecycle.IsStaleLease(err), "%v", err)
-	thief, err := b.store.ClaimSpecific(t.Context(), id, "thief", lifecycle.DefaultLeaseDuration)
+	thief, err := b.engine.ClaimRequest(t.Context(), id, "thief", lifecycle.DefaultLeaseDuration)
 	require.NoError(t, err)
 	require.NotNil(t, thief)
-	request, err := b.store.Get(t.Context(), id)
+	request, err := b.operator.Get(t.Context(), id)
 	require.NoError(t, err)
 	require.Equal(t, "thief", request.LeaseOwner)
 	require.Equal(t, lifecycle.StageDrained, request.Stage)
-	total, deleted, err := b.store.ManifestChunkProgress(t.Context(), id)
+	total, deleted, err := b.engine.ChunkProgress(t.Context(), id)
 	require.NoError(t, err)
 	require.Positive(t, total)
 	require.Zero(t, deleted)
@@ -391,25 +391,25 @@ func TestUndrainedServingWritesRetry(t *testing.T) {
 	b := setup(t)
 	target := b.createCommunity(t, 1)
 	id := b.approve(t, target)
-	lease, err := b.store.AcquireServingWriteLease(t.Context(), target.id, "upload", "web-1", time.Minute)
+	lease, err := b.serving.AcquireWriteLease(t.Context(), target.id, "upload", "web-1", time.Minute)
 	require.NoError(t, err)
 	cfg := b.config("executor-1")
 	cfg.DrainTimeout = 30 * time.Millisecond
 	r := b.runner(t, cfg)
-	claimed, err := r.RunOnce(t.Context(), &id)
+	claimed, err := r.RunRequest(t.Context(), id)
 	require.True(t, claimed)
 	require.ErrorIs(t, err, executor.ErrRetryScheduled)
-	request, err := b.store.Get(t.Context(), id)
+	request, err := b.operator.Get(t.Context(), id)
 	require.NoError(t, err)
 	require.Equal(t, lifecycle.StageApproved, request.Stage)
 	require.False(t, request.Blocked())
 
-	released, err := b.store.ReleaseServingWriteLease(t.Context(), lease)
+	released, err := b.serving.ReleaseWriteLease(t.Context(), lease)
 	require.NoError(t, err)
 	require.True(t, released)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		claimed, err := r.RunOnce(t.Context(), &id)
+		claimed, err := r.RunRequest(t.Context(), id)
 		require.NoError(t, err)
 		if claimed {
 			break
@@ -442,10 +442,12 @@ func TestAStuckLockHolderBlocksDurablyNamingIt(t *testing.T) {
 	t.Cleanup(func() { _, _ = b.pool.Exec(context.Background(), "ROLLBACK PREPARED '"+gid+"'") })
 
 	cfg := b.config("executor-1")
-	cfg.Store = lifecycle.New(fixture.RolePool(t, b.url, fixture.RoleExecutor), lifecycle.WithLockWait(20*time.Millisecond))
+	engine, err := lifecycle.NewEngine(ctx, fixture.RolePool(t, b.url, fixture.RoleExecutor), &lifecycle.Opts{LockWait: 20 * time.Millisecond})
+	require.NoError(t, err)
+	cfg.Engine = engine
 	r := b.runner(t, cfg)
 	for attempt := 0; ; attempt++ {
-		request, err := b.store.Get(ctx, id)
+		request, err := b.operator.Get(ctx, id)
 		require.NoError(t, err)
 		if request.Blocked() {
 			require.Equal(t, lifecycle.StageApproved, request.Stage)
@@ -454,7 +456,7 @@ func TestAStuckLockHolderBlocksDurablyNamingIt(t *testing.T) {
 			break
 		}
 		require.Less(t, attempt, 2*lifecycle.MaxConsecutiveRetries, "never blocked")
-		claimed, err := r.RunOnce(ctx, &id)
+		claimed, err := r.RunRequest(ctx, id)
 		if claimed {
 			require.ErrorIs(t, err, executor.ErrRetryScheduled)
 		}
@@ -465,7 +467,7 @@ func TestAStuckLockHolderBlocksDurablyNamingIt(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.operator.Unblock(ctx, id, "carol", "rolled back the forgotten prepared transaction")
 	require.NoError(t, err)
-	claimed, err := b.runner(t, b.config("executor-2")).RunOnce(ctx, &id)
+	claimed, err := b.runner(t, b.config("executor-2")).RunRequest(ctx, id)
 	require.NoError(t, err)
 	require.True(t, claimed)
 	b.requireDeleted(t, id, target)

@@ -30,15 +30,17 @@ func TestMain(m *testing.M) {
 }
 
 // testBundle is one test's database (migrations plus the fixture tenant
-// tables), Stores over it as the executor (what the Runner uses), an operator
-// and a second operator who approves, a temporary object-store root and a
-// cache. pool is the superuser, for setting up and inspecting.
+// tables), the clients over it as the executor's engine (what the Runner
+// uses), an operator, a second operator who approves and the service, a
+// temporary object-store root and a cache. pool is the superuser, for
+// setting up and inspecting.
 type testBundle struct {
 	url      string
 	pool     *pgxpool.Pool
-	store    *lifecycle.Store
-	operator *lifecycle.Store
-	approver *lifecycle.Store
+	engine   *lifecycle.Engine
+	operator *lifecycle.Operator
+	approver *lifecycle.Operator
+	serving  *lifecycle.Serving
 	root     string
 	files    *executor.FileObjectStore
 	cache    *executor.MemoryCache
@@ -47,12 +49,19 @@ type testBundle struct {
 func setup(t *testing.T) *testBundle {
 	t.Helper()
 	url, pool := fixture.NewTestPool(t, server)
+	ctx := t.Context()
 	root := t.TempDir()
-	return &testBundle{url: url, pool: pool,
-		store:    lifecycle.New(fixture.RolePool(t, url, fixture.RoleExecutor)),
-		operator: lifecycle.New(fixture.RolePool(t, url, fixture.RoleOperator)),
-		approver: lifecycle.New(fixture.RolePool(t, url, fixture.RoleApprover)),
-		root:     root, files: executor.NewFileObjectStore(root), cache: executor.NewMemoryCache()}
+	b := &testBundle{url: url, pool: pool, root: root, files: executor.NewFileObjectStore(root), cache: executor.NewMemoryCache()}
+	var err error
+	b.engine, err = lifecycle.NewEngine(ctx, fixture.RolePool(t, url, fixture.RoleExecutor), nil)
+	require.NoError(t, err)
+	b.operator, err = lifecycle.NewOperator(ctx, fixture.RolePool(t, url, fixture.RoleOperator), nil)
+	require.NoError(t, err)
+	b.approver, err = lifecycle.NewOperator(ctx, fixture.RolePool(t, url, fixture.RoleApprover), nil)
+	require.NoError(t, err)
+	b.serving, err = lifecycle.NewServing(ctx, fixture.RolePool(t, url, fixture.RoleServing), nil)
+	require.NoError(t, err)
+	return b
 }
 
 // prefixes is the storage layout of the tests' service.
@@ -135,7 +144,7 @@ func (b *testBundle) approve(t *testing.T, c community) uuid.UUID {
 // config is a runner config over the bundle with small, fast settings.
 func (b *testBundle) config(owner string) executor.Config {
 	return executor.Config{
-		Store: b.store, Objects: b.files, Cache: b.cache, Owner: owner, Prefixes: prefixes,
+		Engine: b.engine, Objects: b.files, Cache: b.cache, Owner: owner, Prefixes: prefixes,
 		ChunkSize: 2, RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond,
 		Purge: lifecycle.PurgeOptions{MaxRowsPerTx: 2},
 	}
@@ -174,7 +183,7 @@ func (b *testBundle) exists(t *testing.T, key string) bool {
 // requireDeleted checks that c's deletion completed and left nothing.
 func (b *testBundle) requireDeleted(t *testing.T, requestID uuid.UUID, c community) {
 	t.Helper()
-	request, err := b.store.Get(t.Context(), requestID)
+	request, err := b.operator.Get(t.Context(), requestID)
 	require.NoError(t, err)
 	require.Equal(t, lifecycle.StageRetentionPending, request.Stage)
 	require.Zero(t, b.rows(t, c.id))

@@ -112,7 +112,7 @@ func (r *Runner) execute(ctx context.Context, claim *lifecycle.ClaimedDeletion) 
 		// transaction, every adapter call idempotent); release the claim.
 		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
 		defer cancel()
-		if stopErr := r.cfg.Store.StopExecutor(stopCtx, &token, r.cfg.Owner); stopErr != nil {
+		if stopErr := r.cfg.Engine.Stop(stopCtx, lifecycle.StopParams{ExecutorID: r.cfg.Owner, Release: &token}); stopErr != nil {
 			j.emit(Event{Message: "stop executor: " + oneLine(stopErr)})
 		} else {
 			j.emit(Event{Message: "stopped; claim released"})
@@ -129,14 +129,14 @@ func (r *Runner) execute(ctx context.Context, claim *lifecycle.ClaimedDeletion) 
 	}
 	var retryable *retryableError
 	if errors.Is(err, lifecycle.ErrRefused) && !errors.As(err, &retryable) {
-		if blockErr := r.cfg.Store.Block(ctx, token, j.stage, j.unit, err.Error()); blockErr != nil {
+		if blockErr := r.cfg.Engine.Block(ctx, token, lifecycle.BlockParams{Stage: j.stage, Unit: j.unit, Err: err.Error()}); blockErr != nil {
 			return fmt.Errorf("executor: block deletion %s at %s after %v: %w", j.req.ID, j.stage, err, blockErr)
 		}
 		j.emit(Event{Message: "blocked: " + oneLine(err)})
 		return fmt.Errorf("%w: deletion %s at %s unit %s: %w", ErrBlocked, j.req.ID, j.stage, j.unit, err)
 	}
 	delay := r.backoff(j)
-	if retryErr := r.cfg.Store.RecordRetry(ctx, token, j.stage, j.unit, err.Error(), delay); retryErr != nil {
+	if retryErr := r.cfg.Engine.RecordRetry(ctx, token, lifecycle.RetryParams{Stage: j.stage, Unit: j.unit, Err: err.Error(), After: delay}); retryErr != nil {
 		return fmt.Errorf("executor: record retry of deletion %s at %s after %v: %w", j.req.ID, j.stage, err, retryErr)
 	}
 	j.emit(Event{Message: fmt.Sprintf("retry in %s: %s", delay, oneLine(err))})
@@ -179,7 +179,7 @@ func (r *Runner) heartbeat(ctx context.Context, j *job, cancelWork context.Cance
 		}
 		for {
 			token, version := j.currentToken()
-			err := r.cfg.Store.Heartbeat(ctx, token, HeartbeatMode, r.cfg.LeaseDuration, false)
+			err := r.cfg.Engine.Heartbeat(ctx, token, r.cfg.LeaseDuration)
 			if err == nil {
 				lastOK = time.Now()
 				break
@@ -232,7 +232,7 @@ func (j *job) drive(ctx context.Context) error {
 		case lifecycle.StageLogicallyVerified:
 			j.unit = "retention_pending"
 			token, _ := j.currentToken()
-			err = j.r.cfg.Store.MarkRetentionPending(ctx, token, map[string]string{"executor": j.r.cfg.Owner})
+			err = j.r.cfg.Engine.EnterRetentionPending(ctx, token, map[string]string{"executor": j.r.cfg.Owner})
 			if err == nil {
 				j.advance(lifecycle.StageRetentionPending, "retention pending")
 			}
@@ -252,7 +252,7 @@ func (j *job) advance(to lifecycle.Stage, message string) {
 }
 
 func (j *job) quiesceAndFence(ctx context.Context) error {
-	store := j.r.cfg.Store
+	store := j.r.cfg.Engine
 	token, _ := j.currentToken()
 	j.unit = "quiesce"
 	if err := store.BeginQuiescing(ctx, token); err != nil {
@@ -283,7 +283,7 @@ func (j *job) quiesceAndFence(ctx context.Context) error {
 	}
 	j.unit = "fence"
 	j.setFencing(true)
-	generation, err := store.Fence(ctx, token)
+	generation, err := store.EnterFenced(ctx, token)
 	if err != nil {
 		j.setFencing(false)
 		return markNotDrainedRetryable(err)
@@ -346,7 +346,7 @@ func (j *job) prefixes() ([]string, error) {
 // enumerate lists every prefix into persisted key chunks, freezes the
 // destructive manifest they add up to and marks the request drained.
 func (j *job) enumerate(ctx context.Context) error {
-	store := j.r.cfg.Store
+	store := j.r.cfg.Engine
 	token, _ := j.currentToken()
 	if token.FenceGeneration == nil {
 		j.unit = "fence_generation"
@@ -359,13 +359,13 @@ func (j *job) enumerate(ctx context.Context) error {
 			return err
 		}
 		j.unit = "enumerate"
-		if err := store.ClearManifestKeyChunks(ctx, token); err != nil {
+		if err := store.ClearManifestChunks(ctx, token); err != nil {
 			return err
 		}
 		var chunkNo int64
 		manifest, err := summarize(ctx, j.r.cfg.Objects, prefixes, j.r.cfg.ChunkSize, func(prefix string, keys []string) error {
 			chunk := lifecycle.ManifestKeyChunk{ChunkNo: chunkNo, Prefix: prefix, Keys: keys}
-			if err := store.AppendManifestKeyChunk(ctx, token, chunk); err != nil {
+			if err := store.AppendManifestChunk(ctx, token, chunk); err != nil {
 				return err
 			}
 			chunkNo++
@@ -376,17 +376,17 @@ func (j *job) enumerate(ctx context.Context) error {
 			return err
 		}
 		j.unit = "freeze_manifest"
-		if err := store.FreezeDestructiveStorageManifest(ctx, token, manifest); err != nil {
+		if err := store.FreezeDestructiveManifest(ctx, token, manifest); err != nil {
 			return err
 		}
 		j.manifest = &manifest
 		j.emit(Event{Message: fmt.Sprintf("destructive manifest frozen: %d chunks", chunkNo), ChunksTotal: chunkNo})
 	}
 	j.unit = "drain"
-	if err := store.MarkDrained(ctx, token); err != nil {
+	if err := store.EnterDrained(ctx, token); err != nil {
 		return markNotDrainedRetryable(err)
 	}
-	total, _, err := store.ManifestChunkProgress(ctx, j.req.ID)
+	total, _, err := store.ChunkProgress(ctx, j.req.ID)
 	if err != nil {
 		total = 0
 	}
@@ -458,7 +458,7 @@ func SummarizeStorage(ctx context.Context, objects ObjectStore, prefixes []strin
 // deleteObjects deletes every pending manifest chunk from the object store
 // and marks the bindings removed.
 func (j *job) deleteObjects(ctx context.Context) error {
-	store := j.r.cfg.Store
+	store := j.r.cfg.Engine
 	token, _ := j.currentToken()
 	j.unit = "manifest"
 	if j.manifest == nil {
@@ -475,13 +475,13 @@ func (j *job) deleteObjects(ctx context.Context) error {
 		objects += p.ObjectCount
 		bytes += p.TotalBytes
 	}
-	total, done, err := store.ManifestChunkProgress(ctx, j.req.ID)
+	total, done, err := store.ChunkProgress(ctx, j.req.ID)
 	if err != nil {
 		return err
 	}
 	for {
 		j.unit = "next_chunk"
-		chunk, err := store.NextPendingManifestChunk(ctx, token)
+		chunk, err := store.NextPendingChunk(ctx, token)
 		if err != nil {
 			return err
 		}
@@ -500,14 +500,14 @@ func (j *job) deleteObjects(ctx context.Context) error {
 		if err := j.r.cfg.Objects.Delete(ctx, chunk.Keys); err != nil {
 			return err
 		}
-		if err := store.MarkManifestChunkDeleted(ctx, token, chunk.ChunkNo, map[string]int{"keys": len(chunk.Keys)}); err != nil {
+		if err := store.MarkChunkDeleted(ctx, token, chunk.ChunkNo, map[string]int{"keys": len(chunk.Keys)}); err != nil {
 			return err
 		}
 		done++
 		j.emit(Event{Message: fmt.Sprintf("chunk %d deleted (%d keys)", chunk.ChunkNo, len(chunk.Keys)), ChunksDone: done, ChunksTotal: total})
 	}
 	j.unit = "bindings_removed"
-	if err := store.MarkBindingsRemoved(ctx, token, map[string]any{"chunks": total, "objects": objects, "bytes": bytes}); err != nil {
+	if err := store.EnterBindingsRemoved(ctx, token, map[string]any{"chunks": total, "objects": objects, "bytes": bytes}); err != nil {
 		return err
 	}
 	j.advance(lifecycle.StageBindingsRemoved, fmt.Sprintf("object bindings removed: %d objects", objects))
@@ -535,7 +535,7 @@ func (j *job) purgePostgres(ctx context.Context) error {
 			userProgress(p)
 		}
 	}
-	result, err := j.r.cfg.Store.PurgePostgres(ctx, token, opts)
+	result, err := j.r.cfg.Engine.EnterPostgresPurged(ctx, token, opts)
 	if err != nil {
 		return err
 	}
@@ -558,7 +558,7 @@ func (j *job) purgeCache(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := j.r.cfg.Store.MarkCachePurged(ctx, token, map[string]int64{"keys": n}); err != nil {
+	if err := j.r.cfg.Engine.EnterCachePurged(ctx, token, map[string]int64{"keys": n}); err != nil {
 		return err
 	}
 	j.advance(lifecycle.StageCachePurged, fmt.Sprintf("cache purged: %d keys", n))
@@ -566,10 +566,10 @@ func (j *job) purgeCache(ctx context.Context) error {
 }
 
 func (j *job) verify(ctx context.Context) error {
-	store := j.r.cfg.Store
+	store := j.r.cfg.Engine
 	token, _ := j.currentToken()
 	j.unit = "verify_postgres"
-	if err := store.VerifyPostgresLogicallyDeleted(ctx, token); err != nil {
+	if err := store.CheckPostgresPurged(ctx, token); err != nil {
 		return err
 	}
 	j.unit = "verify_objects"
@@ -596,7 +596,7 @@ func (j *job) verify(ctx context.Context) error {
 		return fmt.Errorf("cache entries remain for community %s", j.req.CommunityID)
 	}
 	j.unit = "logically_verified"
-	if err := store.MarkLogicallyVerified(ctx, token, map[string]any{"postgres": true, "objects": prefixes, "cache": true}); err != nil {
+	if err := store.EnterLogicallyVerified(ctx, token, map[string]any{"postgres": true, "objects": prefixes, "cache": true}); err != nil {
 		return err
 	}
 	j.advance(lifecycle.StageLogicallyVerified, "absence verified in postgres, object store and cache")

@@ -37,12 +37,12 @@ var servingTables = []string{
 	"community_serving_write_leases",
 }
 
-// Ping checks that the database answers and that the deletion control plane
+// ping checks that the database answers and that the deletion control plane
 // is installed. It probes the catalog for community_deletion_requests rather
 // than the migration tool's version table, so a schema installed by other
 // means passes too. A database without it returns an error matching
 // ErrRefused.
-func (s *Store) Ping(ctx context.Context) error {
+func (s *store) ping(ctx context.Context) error {
 	err := s.tx(ctx, func(q *dbgen.Queries) error {
 		installed, err := q.CatalogPing(ctx)
 		if err != nil {
@@ -59,7 +59,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// ValidateServingCatalog checks the catalog contract the serving path's write
+// validateCatalog checks the catalog contract the serving path's write
 // fence relies on: the deletion columns of communities with their types and
 // nullability, the tables the fence and the lifecycle read, the functions
 // community_deletion_lock_key(uuid), community_write_allowed(uuid) (which
@@ -69,7 +69,7 @@ func (s *Store) Ping(ctx context.Context) error {
 // table (or partition) without its complete write fence. A serving process
 // calls it at startup; any failure matches ErrRefused and names what is
 // missing.
-func (s *Store) ValidateServingCatalog(ctx context.Context) error {
+func (s *Serving) ValidateCatalog(ctx context.Context) error {
 	err := s.tx(ctx, func(q *dbgen.Queries) error {
 		present, err := q.CatalogRelationsPresent(ctx, servingTables)
 		if err != nil {
@@ -153,7 +153,7 @@ func (s *Store) ValidateServingCatalog(ctx context.Context) error {
 	return nil
 }
 
-// ValidateCatalog checks that the live catalog matches the registry of tenant
+// validateCatalog checks that the live catalog matches the registry of tenant
 // tables exactly, as every destructive stage requires: it refuses, with an
 // error matching ErrRefused that lists every problem, when
 // community_deletion_catalog_drift() reports any row (an unregistered,
@@ -161,7 +161,7 @@ func (s *Store) ValidateServingCatalog(ctx context.Context) error {
 // itself is malformed (no 'delete' table, an unknown purge action, a
 // control-plane table registered). A destructive transaction repeats the
 // check itself; this call is an early, operator-facing rejection.
-func (s *Store) ValidateCatalog(ctx context.Context) error {
+func (s *store) validateCatalog(ctx context.Context) error {
 	err := s.tx(ctx, func(q *dbgen.Queries) error {
 		_, err := checkDeletionCatalog(ctx, q)
 		return err
@@ -180,7 +180,7 @@ func (s *Store) ValidateCatalog(ctx context.Context) error {
 // bytewise. Row counts are evidence of the footprint the operator approves,
 // not a precondition of execution: they may change until the fence. A
 // missing community returns an error matching ErrNotFound.
-func (s *Store) InventorySchema(ctx context.Context, community uuid.UUID) (*SchemaManifest, error) {
+func (s *Operator) InventorySchema(ctx context.Context, community uuid.UUID) (*SchemaManifest, error) {
 	var manifest *SchemaManifest
 	err := s.catalogTx(ctx, func(tx pgx.Tx, q *dbgen.Queries) error {
 		if _, err := q.CommunityGetByID(ctx, community); err != nil {
@@ -280,7 +280,7 @@ func checkDeletionCatalog(ctx context.Context, q *dbgen.Queries) ([]dbgen.Catalo
 
 // catalogTx is Store.tx for the catalog work that needs the transaction
 // itself: dynamic statements over table names from the validated registry.
-func (s *Store) catalogTx(ctx context.Context, fn func(tx pgx.Tx, q *dbgen.Queries) error) error {
+func (s *store) catalogTx(ctx context.Context, fn func(tx pgx.Tx, q *dbgen.Queries) error) error {
 	return s.begin(ctx, false, func(tx pgx.Tx) error { return fn(tx, dbgen.New(tx)) })
 }
 

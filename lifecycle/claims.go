@@ -32,12 +32,12 @@ type ClaimedDeletion struct {
 	Lease LeaseToken
 }
 
-// ClaimSpecific claims request id for owner for lease, as ClaimNext does for
-// the oldest claimable request. It returns (nil, nil) when id exists but is
-// not claimable now (not approved, not runnable, blocked, not yet due, or
-// leased by someone else), and an error matching ErrNotFound when it does not
-// exist.
-func (s *Store) ClaimSpecific(ctx context.Context, id uuid.UUID, owner string, lease time.Duration) (*ClaimedDeletion, error) {
+// ClaimRequest claims request id for owner for lease, as ClaimNext does for
+// the oldest claimable request. When id exists but is not claimable now (not
+// approved, not runnable, blocked, not yet due, or leased by someone else) it
+// returns an error matching ErrNothingToClaim; when it does not exist, one
+// matching ErrNotFound; when the catalog drifted, a *DriftBlockedError.
+func (s *Engine) ClaimRequest(ctx context.Context, id uuid.UUID, owner string, lease time.Duration) (*ClaimedDeletion, error) {
 	claimed, err := s.claim(ctx, &id, owner, lease)
 	if err != nil {
 		return nil, fmt.Errorf("claim deletion %s: %w", id, err)
@@ -52,9 +52,10 @@ func (s *Store) ClaimSpecific(ctx context.Context, id uuid.UUID, owner string, l
 // every older token stale. Before leasing, the claim validates the deletion
 // catalog in the same transaction under the shared schema-destruction lock;
 // on drift it durably blocks the request with a failed
-// 'claim:catalog_validation' checkpoint and returns (nil, nil). It returns
-// (nil, nil) when nothing is claimable.
-func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration) (*ClaimedDeletion, error) {
+// 'claim:catalog_validation' checkpoint and returns a *DriftBlockedError
+// (matching ErrRefused). When nothing is claimable it returns an error
+// matching ErrNothingToClaim.
+func (s *Engine) ClaimNext(ctx context.Context, owner string, lease time.Duration) (*ClaimedDeletion, error) {
 	claimed, err := s.claim(ctx, nil, owner, lease)
 	if err != nil {
 		return nil, fmt.Errorf("claim next deletion: %w", err)
@@ -62,7 +63,7 @@ func (s *Store) ClaimNext(ctx context.Context, owner string, lease time.Duration
 	return claimed, nil
 }
 
-func (s *Store) claim(ctx context.Context, id *uuid.UUID, owner string, lease time.Duration) (*ClaimedDeletion, error) {
+func (s *store) claim(ctx context.Context, id *uuid.UUID, owner string, lease time.Duration) (*ClaimedDeletion, error) {
 	owner, err := validateOperator(owner, "executor owner")
 	if err != nil {
 		return nil, err
@@ -73,6 +74,7 @@ func (s *Store) claim(ctx context.Context, id *uuid.UUID, owner string, lease ti
 	}
 
 	var claimed *ClaimedDeletion
+	var blocked *DriftBlockedError
 	err = s.tx(ctx, func(q *dbgen.Queries) error {
 		// Advisory locks come before any row lock: a migration holding the
 		// schema lock exclusively may wait for this transaction's row locks.
@@ -88,10 +90,12 @@ func (s *Store) claim(ctx context.Context, id *uuid.UUID, owner string, lease ti
 		}
 		if errors.Is(err, pgx.ErrNoRows) {
 			if id != nil {
-				_, err := getRequestRow(ctx, q, *id)
-				return err
+				if _, err := getRequestRow(ctx, q, *id); err != nil {
+					return err
+				}
+				return fmt.Errorf("%w: deletion %s is not approved, runnable, unblocked and due, or another executor holds it", ErrNothingToClaim, *id)
 			}
-			return nil
+			return fmt.Errorf("%w: no approved, unblocked deletion is due", ErrNothingToClaim)
 		}
 		if err != nil {
 			return fmt.Errorf("find claimable deletion: %w", err)
@@ -110,6 +114,7 @@ func (s *Store) claim(ctx context.Context, id *uuid.UUID, owner string, lease ti
 			if _, err := q.DeletionRequestBlock(ctx, dbgen.DeletionRequestBlockParams{ID: candidate.ID, Reason: &message}); err != nil {
 				return fmt.Errorf("block deletion %s on catalog drift: %w", candidate.ID, err)
 			}
+			blocked = &DriftBlockedError{RequestID: candidate.ID, Reason: message}
 			return nil
 		}
 
@@ -129,15 +134,19 @@ func (s *Store) claim(ctx context.Context, id *uuid.UUID, owner string, lease ti
 	if err != nil {
 		return nil, err
 	}
+	if blocked != nil {
+		// The block is committed; the caller learns why nothing was claimed.
+		return nil, blocked
+	}
 	return claimed, nil
 }
 
-// VerifyExecutionToken checks that token still holds its request at stage:
+// VerifyToken checks that token still holds its request at stage:
 // leased to it, unexpired, unblocked and approved for its frozen inventory,
 // and from StageFenced on under the token's fence generation with the
 // community fenced (or a tombstone) at it. It returns a stale-lease error
 // otherwise, and changes nothing.
-func (s *Store) VerifyExecutionToken(ctx context.Context, token LeaseToken, stage Stage) error {
+func (s *Engine) VerifyToken(ctx context.Context, token LeaseToken, stage Stage) error {
 	if err := checkExecutionStage(stage); err != nil {
 		return err
 	}
@@ -156,11 +165,7 @@ func (s *Store) VerifyExecutionToken(ctx context.Context, token LeaseToken, stag
 // the token still owns the request, unexpired, unblocked, at a runnable
 // stage, approved, and under the token's fence generation (none before the
 // fence); otherwise it returns a stale-lease error and changes nothing.
-func (s *Store) Heartbeat(ctx context.Context, token LeaseToken, mode string, lease time.Duration, draining bool) error {
-	mode, err := validateOperator(mode, "executor mode")
-	if err != nil {
-		return err
-	}
+func (s *Engine) Heartbeat(ctx context.Context, token LeaseToken, lease time.Duration) error {
 	duration, err := leaseInterval(lease)
 	if err != nil {
 		return err
@@ -177,7 +182,7 @@ func (s *Store) Heartbeat(ctx context.Context, token LeaseToken, mode string, le
 			return staleLease(token)
 		}
 		if err := q.DeletionExecutorHeartbeatUpsert(ctx, dbgen.DeletionExecutorHeartbeatUpsertParams{
-			ExecutorID: token.Owner, Mode: mode, RequestID: &token.RequestID, Draining: draining,
+			ExecutorID: token.Owner, Mode: executorMode, RequestID: &token.RequestID, Draining: false,
 		}); err != nil {
 			return fmt.Errorf("record executor heartbeat: %w", err)
 		}
@@ -189,14 +194,15 @@ func (s *Store) Heartbeat(ctx context.Context, token LeaseToken, mode string, le
 	return nil
 }
 
-// StopExecutor records that executorID stopped: its heartbeat row is marked
+// Stop records that executorID stopped: its heartbeat row is marked
 // stopped and draining and holds no request. When token is not nil the
 // lease it names is released in the same transaction, so another executor
 // can claim the request at once. A token that no longer holds its lease
 // releases nothing and returns a stale-lease error; the executor is marked
 // stopped even then.
-func (s *Store) StopExecutor(ctx context.Context, token *LeaseToken, executorID string) error {
-	executorID, err := validateOperator(executorID, "executor id")
+func (s *Engine) Stop(ctx context.Context, params StopParams) error {
+	token := params.Release
+	executorID, err := validateOperator(params.ExecutorID, "executor id")
 	if err != nil {
 		return err
 	}
@@ -233,7 +239,8 @@ func (s *Store) StopExecutor(ctx context.Context, token *LeaseToken, executorID 
 // same stage blocks the request durably instead, for an operator to Unblock;
 // advancing to the next stage resets the streak. A stale token returns a
 // stale-lease error and changes nothing.
-func (s *Store) RecordRetry(ctx context.Context, token LeaseToken, stage Stage, unitKey, errText string, retryAfter time.Duration) error {
+func (s *Engine) RecordRetry(ctx context.Context, token LeaseToken, params RetryParams) error {
+	stage, unitKey, errText, retryAfter := params.Stage, params.Unit, params.Err, params.After
 	if err := checkExecutionStage(stage); err != nil {
 		return err
 	}
@@ -305,4 +312,39 @@ func leaseInterval(lease time.Duration) (pgtype.Interval, error) {
 		return pgtype.Interval{}, invalidf("lease duration must be between 1µs and %s, not %s", MaxLeaseDuration, lease)
 	}
 	return pgtype.Interval{Microseconds: lease.Microseconds(), Valid: true}, nil
+}
+
+// executorMode is the mode every executor heartbeat records.
+const executorMode = "executor"
+
+// StopParams says which executor stopped and, optionally, which claim it
+// releases.
+type StopParams struct {
+	// ExecutorID is the executor identity (its claims' owner).
+	ExecutorID string
+	// Release, if not nil, is a claim to release in the same transaction.
+	Release *LeaseToken
+}
+
+// RetryParams describes a retryable failure of one unit of work.
+type RetryParams struct {
+	// Stage is the stage the failure happened at.
+	Stage Stage
+	// Unit is the checkpoint unit key of the failed work.
+	Unit string
+	// Err is the failure's text, stored bounded to MaxErrorBytes.
+	Err string
+	// After is how long until the request may be claimed again (zero: at
+	// once).
+	After time.Duration
+}
+
+// BlockParams describes a failure that blocks a request durably.
+type BlockParams struct {
+	// Stage is the stage the failure happened at.
+	Stage Stage
+	// Unit is the checkpoint unit key of the failed work.
+	Unit string
+	// Err is the failure's text, stored bounded to MaxErrorBytes.
+	Err string
 }

@@ -14,7 +14,7 @@ import (
 
 // Many executors claiming one request at once, by id and as the next
 // claimable request, produce exactly one winner per lease generation; the
-// losers get (nil, nil).
+// losers get ErrNothingToClaim.
 func TestClaimRaceHasOneWinnerPerGeneration(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -35,9 +35,9 @@ func TestClaimRaceHasOneWinnerPerGeneration(t *testing.T) {
 				var claim *lifecycle.ClaimedDeletion
 				var err error
 				if i%2 == 0 {
-					claim, err = b.store.ClaimSpecific(ctx, request.ID, owner, lcLease)
+					claim, err = b.engine.ClaimRequest(ctx, request.ID, owner, lcLease)
 				} else {
-					claim, err = b.store.ClaimNext(ctx, owner, lcLease)
+					claim, err = b.engine.ClaimNext(ctx, owner, lcLease)
 				}
 				errs <- err
 				results <- claim
@@ -48,7 +48,9 @@ func TestClaimRaceHasOneWinnerPerGeneration(t *testing.T) {
 		close(results)
 		close(errs)
 		for err := range errs {
-			require.NoError(t, err)
+			if err != nil {
+				require.ErrorIs(t, err, lifecycle.ErrNothingToClaim)
+			}
 		}
 		var winners []*lifecycle.ClaimedDeletion
 		for claim := range results {
@@ -62,7 +64,7 @@ func TestClaimRaceHasOneWinnerPerGeneration(t *testing.T) {
 		require.Equal(t, round, winner.Lease.Generation)
 		require.Equal(t, int32(round), winner.Request.Attempts)
 		require.Equal(t, winner.Request.LeaseOwner, winner.Lease.Owner)
-		require.NoError(t, b.store.VerifyExecutionToken(ctx, winner.Lease, lifecycle.StageApproved))
+		require.NoError(t, b.engine.VerifyToken(ctx, winner.Lease, lifecycle.StageApproved))
 
 		// The lease expires; the next round reclaims it.
 		require.NoError(t, b.lcExec(t, "UPDATE community_deletion_requests SET lease_until = now() - interval '1 second' WHERE id = $1", request.ID))
@@ -78,44 +80,44 @@ func TestClaimNextTakesTheOldestClaimableRequest(t *testing.T) {
 	ctx := t.Context()
 	inventoried, _ := b.lcInventoried(t)
 	blocked := b.lcApproved(t)
-	_, err := b.store.BlockPreclaimSetup(ctx, blocked.ID, "pre_claim:setup", "no credentials")
+	_, err := b.engine.BlockBeforeClaim(ctx, blocked.ID, "pre_claim:setup", "no credentials")
 	require.NoError(t, err)
 	notDue := b.lcApproved(t)
 	require.NoError(t, b.lcExec(t, "UPDATE community_deletion_requests SET next_attempt_at = now() + interval '1 hour' WHERE id = $1", notDue.ID))
 	first := b.lcApproved(t)
 	second := b.lcApproved(t)
 
-	claim, err := b.store.ClaimNext(ctx, "executor", lcLease)
+	claim, err := b.engine.ClaimNext(ctx, "executor", lcLease)
 	require.NoError(t, err)
 	require.Equal(t, first.ID, claim.Request.ID)
-	claim, err = b.store.ClaimNext(ctx, "executor", lcLease)
+	claim, err = b.engine.ClaimNext(ctx, "executor", lcLease)
 	require.NoError(t, err)
 	require.Equal(t, second.ID, claim.Request.ID)
-	claim, err = b.store.ClaimNext(ctx, "executor", lcLease)
-	require.NoError(t, err)
-	require.Nil(t, claim, "nothing else is claimable")
+	claim, err = b.engine.ClaimNext(ctx, "executor", lcLease)
+	require.ErrorIs(t, err, lifecycle.ErrNothingToClaim, "nothing else is claimable")
+	require.Nil(t, claim)
 
 	for _, id := range []uuid.UUID{inventoried.ID, blocked.ID, notDue.ID, first.ID} {
-		claim, err := b.store.ClaimSpecific(ctx, id, "executor-2", lcLease)
-		require.NoError(t, err)
-		require.Nil(t, claim, "request %s is not claimable", id)
+		claim, err := b.engine.ClaimRequest(ctx, id, "executor-2", lcLease)
+		require.ErrorIs(t, err, lifecycle.ErrNothingToClaim, "request %s is not claimable", id)
+		require.Nil(t, claim)
 	}
-	_, err = b.store.ClaimSpecific(ctx, uuid.New(), "executor", lcLease)
+	_, err = b.engine.ClaimRequest(ctx, uuid.New(), "executor", lcLease)
 	require.ErrorIs(t, err, lifecycle.ErrNotFound)
 
 	// A retry delay is honoured: the request is due again only after it.
-	claim, err = b.store.ClaimSpecific(ctx, blocked.ID, "executor", lcLease)
-	require.NoError(t, err)
+	claim, err = b.engine.ClaimRequest(ctx, blocked.ID, "executor", lcLease)
+	require.ErrorIs(t, err, lifecycle.ErrNothingToClaim)
 	require.Nil(t, claim)
-	_, err = b.store.Unblock(ctx, blocked.ID, "operator", "credentials installed")
+	_, err = b.operator.Unblock(ctx, blocked.ID, "operator", "credentials installed")
 	require.NoError(t, err)
-	claim, err = b.store.ClaimSpecific(ctx, blocked.ID, "executor", lcLease)
+	claim, err = b.engine.ClaimRequest(ctx, blocked.ID, "executor", lcLease)
 	require.NoError(t, err)
 	require.NotNil(t, claim)
-	require.NoError(t, b.store.RecordRetry(ctx, claim.Lease, lifecycle.StageApproved, "dependency", "later", time.Hour))
-	claim, err = b.store.ClaimSpecific(ctx, blocked.ID, "executor", lcLease)
-	require.NoError(t, err)
-	require.Nil(t, claim, "not due before the retry delay")
+	require.NoError(t, b.engine.RecordRetry(ctx, claim.Lease, lifecycle.RetryParams{Stage: lifecycle.StageApproved, Unit: "dependency", Err: "later", After: time.Hour}))
+	claim, err = b.engine.ClaimRequest(ctx, blocked.ID, "executor", lcLease)
+	require.ErrorIs(t, err, lifecycle.ErrNothingToClaim, "not due before the retry delay")
+	require.Nil(t, claim)
 }
 
 // A claim that finds catalog drift blocks the request durably with a
@@ -128,31 +130,35 @@ func TestClaimBlocksOnCatalogDrift(t *testing.T) {
 	request := b.lcApproved(t)
 	require.NoError(t, b.lcExec(t, "CREATE TABLE lc_unregistered_tenant (id bigint PRIMARY KEY, community_id uuid NOT NULL)"))
 
-	claim, err := b.store.ClaimNext(ctx, "executor", lcLease)
-	require.NoError(t, err)
+	claim, err := b.engine.ClaimNext(ctx, "executor", lcLease)
+	var drift *lifecycle.DriftBlockedError
+	require.ErrorAs(t, err, &drift, "the claim says why it claimed nothing")
+	require.ErrorIs(t, err, lifecycle.ErrRefused)
+	require.Equal(t, request.ID, drift.RequestID)
+	require.Contains(t, drift.Reason, "lc_unregistered_tenant unregistered")
 	require.Nil(t, claim)
-	blocked, err := b.store.Get(ctx, request.ID)
+	blocked, err := b.operator.Get(ctx, request.ID)
 	require.NoError(t, err)
 	require.True(t, blocked.Blocked())
 	require.Contains(t, blocked.BlockedReason, "lc_unregistered_tenant unregistered")
 	require.Equal(t, blocked.BlockedReason, blocked.LastError)
 	require.Empty(t, blocked.LeaseOwner)
 	require.Zero(t, blocked.LeaseGeneration, "no lease was handed out")
-	inspection, err := b.store.Inspect(ctx, request.ID)
+	inspection, err := b.operator.Inspect(ctx, request.ID)
 	require.NoError(t, err)
 	checkpoint := lcCheckpoint(t, inspection, "claim:catalog_validation")
 	require.Equal(t, lifecycle.StageApproved, checkpoint.Stage)
 	require.Equal(t, "failed", checkpoint.Status)
 	require.Contains(t, checkpoint.Error, "lc_unregistered_tenant")
 
-	claim, err = b.store.ClaimSpecific(ctx, request.ID, "executor", lcLease)
-	require.NoError(t, err)
-	require.Nil(t, claim, "a blocked request stays unclaimable")
+	claim, err = b.engine.ClaimRequest(ctx, request.ID, "executor", lcLease)
+	require.ErrorIs(t, err, lifecycle.ErrNothingToClaim, "a blocked request stays unclaimable")
+	require.Nil(t, claim)
 
 	require.NoError(t, b.lcExec(t, "DROP TABLE lc_unregistered_tenant"))
-	_, err = b.store.Unblock(ctx, request.ID, "operator", "dropped the stray table")
+	_, err = b.operator.Unblock(ctx, request.ID, "operator", "dropped the stray table")
 	require.NoError(t, err)
-	claim, err = b.store.ClaimSpecific(ctx, request.ID, "executor", lcLease)
+	claim, err = b.engine.ClaimRequest(ctx, request.ID, "executor", lcLease)
 	require.NoError(t, err)
 	require.NotNil(t, claim)
 }
@@ -165,8 +171,8 @@ func TestHeartbeatAndStopExecutor(t *testing.T) {
 	ctx := t.Context()
 	request, token := b.lcClaimed(t)
 
-	require.NoError(t, b.store.Heartbeat(ctx, token, "continuous", time.Hour, false))
-	renewed, err := b.store.Get(ctx, request.ID)
+	require.NoError(t, b.engine.Heartbeat(ctx, token, time.Hour))
+	renewed, err := b.operator.Get(ctx, request.ID)
 	require.NoError(t, err)
 	require.True(t, renewed.LeaseUntil.After(*request.LeaseUntil), "the lease was extended")
 	var mode string
@@ -179,31 +185,31 @@ func TestHeartbeatAndStopExecutor(t *testing.T) {
 			Scan(&mode, &heartbeatRequest, &draining, &stoppedAt))
 	}
 	heartbeat()
-	require.Equal(t, "continuous", mode)
+	require.Equal(t, "executor", mode)
 	require.Equal(t, request.ID, *heartbeatRequest)
 	require.False(t, draining)
 	require.Nil(t, stoppedAt)
 
-	require.NoError(t, b.store.StopExecutor(ctx, &token, token.Owner))
+	require.NoError(t, b.engine.Stop(ctx, lifecycle.StopParams{ExecutorID: token.Owner, Release: &token}))
 	heartbeat()
 	require.Nil(t, heartbeatRequest)
 	require.True(t, draining)
 	require.NotNil(t, stoppedAt)
-	released, err := b.store.Get(ctx, request.ID)
+	released, err := b.operator.Get(ctx, request.ID)
 	require.NoError(t, err)
 	require.Empty(t, released.LeaseOwner)
 	require.Nil(t, released.LeaseUntil)
-	err = b.store.Heartbeat(ctx, token, "continuous", time.Hour, false)
+	err = b.engine.Heartbeat(ctx, token, time.Hour)
 	require.True(t, lifecycle.IsStaleLease(err), "a released lease cannot be renewed: %v", err)
 
 	// Released, the request is claimable again at once, under a new
 	// generation; stopping with the old token again reports the stale lease.
-	claim, err := b.store.ClaimSpecific(ctx, request.ID, "successor", lcLease)
+	claim, err := b.engine.ClaimRequest(ctx, request.ID, "successor", lcLease)
 	require.NoError(t, err)
 	require.NotNil(t, claim)
 	require.Equal(t, token.Generation+1, claim.Lease.Generation)
-	require.True(t, lifecycle.IsStaleLease(b.store.StopExecutor(ctx, &token, token.Owner)))
-	require.NoError(t, b.store.StopExecutor(ctx, nil, "never-started"))
+	require.True(t, lifecycle.IsStaleLease(b.engine.Stop(ctx, lifecycle.StopParams{ExecutorID: token.Owner, Release: &token})))
+	require.NoError(t, b.engine.Stop(ctx, lifecycle.StopParams{ExecutorID: "never-started"}))
 }
 
 // Every lease is bounded by MaxLeaseDuration: a claim, a heartbeat and a
@@ -218,25 +224,25 @@ func TestLeasesAreBoundedByMaxLeaseDuration(t *testing.T) {
 	community, _ := b.createCommunity(t)
 
 	for _, d := range []time.Duration{time.Duration(math.MaxInt64), lifecycle.MaxLeaseDuration + time.Second} {
-		_, err := b.store.ClaimSpecific(ctx, request.ID, "executor-1", d)
+		_, err := b.engine.ClaimRequest(ctx, request.ID, "executor-1", d)
 		require.ErrorIs(t, err, lifecycle.ErrInvalidInput, "claim for %s", d)
-		_, err = b.store.ClaimNext(ctx, "executor-1", d)
+		_, err = b.engine.ClaimNext(ctx, "executor-1", d)
 		require.ErrorIs(t, err, lifecycle.ErrInvalidInput, "claim next for %s", d)
-		_, err = b.store.AcquireServingWriteLease(ctx, community, "upload", "web-1", d)
+		_, err = b.serving.AcquireWriteLease(ctx, community, "upload", "web-1", d)
 		require.ErrorIs(t, err, lifecycle.ErrInvalidInput, "serving lease for %s", d)
 	}
-	claim, err := b.store.ClaimSpecific(ctx, request.ID, "executor-1", lifecycle.MaxLeaseDuration)
+	claim, err := b.engine.ClaimRequest(ctx, request.ID, "executor-1", lifecycle.MaxLeaseDuration)
 	require.NoError(t, err)
 	require.NotNil(t, claim)
-	err = b.store.Heartbeat(ctx, claim.Lease, "test", time.Duration(math.MaxInt64), false)
+	err = b.engine.Heartbeat(ctx, claim.Lease, time.Duration(math.MaxInt64))
 	require.ErrorIs(t, err, lifecycle.ErrInvalidInput)
-	require.NoError(t, b.store.Heartbeat(ctx, claim.Lease, "test", lifecycle.MaxLeaseDuration, false))
+	require.NoError(t, b.engine.Heartbeat(ctx, claim.Lease, lifecycle.MaxLeaseDuration))
 
-	lease, err := b.store.AcquireServingWriteLease(ctx, community, "upload", "web-1", lifecycle.MaxLeaseDuration)
+	lease, err := b.serving.AcquireWriteLease(ctx, community, "upload", "web-1", lifecycle.MaxLeaseDuration)
 	require.NoError(t, err)
-	err = b.store.RenewServingWriteLease(ctx, lease, time.Duration(math.MaxInt64))
+	err = b.serving.RenewWriteLease(ctx, lease, time.Duration(math.MaxInt64))
 	require.ErrorIs(t, err, lifecycle.ErrInvalidInput)
-	require.NoError(t, b.store.RenewServingWriteLease(ctx, lease, lifecycle.MaxLeaseDuration))
+	require.NoError(t, b.serving.RenewWriteLease(ctx, lease, lifecycle.MaxLeaseDuration))
 	var longest time.Duration
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT max(lease_until - now()) FROM community_deletion_requests`).Scan(&longest))
 	require.LessOrEqual(t, longest, lifecycle.MaxLeaseDuration+time.Second)

@@ -32,7 +32,29 @@ var (
 	// ErrInvalidInput reports an argument that is malformed on its own,
 	// before any database state is consulted.
 	ErrInvalidInput = errors.New("lifecycle: invalid input")
+
+	// ErrNothingToClaim reports that a claim found no request it may take
+	// now: none is approved, unblocked and due, or the one named is not.
+	ErrNothingToClaim = errors.New("lifecycle: nothing to claim")
 )
+
+// DriftBlockedError reports that a claim found the request it would have
+// taken but the catalog drifted: the request is now blocked durably with
+// Reason. It matches ErrRefused.
+type DriftBlockedError struct {
+	// RequestID is the request that was blocked.
+	RequestID uuid.UUID
+	// Reason is the drift, as recorded on the request.
+	Reason string
+}
+
+// Error says which request was blocked and why.
+func (e *DriftBlockedError) Error() string {
+	return fmt.Sprintf("deletion %s blocked on catalog drift: %s", e.RequestID, e.Reason)
+}
+
+// Is makes a DriftBlockedError match ErrRefused.
+func (e *DriftBlockedError) Is(target error) bool { return target == ErrRefused }
 
 // StaleLeaseError is returned when an execution call presents a lease that no
 // longer owns its deletion request. It matches both ErrStaleLease and

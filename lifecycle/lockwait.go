@@ -121,7 +121,7 @@ func lockSchemaShared(ctx context.Context, q *dbgen.Queries) error {
 // describeLockWait completes a LockWaitError from a failed transaction: the
 // bound waited and, in a short transaction of its own, who holds the lock
 // now. It is best effort; the error stands without holders.
-func (s *Store) describeLockWait(ctx context.Context, err error) error {
+func (s *store) describeLockWait(ctx context.Context, err error) error {
 	var lw *LockWaitError
 	if !errors.As(err, &lw) {
 		if !isLockTimeout(err) {

@@ -22,7 +22,8 @@ func TestLifecycleStepsBoundTheirLockWaitAndNameTheHolder(t *testing.T) {
 	b := setup(t)
 	ctx := t.Context()
 	const wait = 200 * time.Millisecond
-	store := lifecycle.New(b.pool, lifecycle.WithLockWait(wait))
+	store, err := lifecycle.NewEngine(ctx, b.pool, &lifecycle.Opts{LockWait: wait})
+	require.NoError(t, err)
 	_, token := b.lcClaimed(t)
 	before := b.lcSnapshot(t, token.RequestID)
 
@@ -87,7 +88,8 @@ func TestClaimBoundsItsWaitForTheSchemaLock(t *testing.T) {
 	b := setup(t)
 	ctx := t.Context()
 	request := b.lcApproved(t)
-	store := lifecycle.New(b.pool, lifecycle.WithLockWait(100*time.Millisecond))
+	store, err := lifecycle.NewEngine(ctx, b.pool, &lifecycle.Opts{LockWait: 100 * time.Millisecond})
+	require.NoError(t, err)
 	holder, err := b.pool.Acquire(ctx)
 	require.NoError(t, err)
 	defer holder.Release()
@@ -95,7 +97,7 @@ func TestClaimBoundsItsWaitForTheSchemaLock(t *testing.T) {
 	require.NoError(t, err)
 	defer holder.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock_all()")
 
-	_, err = store.ClaimSpecific(ctx, request.ID, "executor-1", lifecycle.DefaultLeaseDuration)
+	_, err = store.ClaimRequest(ctx, request.ID, "executor-1", lifecycle.DefaultLeaseDuration)
 	var lw *lifecycle.LockWaitError
 	require.ErrorAs(t, err, &lw)
 	require.Equal(t, "the schema-destruction lock", lw.Lock)

@@ -23,20 +23,34 @@ func TestMain(m *testing.M) {
 }
 
 // testBundle is one test's database (migrations plus the fixture tenant
-// tables), a Store over it and a second operator's Store to approve with
-// (the two-person rule compares database roles).
+// tables) and the clients over it, each over its own login: an operator, a
+// second operator to approve with (the two-person rule compares database
+// roles), the executor's engine and the service. pool is the superuser, for
+// setting up and inspecting.
 type testBundle struct {
 	url      string
 	pool     *pgxpool.Pool
-	store    *lifecycle.Store
-	approver *lifecycle.Store
+	operator *lifecycle.Operator
+	approver *lifecycle.Operator
+	engine   *lifecycle.Engine
+	serving  *lifecycle.Serving
 }
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
 	url, pool := fixture.NewTestPool(t, server)
-	return &testBundle{url: url, pool: pool, store: lifecycle.New(pool),
-		approver: lifecycle.New(fixture.RolePool(t, url, fixture.RoleApprover))}
+	ctx := t.Context()
+	b := &testBundle{url: url, pool: pool}
+	var err error
+	b.operator, err = lifecycle.NewOperator(ctx, fixture.RolePool(t, url, fixture.RoleOperator), nil)
+	require.NoError(t, err)
+	b.approver, err = lifecycle.NewOperator(ctx, fixture.RolePool(t, url, fixture.RoleApprover), nil)
+	require.NoError(t, err)
+	b.engine, err = lifecycle.NewEngine(ctx, fixture.RolePool(t, url, fixture.RoleExecutor), nil)
+	require.NoError(t, err)
+	b.serving, err = lifecycle.NewServing(ctx, fixture.RolePool(t, url, fixture.RoleServing), nil)
+	require.NoError(t, err)
+	return b
 }
 
 // createCommunity inserts an active community and returns its id and host.

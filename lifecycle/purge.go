@@ -140,7 +140,7 @@ type PurgeResult struct {
 	LongestTx time.Duration
 }
 
-// PurgePostgres purges the community of a request at StageBindingsRemoved
+// EnterPostgresPurged purges the community of a request at StageBindingsRemoved
 // from every registered table, in bounded batches, and finally makes the
 // community a tombstone and advances the request to StagePostgresPurged.
 //
@@ -164,7 +164,7 @@ type PurgeResult struct {
 // outside the community that still reference it are refused with
 // ErrRefused. The lease must stay current for the whole call: the caller
 // heartbeats it.
-func (s *Store) PurgePostgres(ctx context.Context, token LeaseToken, opts PurgeOptions) (*PurgeResult, error) {
+func (s *Engine) EnterPostgresPurged(ctx context.Context, token LeaseToken, opts PurgeOptions) (*PurgeResult, error) {
 	generation, err := requireFence(token)
 	if err != nil {
 		return nil, err
@@ -182,7 +182,7 @@ func (s *Store) PurgePostgres(ctx context.Context, token LeaseToken, opts PurgeO
 		return nil, invalidf("unknown purge method %q", boundText(string(opts.Method), 64))
 	}
 	run := &purgeRun{
-		store: s, token: token, generation: generation, opts: opts,
+		store: s.store, token: token, generation: generation, opts: opts,
 		result: &PurgeResult{Deleted: map[string]int64{}, Nullified: map[string]int64{}},
 	}
 	for pass := 1; ; pass++ {
@@ -214,18 +214,18 @@ func (s *Store) PurgePostgres(ctx context.Context, token LeaseToken, opts PurgeO
 	}
 }
 
-// VerifyPostgresLogicallyDeleted proves, for a request at StageCachePurged,
+// CheckPostgresPurged proves, for a request at StageCachePurged,
 // that the community is its fence generation's tombstone and that no
 // registered table, 'delete' or 'nullify', holds a row of it. It runs under
 // the shared schema-destruction lock after validating the catalog, so a
 // table created since the purge cannot escape the proof. Any failure is
 // refused with ErrRefused naming the table; it changes nothing.
-func (s *Store) VerifyPostgresLogicallyDeleted(ctx context.Context, token LeaseToken) error {
+func (s *Engine) CheckPostgresPurged(ctx context.Context, token LeaseToken) error {
 	generation, err := requireFence(token)
 	if err != nil {
 		return err
 	}
-	return purgeTx(ctx, s, func(tx pgx.Tx, q *dbgen.Queries) error {
+	return purgeTx(ctx, s.store, func(tx pgx.Tx, q *dbgen.Queries) error {
 		if err := lockSchemaShared(ctx, q); err != nil {
 			return err
 		}
@@ -267,7 +267,7 @@ func (s *Store) VerifyPostgresLogicallyDeleted(ctx context.Context, token LeaseT
 
 // purgeRun is one call of PurgePostgres.
 type purgeRun struct {
-	store      *Store
+	store      *store
 	token      LeaseToken
 	generation int64
 	opts       PurgeOptions
@@ -319,7 +319,7 @@ type purgeCheckpoint struct {
 
 // purgeTx runs fn in one READ COMMITTED transaction, as Store.tx does, with
 // the transaction itself for the dynamic per-table statements.
-func purgeTx(ctx context.Context, s *Store, fn func(tx pgx.Tx, q *dbgen.Queries) error) error {
+func purgeTx(ctx context.Context, s *store, fn func(tx pgx.Tx, q *dbgen.Queries) error) error {
 	return s.begin(ctx, false, func(tx pgx.Tx) error { return fn(tx, dbgen.New(tx)) })
 }
 

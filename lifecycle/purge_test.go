@@ -268,7 +268,7 @@ func TestPurgePostgresPurgesOneCommunityAndLeavesOthersUntouched(t *testing.T) {
 
 	token := purgeReady(t, b, target)
 	var reports []lifecycle.PurgeProgress
-	result, err := b.store.PurgePostgres(ctx, token, lifecycle.PurgeOptions{
+	result, err := b.engine.EnterPostgresPurged(ctx, token, lifecycle.PurgeOptions{
 		MaxRowsPerTx: 500,
 		Progress:     func(p lifecycle.PurgeProgress) { reports = append(reports, p) },
 	})
@@ -325,16 +325,16 @@ func TestPurgePostgresPurgesOneCommunityAndLeavesOthersUntouched(t *testing.T) {
 	}
 
 	// Purging again is refused: the request moved on.
-	_, err = b.store.PurgePostgres(ctx, token, lifecycle.PurgeOptions{})
+	_, err = b.engine.EnterPostgresPurged(ctx, token, lifecycle.PurgeOptions{})
 	require.True(t, lifecycle.IsStaleLease(err), "%v", err)
 
 	// Logical verification, once the cache is purged too.
 	purgeExec(t, b, "UPDATE community_deletion_requests SET stage = 'cache_purged' WHERE id = $1", token.RequestID)
-	require.NoError(t, b.store.VerifyPostgresLogicallyDeleted(ctx, token))
+	require.NoError(t, b.engine.CheckPostgresPurged(ctx, token))
 	// A row of the community in a 'nullify' table (they are not fenced)
 	// fails it, naming the table.
 	purgeExec(t, b, "INSERT INTO fixture_audit_events (community_id, action) VALUES ($1, 'late')", target)
-	err = b.store.VerifyPostgresLogicallyDeleted(ctx, token)
+	err = b.engine.CheckPostgresPurged(ctx, token)
 	require.ErrorIs(t, err, lifecycle.ErrRefused)
 	require.Contains(t, err.Error(), "fixture_audit_events")
 	purgeExec(t, b, "UPDATE fixture_audit_events SET community_id = NULL WHERE community_id = $1", target)
@@ -342,12 +342,12 @@ func TestPurgePostgresPurgesOneCommunityAndLeavesOthersUntouched(t *testing.T) {
 	purgeExec(t, b, "CREATE TABLE purge_late (community_id uuid NOT NULL, note text)")
 	purgeExec(t, b, "INSERT INTO purge_late VALUES ($1, 'written before registration')", target)
 	purgeExec(t, b, "SELECT attach_community_write_fence('purge_late')")
-	err = b.store.VerifyPostgresLogicallyDeleted(ctx, token)
+	err = b.engine.CheckPostgresPurged(ctx, token)
 	require.ErrorIs(t, err, lifecycle.ErrRefused)
 	require.Contains(t, err.Error(), "purge_late")
 	purgeExec(t, b, "SELECT detach_community_write_fence('purge_late')")
 	purgeExec(t, b, "DROP TABLE purge_late")
-	require.NoError(t, b.store.VerifyPostgresLogicallyDeleted(ctx, token))
+	require.NoError(t, b.engine.CheckPostgresPurged(ctx, token))
 }
 
 func TestPurgePostgresRefusesAStaleTokenBeforeDeletingAnything(t *testing.T) {
@@ -359,7 +359,7 @@ func TestPurgePostgresRefusesAStaleTokenBeforeDeletingAnything(t *testing.T) {
 	current := purgeReclaim(t, b, stale, "purge-executor-2")
 	counts := purgeCounts(t, b, target)
 
-	_, err := b.store.PurgePostgres(t.Context(), stale, lifecycle.PurgeOptions{})
+	_, err := b.engine.EnterPostgresPurged(t.Context(), stale, lifecycle.PurgeOptions{})
 	require.True(t, lifecycle.IsStaleLease(err), "%v", err)
 	require.Equal(t, counts, purgeCounts(t, b, target))
 	for _, table := range purgeTables {
@@ -369,13 +369,13 @@ func TestPurgePostgresRefusesAStaleTokenBeforeDeletingAnything(t *testing.T) {
 	// A token without a fence generation is refused outright.
 	unfenced := current
 	unfenced.FenceGeneration = nil
-	_, err = b.store.PurgePostgres(t.Context(), unfenced, lifecycle.PurgeOptions{})
+	_, err = b.engine.EnterPostgresPurged(t.Context(), unfenced, lifecycle.PurgeOptions{})
 	require.ErrorIs(t, err, lifecycle.ErrRefused)
-	_, err = b.store.PurgePostgres(t.Context(), current, lifecycle.PurgeOptions{Method: "sideways"})
+	_, err = b.engine.EnterPostgresPurged(t.Context(), current, lifecycle.PurgeOptions{Method: "sideways"})
 	require.ErrorIs(t, err, lifecycle.ErrInvalidInput)
 	require.Equal(t, counts, purgeCounts(t, b, target))
 
-	result, err := b.store.PurgePostgres(t.Context(), current, lifecycle.PurgeOptions{})
+	result, err := b.engine.EnterPostgresPurged(t.Context(), current, lifecycle.PurgeOptions{})
 	require.NoError(t, err)
 	purgeRequireGone(t, b, current)
 	require.Equal(t, counts["fixture_messages"], result.Deleted["fixture_messages"])
@@ -410,7 +410,7 @@ func TestPurgePostgresResumesAfterCancelAndAfterItsConnectionIsKilled(t *testing
 	// 1. The caller cancels after a few batches.
 	cancelCtx, cancel := context.WithCancel(ctx)
 	batches := 0
-	_, err := b.store.PurgePostgres(cancelCtx, first, lifecycle.PurgeOptions{
+	_, err := b.engine.EnterPostgresPurged(cancelCtx, first, lifecycle.PurgeOptions{
 		MaxRowsPerTx: 300,
 		Progress: func(lifecycle.PurgeProgress) {
 			if batches++; batches == 5 {
@@ -445,10 +445,11 @@ func TestPurgePostgresResumesAfterCancelAndAfterItsConnectionIsKilled(t *testing
 	killPool, err := pgxpool.NewWithConfig(ctx, config)
 	require.NoError(t, err)
 	defer killPool.Close()
-	killStore := lifecycle.New(killPool)
+	killEngine, err := lifecycle.NewEngine(ctx, killPool, nil)
+	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() {
-		_, err := killStore.PurgePostgres(ctx, second, lifecycle.PurgeOptions{MaxRowsPerTx: 300})
+		_, err := killEngine.EnterPostgresPurged(ctx, second, lifecycle.PurgeOptions{MaxRowsPerTx: 300})
 		done <- err
 	}()
 	purgeWaitFor(t, b, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
@@ -468,9 +469,9 @@ func TestPurgePostgresResumesAfterCancelAndAfterItsConnectionIsKilled(t *testing
 	// 3. A third claim finishes the purge with the right totals; the older
 	// tokens are stale.
 	third := purgeReclaim(t, b, second, "purge-executor-3")
-	_, err = b.store.PurgePostgres(ctx, second, lifecycle.PurgeOptions{})
+	_, err = b.engine.EnterPostgresPurged(ctx, second, lifecycle.PurgeOptions{})
 	require.True(t, lifecycle.IsStaleLease(err), "%v", err)
-	result, err := b.store.PurgePostgres(ctx, third, lifecycle.PurgeOptions{MaxRowsPerTx: 300})
+	result, err := b.engine.EnterPostgresPurged(ctx, third, lifecycle.PurgeOptions{MaxRowsPerTx: 300})
 	require.NoError(t, err)
 	purgeRequireGone(t, b, third)
 	for _, table := range fixture.Tables {
@@ -505,7 +506,7 @@ func TestPurgePostgresWaitsForAMigrationAndRefusesTheDriftItCommits(t *testing.T
 	var migrationErr error
 	done := make(chan error, 1)
 	go func() {
-		_, err := b.store.PurgePostgres(ctx, token, lifecycle.PurgeOptions{
+		_, err := b.engine.EnterPostgresPurged(ctx, token, lifecycle.PurgeOptions{
 			MaxRowsPerTx: 1000,
 			Progress: func(p lifecycle.PurgeProgress) {
 				if p.Table != "fixture_reactions" || !p.Done {
@@ -548,7 +549,7 @@ func TestPurgePostgresWaitsForAMigrationAndRefusesTheDriftItCommits(t *testing.T
 
 	// Once the migration is undone, the purge finishes.
 	purgeExec(t, b, "DROP TABLE purge_probe")
-	result, err := b.store.PurgePostgres(ctx, token, lifecycle.PurgeOptions{})
+	result, err := b.engine.EnterPostgresPurged(ctx, token, lifecycle.PurgeOptions{})
 	require.NoError(t, err)
 	purgeRequireGone(t, b, token)
 	for _, table := range fixture.Tables {
@@ -573,7 +574,11 @@ func TestPurgePostgresDetachesAndDropsTheCommunitysOwnPartition(t *testing.T) {
 	otherBefore := purgeChecksums(t, b, other)
 	token := purgeReady(t, b, target)
 
-	result, err := b.store.PurgePostgres(ctx, token, lifecycle.PurgeOptions{})
+	// An executor whose login owns the partitioned table (here the
+	// superuser) may detach and drop.
+	owner, err := lifecycle.NewEngine(ctx, b.pool, nil)
+	require.NoError(t, err)
+	result, err := owner.EnterPostgresPurged(ctx, token, lifecycle.PurgeOptions{})
 	require.NoError(t, err)
 	var exists bool
 	require.NoError(t, b.pool.QueryRow(ctx, "SELECT to_regclass('fixture_activity_target') IS NOT NULL").Scan(&exists))
@@ -602,8 +607,8 @@ func TestPurgePostgresAsTheExecutorRoleEmptiesAPartitionItDoesNotOwn(t *testing.
 	purgePopulate(t, b, target, purgeSmall)
 	token := purgeReady(t, b, target)
 
-	executorStore := lifecycle.New(fixture.RolePool(t, b.url, fixture.RoleExecutor))
-	result, err := executorStore.PurgePostgres(ctx, token, lifecycle.PurgeOptions{})
+	// b.engine's login is a member of community_deletion_executor only.
+	result, err := b.engine.EnterPostgresPurged(ctx, token, lifecycle.PurgeOptions{})
 	require.NoError(t, err)
 	require.Equal(t, int64(purgeSmall.activity), result.Deleted["fixture_activity"])
 	var rows int64
@@ -630,7 +635,7 @@ func TestPurgePostgresRefusesAForeignKeyCycleAndPurgesABreakableOne(t *testing.T
 	counts := purgeCounts(t, b, target)
 	token := purgeReady(t, b, target)
 
-	_, err := b.store.PurgePostgres(ctx, token, lifecycle.PurgeOptions{})
+	_, err := b.engine.EnterPostgresPurged(ctx, token, lifecycle.PurgeOptions{})
 	require.ErrorIs(t, err, lifecycle.ErrRefused)
 	require.Contains(t, err.Error(), "[purge_cycle_a, purge_cycle_b]")
 	require.Equal(t, "bindings_removed", purgeStage(t, b, token.RequestID))
@@ -640,7 +645,7 @@ func TestPurgePostgresRefusesAForeignKeyCycleAndPurgesABreakableOne(t *testing.T
 	// first and its deletes clear purge_cycle_a.b_id.
 	purgeExec(t, b, `ALTER TABLE purge_cycle_a DROP CONSTRAINT purge_cycle_a_b_fkey,
 		ADD CONSTRAINT purge_cycle_a_b_fkey FOREIGN KEY (b_id) REFERENCES purge_cycle_b (id) ON DELETE SET NULL`)
-	result, err := b.store.PurgePostgres(ctx, token, lifecycle.PurgeOptions{})
+	result, err := b.engine.EnterPostgresPurged(ctx, token, lifecycle.PurgeOptions{})
 	require.NoError(t, err)
 	purgeRequireGone(t, b, token)
 	require.Equal(t, int64(50), result.Deleted["purge_cycle_a"])
@@ -664,7 +669,7 @@ func TestPurgePostgresClearsSelfReferencesThatPointAtNewerRows(t *testing.T) {
 	otherBefore := purgeChecksums(t, b, other)
 	token := purgeReady(t, b, target)
 
-	result, err := b.store.PurgePostgres(ctx, token, lifecycle.PurgeOptions{MaxRowsPerTx: 3})
+	result, err := b.engine.EnterPostgresPurged(ctx, token, lifecycle.PurgeOptions{MaxRowsPerTx: 3})
 	require.NoError(t, err)
 	purgeRequireGone(t, b, token)
 	require.Equal(t, int64(40), result.Deleted["fixture_members"])
@@ -707,7 +712,7 @@ func TestPurgePostgresBatchMethods(t *testing.T) {
 			counts := purgeCounts(t, b, target)
 			token := purgeReady(t, b, target)
 
-			result, err := b.store.PurgePostgres(ctx, token, lifecycle.PurgeOptions{MaxRowsPerTx: 400, Method: method})
+			result, err := b.engine.EnterPostgresPurged(ctx, token, lifecycle.PurgeOptions{MaxRowsPerTx: 400, Method: method})
 			require.NoError(t, err)
 			purgeRequireGone(t, b, token)
 			for _, table := range fixture.Tables {
@@ -741,7 +746,7 @@ func TestPurgePostgresTakesATableRegisteredWhileItRuns(t *testing.T) {
 	// and the purge plans again and takes them.
 	var once sync.Once
 	var migrationErr error
-	result, err := b.store.PurgePostgres(ctx, token, lifecycle.PurgeOptions{
+	result, err := b.engine.EnterPostgresPurged(ctx, token, lifecycle.PurgeOptions{
 		Progress: func(lifecycle.PurgeProgress) {
 			once.Do(func() {
 				migrationErr = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
@@ -785,30 +790,30 @@ func TestPurgePostgresWithinTheWholeLifecycle(t *testing.T) {
 	counts := purgeCounts(t, b, community)
 
 	// Every step before and after the purge through the Store.
-	submitted, err := b.store.Submit(ctx, host, "requester", "purge end to end")
+	submitted, err := b.operator.Submit(ctx, host, "requester", "purge end to end")
 	require.NoError(t, err)
-	schema, err := b.store.InventorySchema(ctx, community)
+	schema, err := b.operator.InventorySchema(ctx, community)
 	require.NoError(t, err)
 	storage := lifecycle.StorageManifest{Version: lifecycle.StorageManifestVersion, Prefixes: []lifecycle.PrefixManifest{
 		{Prefix: "_uploads/" + community.String() + "/", KeysDigest: lifecycle.EmptyKeysDigest},
 	}}
-	request, err := b.store.FreezeInventory(ctx, submitted.ID, lifecycle.FrozenInventory{Schema: *schema, Storage: storage})
+	request, err := b.operator.FreezeInventory(ctx, submitted.ID, lifecycle.FrozenInventory{Schema: *schema, Storage: storage})
 	require.NoError(t, err)
 	_, err = b.approver.Approve(ctx, request.ID, "approver", "")
 	require.NoError(t, err)
-	claim, err := b.store.ClaimSpecific(ctx, request.ID, "executor", lifecycle.DefaultLeaseDuration)
+	claim, err := b.engine.ClaimRequest(ctx, request.ID, "executor", lifecycle.DefaultLeaseDuration)
 	require.NoError(t, err)
 	require.NotNil(t, claim)
 	token := claim.Lease
-	require.NoError(t, b.store.BeginQuiescing(ctx, token))
-	generation, err := b.store.Fence(ctx, token)
+	require.NoError(t, b.engine.BeginQuiescing(ctx, token))
+	generation, err := b.engine.EnterFenced(ctx, token)
 	require.NoError(t, err)
 	token = token.WithFence(generation)
-	require.NoError(t, b.store.FreezeDestructiveStorageManifest(ctx, token, storage))
-	require.NoError(t, b.store.MarkDrained(ctx, token))
-	require.NoError(t, b.store.MarkBindingsRemoved(ctx, token, map[string]int{"keys": 0}))
+	require.NoError(t, b.engine.FreezeDestructiveManifest(ctx, token, storage))
+	require.NoError(t, b.engine.EnterDrained(ctx, token))
+	require.NoError(t, b.engine.EnterBindingsRemoved(ctx, token, map[string]int{"keys": 0}))
 
-	result, err := b.store.PurgePostgres(ctx, token, lifecycle.PurgeOptions{MaxRowsPerTx: 1000})
+	result, err := b.engine.EnterPostgresPurged(ctx, token, lifecycle.PurgeOptions{MaxRowsPerTx: 1000})
 	require.NoError(t, err)
 	for _, table := range fixture.Tables {
 		require.Equal(t, counts[table], result.Deleted[table], table)
@@ -817,13 +822,13 @@ func TestPurgePostgresWithinTheWholeLifecycle(t *testing.T) {
 	require.Equal(t, otherBefore, purgeChecksums(t, b, other))
 
 	// Verification belongs to cache_purged.
-	err = b.store.VerifyPostgresLogicallyDeleted(ctx, token)
+	err = b.engine.CheckPostgresPurged(ctx, token)
 	require.True(t, lifecycle.IsStaleLease(err), "%v", err)
-	require.NoError(t, b.store.MarkCachePurged(ctx, token, map[string]int{"keys": 0}))
-	require.NoError(t, b.store.VerifyPostgresLogicallyDeleted(ctx, token))
-	require.NoError(t, b.store.MarkLogicallyVerified(ctx, token, map[string]bool{"all": true}))
-	require.NoError(t, b.store.MarkRetentionPending(ctx, token, map[string]string{"objects": "none"}))
-	current, err := b.store.Get(ctx, request.ID)
+	require.NoError(t, b.engine.EnterCachePurged(ctx, token, map[string]int{"keys": 0}))
+	require.NoError(t, b.engine.CheckPostgresPurged(ctx, token))
+	require.NoError(t, b.engine.EnterLogicallyVerified(ctx, token, map[string]bool{"all": true}))
+	require.NoError(t, b.engine.EnterRetentionPending(ctx, token, map[string]string{"objects": "none"}))
+	current, err := b.operator.Get(ctx, request.ID)
 	require.NoError(t, err)
 	require.Equal(t, lifecycle.StageRetentionPending, current.Stage)
 	require.NotNil(t, current.CompletedAt)

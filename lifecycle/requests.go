@@ -109,7 +109,7 @@ type Page struct {
 // fenced or tombstoned community, and one that already has an open request
 // (of another requester, or past submitted), are refused with an error
 // matching ErrRefused; malformed arguments match ErrInvalidInput.
-func (s *Store) Submit(ctx context.Context, host, requestedBy, reason string) (*Request, error) {
+func (s *Operator) Submit(ctx context.Context, host, requestedBy, reason string) (*Request, error) {
 	host, err := validateOperator(host, "community host")
 	if err != nil {
 		return nil, err
@@ -159,33 +159,13 @@ func submitRefusal(ctx context.Context, q *dbgen.Queries, host string) error {
 	return refusef("community %s already has an open deletion request", community.ID)
 }
 
-// List returns up to limit requests, newest first. limit must be between 1
-// and MaxListLimit.
-func (s *Store) List(ctx context.Context, limit int) ([]*Request, error) {
-	if err := checkListLimit(limit); err != nil {
-		return nil, err
-	}
-	var requests []*Request
-	err := s.tx(ctx, func(q *dbgen.Queries) error {
-		rows, err := q.DeletionRequestList(ctx, int32(limit))
-		if err != nil {
-			return err
-		}
-		requests, err = requestsFromRows(rows)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list deletion requests: %w", err)
-	}
-	return requests, nil
-}
 
-// ListPage returns one page of requests, newest first (by creation time,
+// List returns one page of requests, newest first (by creation time,
 // then id), filtered by stage and blocked state when those are set. It
 // pages by keyset: pass the returned Next as After for the following page;
 // requests created meanwhile never shift a page. Next is nil on the last
 // page.
-func (s *Store) ListPage(ctx context.Context, params ListParams) (*Page, error) {
+func (s *Operator) List(ctx context.Context, params ListParams) (*Page, error) {
 	if err := checkListLimit(params.Limit); err != nil {
 		return nil, err
 	}
@@ -246,8 +226,8 @@ func (s *Store) ListPage(ctx context.Context, params ListParams) (*Page, error) 
 	return page, nil
 }
 
-// Get returns one request, or an error matching ErrNotFound.
-func (s *Store) Get(ctx context.Context, id uuid.UUID) (*Request, error) {
+// get returns one request, or an error matching ErrNotFound.
+func (s *store) get(ctx context.Context, id uuid.UUID) (*Request, error) {
 	var request *Request
 	err := s.tx(ctx, func(q *dbgen.Queries) error {
 		row, err := getRequestRow(ctx, q, id)
@@ -265,7 +245,7 @@ func (s *Store) Get(ctx context.Context, id uuid.UUID) (*Request, error) {
 
 // Inspect returns a request with its approval, its checkpoints and the
 // progress of its destructive key chunks, or an error matching ErrNotFound.
-func (s *Store) Inspect(ctx context.Context, id uuid.UUID) (*Inspection, error) {
+func (s *Operator) Inspect(ctx context.Context, id uuid.UUID) (*Inspection, error) {
 	var inspection *Inspection
 	err := s.tx(ctx, func(q *dbgen.Queries) error {
 		row, err := getRequestRow(ctx, q, id)
@@ -334,7 +314,7 @@ func (s *Store) Inspect(ctx context.Context, id uuid.UUID) (*Inspection, error) 
 // once and never change. inv must pass ValidateStorageManifest and
 // ValidateSchemaManifest (else ErrInvalidInput). A request that is not an
 // unblocked submitted request is refused with ErrRefused.
-func (s *Store) FreezeInventory(ctx context.Context, id uuid.UUID, inv FrozenInventory) (*Request, error) {
+func (s *Operator) FreezeInventory(ctx context.Context, id uuid.UUID, inv FrozenInventory) (*Request, error) {
 	if err := ValidateStorageManifest(inv.Storage); err != nil {
 		return nil, err
 	}
@@ -402,7 +382,7 @@ func freezeInventoryParams(id uuid.UUID, inv FrozenInventory) (dbgen.DeletionReq
 // approval is refused. The requester cannot approve their own request
 // (compared ignoring case and surrounding white space; the database enforces
 // the same rule). note is optional. Refusals match ErrRefused.
-func (s *Store) Approve(ctx context.Context, id uuid.UUID, approvedBy, note string) (*Request, error) {
+func (s *Operator) Approve(ctx context.Context, id uuid.UUID, approvedBy, note string) (*Request, error) {
 	approvedBy, err := validateOperator(approvedBy, "approved_by")
 	if err != nil {
 		return nil, err
@@ -496,7 +476,7 @@ func sameOperator(a, b string) bool {
 // reason and the time; its lease is cleared and its lease generation raised,
 // so every outstanding token is stale. A new request may then be submitted
 // for the community.
-func (s *Store) Abort(ctx context.Context, id uuid.UUID, abortedBy, reason string) (*Request, error) {
+func (s *Operator) Abort(ctx context.Context, id uuid.UUID, abortedBy, reason string) (*Request, error) {
 	abortedBy, err := validateOperator(abortedBy, "aborted_by")
 	if err != nil {
 		return nil, err
@@ -517,9 +497,13 @@ func (s *Store) Abort(ctx context.Context, id uuid.UUID, abortedBy, reason strin
 			return refusef("deletion %s is %s and can no longer be aborted", id, describeStage(&current))
 		}
 
-		community, err := q.CommunityGetForUpdate(ctx, current.CommunityID)
+		// No row lock: the community's deletion lock, held since
+		// lockRequestForOperator, orders every lifecycle step, and
+		// community_deletion_restore_active locks the row itself (an
+		// operator has no UPDATE on communities).
+		community, err := q.CommunityGetByID(ctx, current.CommunityID)
 		if err != nil {
-			return fmt.Errorf("lock community %s: %w", current.CommunityID, err)
+			return fmt.Errorf("read community %s: %w", current.CommunityID, err)
 		}
 		oldGeneration := community.DeletionFenceGeneration
 		var newGeneration *int64
@@ -591,7 +575,7 @@ func (s *Store) Abort(ctx context.Context, id uuid.UUID, abortedBy, reason strin
 // expired lease are cleared and the request is due at once. A request that
 // is not blocked, is terminal, or whose executor lease is still unexpired on
 // the database clock is refused with ErrRefused.
-func (s *Store) Unblock(ctx context.Context, id uuid.UUID, unblockedBy, reason string) (*Request, error) {
+func (s *Operator) Unblock(ctx context.Context, id uuid.UUID, unblockedBy, reason string) (*Request, error) {
 	unblockedBy, err := validateOperator(unblockedBy, "unblocked_by")
 	if err != nil {
 		return nil, err
@@ -639,13 +623,13 @@ func (s *Store) Unblock(ctx context.Context, id uuid.UUID, unblockedBy, reason s
 	return request, nil
 }
 
-// BlockPreclaimSetup durably blocks request id for a failure that happened
+// BlockBeforeClaim durably blocks request id for a failure that happened
 // before any executor claimed it (an executor that cannot even be set up,
 // say), with a failed checkpoint unitKey at the request's stage carrying
 // errText, which is stored bounded to MaxErrorBytes. It returns the blocked
 // request. A terminal request, or one an executor holds an unexpired lease
 // on (which must use Block instead), is refused with ErrRefused.
-func (s *Store) BlockPreclaimSetup(ctx context.Context, id uuid.UUID, unitKey, errText string) (*Request, error) {
+func (s *Engine) BlockBeforeClaim(ctx context.Context, id uuid.UUID, unitKey, errText string) (*Request, error) {
 	if err := checkUnitKey(unitKey); err != nil {
 		return nil, err
 	}
@@ -686,7 +670,8 @@ func (s *Store) BlockPreclaimSetup(ctx context.Context, id uuid.UUID, unitKey, e
 // Unblock. A token that no longer holds the request at stage (or under its
 // fence generation, from StageFenced on) returns a stale-lease error and
 // changes nothing.
-func (s *Store) Block(ctx context.Context, token LeaseToken, stage Stage, unitKey, errText string) error {
+func (s *Engine) Block(ctx context.Context, token LeaseToken, params BlockParams) error {
+	stage, unitKey, errText := params.Stage, params.Unit, params.Err
 	if err := checkExecutionStage(stage); err != nil {
 		return err
 	}

@@ -24,7 +24,7 @@ func TestSubmitIsIdempotentAndRefusesUnsubmittableCommunities(t *testing.T) {
 	ctx := t.Context()
 	community, host := b.createCommunity(t)
 
-	first, err := b.store.Submit(ctx, strings.ToUpper(host), "  alice ", "spam tenant")
+	first, err := b.operator.Submit(ctx, strings.ToUpper(host), "  alice ", "spam tenant")
 	require.NoError(t, err)
 	require.Equal(t, community, first.CommunityID)
 	require.Equal(t, host, first.CommunityHost, "the stored host is the community's own")
@@ -32,30 +32,30 @@ func TestSubmitIsIdempotentAndRefusesUnsubmittableCommunities(t *testing.T) {
 	require.Equal(t, "spam tenant", first.Reason)
 	require.Equal(t, lifecycle.StageSubmitted, first.Stage)
 
-	again, err := b.store.Submit(ctx, host, "alice", "second thoughts")
+	again, err := b.operator.Submit(ctx, host, "alice", "second thoughts")
 	require.NoError(t, err)
 	require.Equal(t, first.ID, again.ID, "the same requester gets the same request back")
 	require.Equal(t, "spam tenant", again.Reason, "and it is unchanged")
 
-	_, err = b.store.Submit(ctx, host, "bob", "")
+	_, err = b.operator.Submit(ctx, host, "bob", "")
 	require.ErrorIs(t, err, lifecycle.ErrRefused, "another requester cannot open a second request")
-	_, err = b.store.Submit(ctx, "missing.example", "alice", "")
+	_, err = b.operator.Submit(ctx, "missing.example", "alice", "")
 	require.ErrorIs(t, err, lifecycle.ErrRefused)
 
 	// Once inventoried the request is no longer returned as a resubmission.
-	schema, err := b.store.InventorySchema(ctx, community)
+	schema, err := b.operator.InventorySchema(ctx, community)
 	require.NoError(t, err)
-	_, err = b.store.FreezeInventory(ctx, first.ID, lifecycle.FrozenInventory{Schema: *schema, Storage: lcStorage(community)})
+	_, err = b.operator.FreezeInventory(ctx, first.ID, lifecycle.FrozenInventory{Schema: *schema, Storage: lcStorage(community)})
 	require.NoError(t, err)
-	_, err = b.store.Submit(ctx, host, "alice", "")
+	_, err = b.operator.Submit(ctx, host, "alice", "")
 	require.ErrorIs(t, err, lifecycle.ErrRefused)
 
 	// A fenced and a tombstoned community are refused.
 	fenced, _ := b.lcAt(t, lifecycle.StageFenced, false)
-	_, err = b.store.Submit(ctx, fenced.CommunityHost, "alice", "")
+	_, err = b.operator.Submit(ctx, fenced.CommunityHost, "alice", "")
 	require.ErrorIs(t, err, lifecycle.ErrRefused)
 	tombstoned, _ := b.lcAt(t, lifecycle.StagePostgresPurged, false)
-	_, err = b.store.Submit(ctx, tombstoned.CommunityHost, "alice", "")
+	_, err = b.operator.Submit(ctx, tombstoned.CommunityHost, "alice", "")
 	require.ErrorIs(t, err, lifecycle.ErrRefused)
 
 	var requests int
@@ -80,9 +80,9 @@ func TestFreezeApproveAndInspect(t *testing.T) {
 	require.Equal(t, digest, stored, "the stored inventory decodes to the frozen one")
 	require.NotNil(t, request.InventoryFrozenAt)
 
-	_, err = b.store.FreezeInventory(ctx, request.ID, inventory)
+	_, err = b.operator.FreezeInventory(ctx, request.ID, inventory)
 	require.ErrorIs(t, err, lifecycle.ErrRefused, "the inventory is frozen once")
-	_, err = b.store.FreezeInventory(ctx, uuid.New(), inventory)
+	_, err = b.operator.FreezeInventory(ctx, uuid.New(), inventory)
 	require.ErrorIs(t, err, lifecycle.ErrNotFound)
 
 	before := b.lcSnapshot(t, request.ID)
@@ -96,7 +96,7 @@ func TestFreezeApproveAndInspect(t *testing.T) {
 	_, err = b.approver.Approve(ctx, request.ID, "approver-2", "")
 	require.ErrorIs(t, err, lifecycle.ErrRefused, "approved once")
 
-	inspection, err := b.store.Inspect(ctx, request.ID)
+	inspection, err := b.operator.Inspect(ctx, request.ID)
 	require.NoError(t, err)
 	require.Equal(t, approved.ID, inspection.Request.ID)
 	require.NotNil(t, inspection.Approval)
@@ -105,15 +105,15 @@ func TestFreezeApproveAndInspect(t *testing.T) {
 	require.Equal(t, "looks right", inspection.Approval.Note)
 	require.False(t, inspection.Approval.ApprovedAt.IsZero())
 	require.Empty(t, inspection.Checkpoints)
-	_, err = b.store.Inspect(ctx, uuid.New())
+	_, err = b.operator.Inspect(ctx, uuid.New())
 	require.ErrorIs(t, err, lifecycle.ErrNotFound)
-	_, err = b.store.Get(ctx, uuid.New())
+	_, err = b.operator.Get(ctx, uuid.New())
 	require.ErrorIs(t, err, lifecycle.ErrNotFound)
 
 	// An inventory frozen behind the Store's back with a digest that does
 	// not match it is never approved.
 	community, host := b.createCommunity(t)
-	forged, err := b.store.Submit(ctx, host, "requester", "")
+	forged, err := b.operator.Submit(ctx, host, "requester", "")
 	require.NoError(t, err)
 	bogus := sha256.Sum256([]byte("not the inventory"))
 	require.NoError(t, b.lcExec(t, `UPDATE community_deletion_requests
@@ -141,7 +141,7 @@ func TestListPageKeysetPaginationAndFilters(t *testing.T) {
 		switch i % 3 {
 		case 0:
 			_, host := b.createCommunity(t)
-			r, err := b.store.Submit(ctx, host, "requester", "")
+			r, err := b.operator.Submit(ctx, host, "requester", "")
 			require.NoError(t, err)
 			request = r
 		case 1:
@@ -150,7 +150,7 @@ func TestListPageKeysetPaginationAndFilters(t *testing.T) {
 			request = b.lcApproved(t)
 		}
 		if i%4 == 0 {
-			r, err := b.store.BlockPreclaimSetup(ctx, request.ID, "pre_claim:setup", "held")
+			r, err := b.engine.BlockBeforeClaim(ctx, request.ID, "pre_claim:setup", "held")
 			require.NoError(t, err)
 			request = r
 		}
@@ -161,18 +161,18 @@ func TestListPageKeysetPaginationAndFilters(t *testing.T) {
 	newestFirst := slices.Clone(all)
 	slices.Reverse(newestFirst)
 
-	listed, err := b.store.List(ctx, 1000)
+	listed, err := b.operator.List(ctx, lifecycle.ListParams{Limit: 1000})
 	require.NoError(t, err)
-	require.Equal(t, newestFirst, lcIDs(listed))
-	listed, err = b.store.List(ctx, 2)
+	require.Equal(t, newestFirst, lcIDs(listed.Requests))
+	listed, err = b.operator.List(ctx, lifecycle.ListParams{Limit: 2})
 	require.NoError(t, err)
-	require.Equal(t, newestFirst[:2], lcIDs(listed))
+	require.Equal(t, newestFirst[:2], lcIDs(listed.Requests))
 
 	pages := func(params lifecycle.ListParams) []uuid.UUID {
 		t.Helper()
 		var ids []uuid.UUID
 		for range 20 {
-			page, err := b.store.ListPage(ctx, params)
+			page, err := b.operator.List(ctx, params)
 			require.NoError(t, err)
 			require.LessOrEqual(t, len(page.Requests), params.Limit)
 			ids = append(ids, lcIDs(page.Requests)...)
@@ -211,10 +211,10 @@ func TestListPageKeysetPaginationAndFilters(t *testing.T) {
 
 	// A request created after the first page was read never shifts the
 	// pages that follow: it sorts before the cursor.
-	first, err := b.store.ListPage(ctx, lifecycle.ListParams{Limit: 3})
+	first, err := b.operator.List(ctx, lifecycle.ListParams{Limit: 3})
 	require.NoError(t, err)
 	_, host := b.createCommunity(t)
-	_, err = b.store.Submit(ctx, host, "requester", "")
+	_, err = b.operator.Submit(ctx, host, "requester", "")
 	require.NoError(t, err)
 	rest := pages(lifecycle.ListParams{Limit: 3, After: first.Next})
 	require.Equal(t, newestFirst[3:], rest)
@@ -269,60 +269,57 @@ func TestInputValidationChangesNothing(t *testing.T) {
 
 	calls := map[string]error{}
 	record := func(name string, err error) { calls[name] = err }
-	_, err := b.store.Submit(ctx, host, " \t", "")
+	_, err := b.operator.Submit(ctx, host, " \t", "")
 	record("Submit blank requester", err)
-	_, err = b.store.Submit(ctx, "", "alice", "")
+	_, err = b.operator.Submit(ctx, "", "alice", "")
 	record("Submit blank host", err)
-	_, err = b.store.Submit(ctx, host, strings.Repeat("x", lifecycle.MaxOperatorBytes+1), "")
+	_, err = b.operator.Submit(ctx, host, strings.Repeat("x", lifecycle.MaxOperatorBytes+1), "")
 	record("Submit long requester", err)
-	_, err = b.store.Submit(ctx, host, "ali\x00ce", "")
+	_, err = b.operator.Submit(ctx, host, "ali\x00ce", "")
 	record("Submit NUL requester", err)
 	_, err = b.approver.Approve(ctx, request.ID, "", "")
 	record("Approve blank approver", err)
-	_, err = b.store.Abort(ctx, request.ID, " ", "reason")
+	_, err = b.operator.Abort(ctx, request.ID, " ", "reason")
 	record("Abort blank operator", err)
-	_, err = b.store.Abort(ctx, request.ID, "operator", "  ")
+	_, err = b.operator.Abort(ctx, request.ID, "operator", "  ")
 	record("Abort blank reason", err)
-	_, err = b.store.Unblock(ctx, request.ID, "", "reason")
+	_, err = b.operator.Unblock(ctx, request.ID, "", "reason")
 	record("Unblock blank operator", err)
-	_, err = b.store.Unblock(ctx, request.ID, "operator", "")
+	_, err = b.operator.Unblock(ctx, request.ID, "operator", "")
 	record("Unblock blank reason", err)
-	_, err = b.store.BlockPreclaimSetup(ctx, request.ID, "", "error")
+	_, err = b.engine.BlockBeforeClaim(ctx, request.ID, "", "error")
 	record("BlockPreclaimSetup blank unit", err)
-	record("Block blank unit", b.store.Block(ctx, token, lifecycle.StageApproved, "", "error"))
-	record("Block unknown stage", b.store.Block(ctx, token, noStage, "unit", "error"))
-	record("Block non-execution stage", b.store.Block(ctx, token, lifecycle.StageInventoried, "unit", "error"))
-	record("RecordRetry negative delay", b.store.RecordRetry(ctx, token, lifecycle.StageApproved, "unit", "error", -time.Second))
-	record("RecordRetry long unit", b.store.RecordRetry(ctx, token, lifecycle.StageApproved, strings.Repeat("u", 513), "error", 0))
-	_, err = b.store.ClaimNext(ctx, "", lcLease)
+	record("Block blank unit", b.engine.Block(ctx, token, lifecycle.BlockParams{Stage: lifecycle.StageApproved, Unit: "", Err: "error"}))
+	record("Block unknown stage", b.engine.Block(ctx, token, lifecycle.BlockParams{Stage: noStage, Unit: "unit", Err: "error"}))
+	record("Block non-execution stage", b.engine.Block(ctx, token, lifecycle.BlockParams{Stage: lifecycle.StageInventoried, Unit: "unit", Err: "error"}))
+	record("RecordRetry negative delay", b.engine.RecordRetry(ctx, token, lifecycle.RetryParams{Stage: lifecycle.StageApproved, Unit: "unit", Err: "error", After: -time.Second}))
+	record("RecordRetry long unit", b.engine.RecordRetry(ctx, token, lifecycle.RetryParams{Stage: lifecycle.StageApproved, Unit: strings.Repeat("u", 513), Err: "error", After: 0}))
+	_, err = b.engine.ClaimNext(ctx, "", lcLease)
 	record("ClaimNext blank owner", err)
-	_, err = b.store.ClaimNext(ctx, "executor", 0)
+	_, err = b.engine.ClaimNext(ctx, "executor", 0)
 	record("ClaimNext zero lease", err)
-	_, err = b.store.ClaimSpecific(ctx, request.ID, "executor", -time.Second)
+	_, err = b.engine.ClaimRequest(ctx, request.ID, "executor", -time.Second)
 	record("ClaimSpecific negative lease", err)
-	_, err = b.store.ClaimSpecific(ctx, request.ID, "executor", time.Nanosecond)
+	_, err = b.engine.ClaimRequest(ctx, request.ID, "executor", time.Nanosecond)
 	record("ClaimSpecific sub-microsecond lease", err)
-	record("Heartbeat zero lease", b.store.Heartbeat(ctx, token, "worker", 0, false))
-	record("Heartbeat blank mode", b.store.Heartbeat(ctx, token, "", lcLease, false))
-	record("StopExecutor blank id", b.store.StopExecutor(ctx, &token, " "))
-	record("VerifyExecutionToken unknown stage", b.store.VerifyExecutionToken(ctx, token, noStage))
-	_, err = b.store.List(ctx, 0)
-	record("List limit 0", err)
-	_, err = b.store.List(ctx, lifecycle.MaxListLimit+1)
+	record("Heartbeat zero lease", b.engine.Heartbeat(ctx, token, 0))
+	record("StopExecutor blank id", b.engine.Stop(ctx, lifecycle.StopParams{ExecutorID: " ", Release: &token}))
+	record("VerifyExecutionToken unknown stage", b.engine.VerifyToken(ctx, token, noStage))
+	_, err = b.operator.List(ctx, lifecycle.ListParams{Limit: lifecycle.MaxListLimit + 1})
 	record("List limit 1001", err)
-	_, err = b.store.ListPage(ctx, lifecycle.ListParams{Limit: 0})
+	_, err = b.operator.List(ctx, lifecycle.ListParams{Limit: 0})
 	record("ListPage limit 0", err)
-	_, err = b.store.ListPage(ctx, lifecycle.ListParams{Limit: -5})
+	_, err = b.operator.List(ctx, lifecycle.ListParams{Limit: -5})
 	record("ListPage negative limit", err)
-	_, err = b.store.ListPage(ctx, lifecycle.ListParams{Limit: 1001})
+	_, err = b.operator.List(ctx, lifecycle.ListParams{Limit: 1001})
 	record("ListPage limit 1001", err)
-	_, err = b.store.ListPage(ctx, lifecycle.ListParams{Limit: 10, Stage: &noStage})
+	_, err = b.operator.List(ctx, lifecycle.ListParams{Limit: 10, Stage: &noStage})
 	record("ListPage unknown stage", err)
-	_, err = b.store.ListPage(ctx, lifecycle.ListParams{Limit: 10, After: zeroCursor})
+	_, err = b.operator.List(ctx, lifecycle.ListParams{Limit: 10, After: zeroCursor})
 	record("ListPage zero cursor", err)
-	_, err = b.store.FreezeInventory(ctx, request.ID, lifecycle.FrozenInventory{})
+	_, err = b.operator.FreezeInventory(ctx, request.ID, lifecycle.FrozenInventory{})
 	record("FreezeInventory empty inventory", err)
-	record("MarkBindingsRemoved non-JSON detail", b.store.MarkBindingsRemoved(ctx, token.WithFence(1), func() {}))
+	record("MarkBindingsRemoved non-JSON detail", b.engine.EnterBindingsRemoved(ctx, token.WithFence(1), func() {}))
 
 	for name, err := range calls {
 		require.ErrorIs(t, err, lifecycle.ErrInvalidInput, name)

@@ -44,13 +44,13 @@ func (b *testBundle) lcInventoried(t *testing.T) (*lifecycle.Request, lifecycle.
 	t.Helper()
 	ctx := t.Context()
 	community, host := b.createCommunity(t)
-	submitted, err := b.store.Submit(ctx, host, "requester", "test deletion")
+	submitted, err := b.operator.Submit(ctx, host, "requester", "test deletion")
 	require.NoError(t, err)
 	require.Equal(t, community, submitted.CommunityID)
-	schema, err := b.store.InventorySchema(ctx, community)
+	schema, err := b.operator.InventorySchema(ctx, community)
 	require.NoError(t, err)
 	inventory := lifecycle.FrozenInventory{Schema: *schema, Storage: lcStorage(community)}
-	request, err := b.store.FreezeInventory(ctx, submitted.ID, inventory)
+	request, err := b.operator.FreezeInventory(ctx, submitted.ID, inventory)
 	require.NoError(t, err)
 	require.Equal(t, lifecycle.StageInventoried, request.Stage)
 	return request, inventory
@@ -70,7 +70,7 @@ func (b *testBundle) lcApproved(t *testing.T) *lifecycle.Request {
 func (b *testBundle) lcClaimed(t *testing.T) (*lifecycle.Request, lifecycle.LeaseToken) {
 	t.Helper()
 	request := b.lcApproved(t)
-	claim, err := b.store.ClaimSpecific(t.Context(), request.ID, "executor", lcLease)
+	claim, err := b.engine.ClaimRequest(t.Context(), request.ID, "executor", lcLease)
 	require.NoError(t, err)
 	require.NotNil(t, claim)
 	return claim.Request, claim.Lease
@@ -85,12 +85,12 @@ func (b *testBundle) lcAt(t *testing.T, stage lifecycle.Stage, quiesced bool) (*
 	request, token := b.lcClaimed(t)
 	if stage == lifecycle.StageApproved {
 		if quiesced {
-			require.NoError(t, b.store.BeginQuiescing(ctx, token))
+			require.NoError(t, b.engine.BeginQuiescing(ctx, token))
 		}
 		return request, token
 	}
-	require.NoError(t, b.store.BeginQuiescing(ctx, token))
-	generation, err := b.store.Fence(ctx, token)
+	require.NoError(t, b.engine.BeginQuiescing(ctx, token))
+	generation, err := b.engine.EnterFenced(ctx, token)
 	require.NoError(t, err)
 	token = token.WithFence(generation)
 	b.lcFreezeDestructive(t, request.ID, request.CommunityID)
@@ -98,11 +98,11 @@ func (b *testBundle) lcAt(t *testing.T, stage lifecycle.Stage, quiesced bool) (*
 		to   lifecycle.Stage
 		step func() error
 	}{
-		{lifecycle.StageDrained, func() error { return b.store.MarkDrained(ctx, token) }},
-		{lifecycle.StageBindingsRemoved, func() error { return b.store.MarkBindingsRemoved(ctx, token, map[string]int{"keys": 0}) }},
+		{lifecycle.StageDrained, func() error { return b.engine.EnterDrained(ctx, token) }},
+		{lifecycle.StageBindingsRemoved, func() error { return b.engine.EnterBindingsRemoved(ctx, token, map[string]int{"keys": 0}) }},
 		{lifecycle.StagePostgresPurged, func() error { b.lcTombstone(t, request.CommunityID, request.ID); return nil }},
-		{lifecycle.StageCachePurged, func() error { return b.store.MarkCachePurged(ctx, token, map[string]int{"keys": 0}) }},
-		{lifecycle.StageLogicallyVerified, func() error { return b.store.MarkLogicallyVerified(ctx, token, map[string]bool{"all": true}) }},
+		{lifecycle.StageCachePurged, func() error { return b.engine.EnterCachePurged(ctx, token, map[string]int{"keys": 0}) }},
+		{lifecycle.StageLogicallyVerified, func() error { return b.engine.EnterLogicallyVerified(ctx, token, map[string]bool{"all": true}) }},
 	}
 	for _, s := range steps {
 		if stage == lifecycle.StageFenced {
@@ -113,7 +113,7 @@ func (b *testBundle) lcAt(t *testing.T, stage lifecycle.Stage, quiesced bool) (*
 			break
 		}
 	}
-	current, err := b.store.Get(ctx, request.ID)
+	current, err := b.operator.Get(ctx, request.ID)
 	require.NoError(t, err)
 	require.Equal(t, stage, current.Stage)
 	return current, token
@@ -261,15 +261,15 @@ func TestScenarioApprovalBoundaryBlocksClaimUntilExactInventoryIsApproved(t *tes
 	b := setup(t)
 	ctx := t.Context()
 	request, inventory := b.lcInventoried(t)
-	claim, err := b.store.ClaimSpecific(ctx, request.ID, "executor-a", lcLease)
-	require.NoError(t, err)
-	require.Nil(t, claim, "an inventoried request is not claimable")
+	claim, err := b.engine.ClaimRequest(ctx, request.ID, "executor-a", lcLease)
+	require.ErrorIs(t, err, lifecycle.ErrNothingToClaim, "an inventoried request is not claimable")
+	require.Nil(t, claim)
 
 	// Row counts are observational evidence: serving churn after the freeze
 	// changes the live count but not the catalog, and approval still binds.
 	_, err = b.pool.Exec(ctx, "INSERT INTO fixture_members (community_id, handle) VALUES ($1, 'late')", request.CommunityID)
 	require.NoError(t, err)
-	live, err := b.store.InventorySchema(ctx, request.CommunityID)
+	live, err := b.operator.InventorySchema(ctx, request.CommunityID)
 	require.NoError(t, err)
 	require.Equal(t, inventory.Schema.RowCounts["fixture_members"]+1, live.RowCounts["fixture_members"])
 	require.Equal(t, inventory.Schema.ScopedTables, live.ScopedTables)
@@ -295,7 +295,7 @@ func TestScenarioApprovalBoundaryBlocksClaimUntilExactInventoryIsApproved(t *tes
 	_, err = b.pool.Exec(ctx, "UPDATE community_deletion_requests SET inventory_digest = $2 WHERE id = $1", request.ID, ones)
 	require.Error(t, err, "the frozen request digest stays bound to its approval")
 
-	claim, err = b.store.ClaimSpecific(ctx, request.ID, "executor-a", lcLease)
+	claim, err = b.engine.ClaimRequest(ctx, request.ID, "executor-a", lcLease)
 	require.NoError(t, err)
 	require.NotNil(t, claim)
 	require.Equal(t, int64(1), claim.Lease.Generation)
@@ -331,7 +331,7 @@ func TestScenarioApprovedRequestCannotBeRetargetedRewrittenOrClaimedWithoutAppro
 
 	_, err := b.approver.Approve(ctx, request.ID, "approver", "")
 	require.NoError(t, err)
-	claim, err := b.store.ClaimSpecific(ctx, request.ID, "forged-executor", lcLease)
+	claim, err := b.engine.ClaimRequest(ctx, request.ID, "forged-executor", lcLease)
 	require.NoError(t, err)
 	require.NotNil(t, claim)
 
@@ -344,10 +344,10 @@ func TestScenarioApprovedRequestCannotBeRetargetedRewrittenOrClaimedWithoutAppro
 	} {
 		require.Error(t, b.lcExec(t, update, request.ID), "approval updates must be refused: %s", update)
 	}
-	require.NoError(t, b.store.VerifyExecutionToken(ctx, claim.Lease, lifecycle.StageApproved))
+	require.NoError(t, b.engine.VerifyToken(ctx, claim.Lease, lifecycle.StageApproved))
 
 	require.NoError(t, b.lcExec(t, "UPDATE community_deletion_requests SET blocked_at = now(), blocked_reason = 'operator hold' WHERE id = $1", request.ID))
-	err = b.store.Heartbeat(ctx, claim.Lease, "worker", lcLease, false)
+	err = b.engine.Heartbeat(ctx, claim.Lease, lcLease)
 	require.True(t, lifecycle.IsStaleLease(err), "a blocked request must not renew its lease: %v", err)
 
 	forged, _ := b.lcInventoried(t)
@@ -356,8 +356,8 @@ func TestScenarioApprovedRequestCannotBeRetargetedRewrittenOrClaimedWithoutAppro
 	var pgErr *pgconn.PgError
 	require.True(t, errors.As(err, &pgErr))
 	require.Equal(t, "23000", pgErr.Code)
-	claim, err = b.store.ClaimSpecific(ctx, forged.ID, "forged-executor-2", lcLease)
-	require.NoError(t, err)
+	claim, err = b.engine.ClaimRequest(ctx, forged.ID, "forged-executor-2", lcLease)
+	require.ErrorIs(t, err, lifecycle.ErrNothingToClaim)
 	require.Nil(t, claim)
 
 	// The requester cannot approve, in Go or in the database.
@@ -366,7 +366,7 @@ func TestScenarioApprovedRequestCannotBeRetargetedRewrittenOrClaimedWithoutAppro
 	err = b.lcExec(t, `INSERT INTO community_deletion_approvals (request_id, community_id, inventory_digest, approved_by)
 		SELECT id, community_id, inventory_digest, 'Requester' FROM community_deletion_requests WHERE id = $1`, forged.ID)
 	require.Error(t, err)
-	unchanged, err := b.store.Get(ctx, forged.ID)
+	unchanged, err := b.operator.Get(ctx, forged.ID)
 	require.NoError(t, err)
 	require.Equal(t, lifecycle.StageInventoried, unchanged.Stage)
 }
@@ -380,11 +380,11 @@ func TestScenarioRetryExhaustionBlocksOnlyTheConsecutiveStageAndProgressResetsIt
 	request := b.lcApproved(t)
 
 	for attempt := int32(1); attempt <= lifecycle.MaxConsecutiveRetries; attempt++ {
-		claim, err := b.store.ClaimSpecific(ctx, request.ID, "executor", lcLease)
+		claim, err := b.engine.ClaimRequest(ctx, request.ID, "executor", lcLease)
 		require.NoError(t, err)
 		require.NotNil(t, claim, "claimable before exhaustion (attempt %d)", attempt)
-		require.NoError(t, b.store.RecordRetry(ctx, claim.Lease, lifecycle.StageApproved, "dependency", "dependency unavailable", 0))
-		observed, err := b.store.Get(ctx, request.ID)
+		require.NoError(t, b.engine.RecordRetry(ctx, claim.Lease, lifecycle.RetryParams{Stage: lifecycle.StageApproved, Unit: "dependency", Err: "dependency unavailable", After: 0}))
+		observed, err := b.operator.Get(ctx, request.ID)
 		require.NoError(t, err)
 		require.Equal(t, attempt, observed.RetryCount)
 		require.NotNil(t, observed.RetryStage)
@@ -392,11 +392,11 @@ func TestScenarioRetryExhaustionBlocksOnlyTheConsecutiveStageAndProgressResetsIt
 		require.Equal(t, attempt == lifecycle.MaxConsecutiveRetries, observed.Blocked(), "attempt %d", attempt)
 		require.Empty(t, observed.LeaseOwner)
 	}
-	claim, err := b.store.ClaimSpecific(ctx, request.ID, "blocked-executor", lcLease)
-	require.NoError(t, err)
+	claim, err := b.engine.ClaimRequest(ctx, request.ID, "blocked-executor", lcLease)
+	require.ErrorIs(t, err, lifecycle.ErrNothingToClaim)
 	require.Nil(t, claim)
 
-	recovered, err := b.store.Unblock(ctx, request.ID, "operator", "dependency repaired")
+	recovered, err := b.operator.Unblock(ctx, request.ID, "operator", "dependency repaired")
 	require.NoError(t, err)
 	require.Zero(t, recovered.RetryCount)
 	require.Nil(t, recovered.RetryStage)
@@ -404,26 +404,26 @@ func TestScenarioRetryExhaustionBlocksOnlyTheConsecutiveStageAndProgressResetsIt
 
 	// Seven failures, then progress: the streak restarts at the next stage.
 	for range lifecycle.MaxConsecutiveRetries - 1 {
-		claim, err := b.store.ClaimSpecific(ctx, request.ID, "executor", lcLease)
+		claim, err := b.engine.ClaimRequest(ctx, request.ID, "executor", lcLease)
 		require.NoError(t, err)
 		require.NotNil(t, claim)
-		require.NoError(t, b.store.RecordRetry(ctx, claim.Lease, lifecycle.StageApproved, "dependency", "flaky", 0))
+		require.NoError(t, b.engine.RecordRetry(ctx, claim.Lease, lifecycle.RetryParams{Stage: lifecycle.StageApproved, Unit: "dependency", Err: "flaky", After: 0}))
 	}
-	claim, err = b.store.ClaimSpecific(ctx, request.ID, "successor", lcLease)
+	claim, err = b.engine.ClaimRequest(ctx, request.ID, "successor", lcLease)
 	require.NoError(t, err)
 	require.NotNil(t, claim)
-	require.NoError(t, b.store.BeginQuiescing(ctx, claim.Lease))
-	generation, err := b.store.Fence(ctx, claim.Lease)
+	require.NoError(t, b.engine.BeginQuiescing(ctx, claim.Lease))
+	generation, err := b.engine.EnterFenced(ctx, claim.Lease)
 	require.NoError(t, err)
-	advanced, err := b.store.Get(ctx, request.ID)
+	advanced, err := b.operator.Get(ctx, request.ID)
 	require.NoError(t, err)
 	require.Equal(t, lifecycle.StageFenced, advanced.Stage)
 	require.Zero(t, advanced.RetryCount)
 	require.Nil(t, advanced.RetryStage)
 
 	token := claim.Lease.WithFence(generation)
-	require.NoError(t, b.store.RecordRetry(ctx, token, lifecycle.StageFenced, "drain", "still draining", 0))
-	after, err := b.store.Get(ctx, request.ID)
+	require.NoError(t, b.engine.RecordRetry(ctx, token, lifecycle.RetryParams{Stage: lifecycle.StageFenced, Unit: "drain", Err: "still draining", After: 0}))
+	after, err := b.operator.Get(ctx, request.ID)
 	require.NoError(t, err)
 	require.Equal(t, int32(1), after.RetryCount, "failures before the progress do not count")
 	require.False(t, after.Blocked())
@@ -441,12 +441,12 @@ func TestScenarioAbortSerializesBeforeQuiescingWithoutDeadlock(t *testing.T) {
 
 	aborted := make(chan lcAbortResult, 1)
 	go func() {
-		r, err := b.store.Abort(ctx, request.ID, "operator", "race recovery")
+		r, err := b.operator.Abort(ctx, request.ID, "operator", "race recovery")
 		aborted <- lcAbortResult{r, err}
 	}()
 	b.lcWaitForLockWaiters(t, 1)
 	quiesced := make(chan error, 1)
-	go func() { quiesced <- b.store.BeginQuiescing(ctx, token) }()
+	go func() { quiesced <- b.engine.BeginQuiescing(ctx, token) }()
 	b.lcWaitForLockWaiters(t, 2)
 	select {
 	case <-aborted:
@@ -480,13 +480,13 @@ func TestScenarioAbortSerializesBeforeFenceWithoutDeadlock(t *testing.T) {
 
 	aborted := make(chan lcAbortResult, 1)
 	go func() {
-		r, err := b.store.Abort(ctx, request.ID, "operator", "race recovery")
+		r, err := b.operator.Abort(ctx, request.ID, "operator", "race recovery")
 		aborted <- lcAbortResult{r, err}
 	}()
 	b.lcWaitForLockWaiters(t, 1)
 	fenced := make(chan error, 1)
 	go func() {
-		_, err := b.store.Fence(ctx, token)
+		_, err := b.engine.EnterFenced(ctx, token)
 		fenced <- err
 	}()
 	b.lcWaitForLockWaiters(t, 2)
@@ -521,7 +521,7 @@ func TestScenarioAbortPreservesAuditAndAllowsFreshRequest(t *testing.T) {
 	b := setup(t)
 	ctx := t.Context()
 	request := b.lcApproved(t)
-	aborted, err := b.store.Abort(ctx, request.ID, "operator", "cancel deletion")
+	aborted, err := b.operator.Abort(ctx, request.ID, "operator", "cancel deletion")
 	require.NoError(t, err)
 	require.Equal(t, lifecycle.StageAborted, aborted.Stage)
 	require.Equal(t, "operator", aborted.AbortedBy)
@@ -530,14 +530,14 @@ func TestScenarioAbortPreservesAuditAndAllowsFreshRequest(t *testing.T) {
 	require.NotNil(t, aborted.CompletedAt)
 	require.Equal(t, request.LeaseGeneration+1, aborted.LeaseGeneration)
 
-	replacement, err := b.store.Submit(ctx, request.CommunityHost, "second-operator", "fresh review")
+	replacement, err := b.operator.Submit(ctx, request.CommunityHost, "second-operator", "fresh review")
 	require.NoError(t, err)
 	require.NotEqual(t, request.ID, replacement.ID)
 	require.Equal(t, lifecycle.StageSubmitted, replacement.Stage)
 	require.Empty(t, replacement.InventoryDigest)
 	require.Nil(t, replacement.Inventory)
 
-	preserved, err := b.store.Inspect(ctx, request.ID)
+	preserved, err := b.operator.Inspect(ctx, request.ID)
 	require.NoError(t, err)
 	require.Equal(t, lifecycle.StageAborted, preserved.Request.Stage)
 	require.NotNil(t, preserved.Approval, "the approval evidence stays")
@@ -557,13 +557,13 @@ func TestScenarioPreclaimSetupFailureIsDurableWithoutALease(t *testing.T) {
 	b := setup(t)
 	ctx := t.Context()
 	request := b.lcApproved(t)
-	blocked, err := b.store.BlockPreclaimSetup(ctx, request.ID, "pre_claim:service_setup", "S3_ENDPOINT is required")
+	blocked, err := b.engine.BlockBeforeClaim(ctx, request.ID, "pre_claim:service_setup", "S3_ENDPOINT is required")
 	require.NoError(t, err)
 	require.Equal(t, lifecycle.StageApproved, blocked.Stage)
 	require.Equal(t, "S3_ENDPOINT is required", blocked.BlockedReason)
 	require.Equal(t, "S3_ENDPOINT is required", blocked.LastError)
 	require.Empty(t, blocked.LeaseOwner)
-	inspection, err := b.store.Inspect(ctx, request.ID)
+	inspection, err := b.operator.Inspect(ctx, request.ID)
 	require.NoError(t, err)
 	checkpoint := lcCheckpoint(t, inspection, "pre_claim:service_setup")
 	require.Equal(t, "failed", checkpoint.Status)
@@ -571,13 +571,13 @@ func TestScenarioPreclaimSetupFailureIsDurableWithoutALease(t *testing.T) {
 	require.Equal(t, int32(1), checkpoint.Attempts)
 	require.Nil(t, checkpoint.CompletedAt)
 
-	_, err = b.store.Unblock(ctx, request.ID, "operator", "dependency repaired")
+	_, err = b.operator.Unblock(ctx, request.ID, "operator", "dependency repaired")
 	require.NoError(t, err)
-	blockedAgain, err := b.store.BlockPreclaimSetup(ctx, request.ID, "pre_claim:service_setup", "REDIS_URL is required")
+	blockedAgain, err := b.engine.BlockBeforeClaim(ctx, request.ID, "pre_claim:service_setup", "REDIS_URL is required")
 	require.NoError(t, err)
 	require.Equal(t, "REDIS_URL is required", blockedAgain.BlockedReason)
 	require.Equal(t, "REDIS_URL is required", blockedAgain.LastError)
-	repeated, err := b.store.Inspect(ctx, request.ID)
+	repeated, err := b.operator.Inspect(ctx, request.ID)
 	require.NoError(t, err)
 	checkpoint = lcCheckpoint(t, repeated, "pre_claim:service_setup")
 	require.Equal(t, "failed", checkpoint.Status)
@@ -589,13 +589,13 @@ func TestScenarioPreclaimSetupFailureIsDurableWithoutALease(t *testing.T) {
 	require.Nil(t, checkpoint.CompletedAt)
 
 	// A live lease belongs to Block, not to a pre-claim failure.
-	_, err = b.store.Unblock(ctx, request.ID, "operator", "repaired again")
+	_, err = b.operator.Unblock(ctx, request.ID, "operator", "repaired again")
 	require.NoError(t, err)
-	claim, err := b.store.ClaimSpecific(ctx, request.ID, "executor", lcLease)
+	claim, err := b.engine.ClaimRequest(ctx, request.ID, "executor", lcLease)
 	require.NoError(t, err)
 	require.NotNil(t, claim)
 	before := b.lcSnapshot(t, request.ID)
-	_, err = b.store.BlockPreclaimSetup(ctx, request.ID, "pre_claim:service_setup", "late")
+	_, err = b.engine.BlockBeforeClaim(ctx, request.ID, "pre_claim:service_setup", "late")
 	require.ErrorIs(t, err, lifecycle.ErrRefused)
 	require.Equal(t, before, b.lcSnapshot(t, request.ID))
 }
@@ -607,24 +607,24 @@ func TestScenarioOperatorUnblockPreservesApprovalAndRecordsRecovery(t *testing.T
 	b := setup(t)
 	ctx := t.Context()
 	request, token := b.lcClaimed(t)
-	require.NoError(t, b.store.Block(ctx, token, lifecycle.StageApproved, "dependency", "operator repair required"))
+	require.NoError(t, b.engine.Block(ctx, token, lifecycle.BlockParams{Stage: lifecycle.StageApproved, Unit: "dependency", Err: "operator repair required"}))
 
-	_, err := b.store.Unblock(ctx, request.ID, "", "repair")
+	_, err := b.operator.Unblock(ctx, request.ID, "", "repair")
 	require.ErrorIs(t, err, lifecycle.ErrInvalidInput)
-	recovered, err := b.store.Unblock(ctx, request.ID, "operator", "bucket policy repaired")
+	recovered, err := b.operator.Unblock(ctx, request.ID, "operator", "bucket policy repaired")
 	require.NoError(t, err)
 	require.Equal(t, lifecycle.StageApproved, recovered.Stage)
 	require.False(t, recovered.Blocked())
 	require.Empty(t, recovered.LastError)
 	require.Equal(t, request.InventoryDigest, recovered.InventoryDigest)
 	require.Equal(t, request.FenceGeneration, recovered.FenceGeneration)
-	_, err = b.store.Unblock(ctx, request.ID, "operator", "again")
+	_, err = b.operator.Unblock(ctx, request.ID, "operator", "again")
 	require.ErrorIs(t, err, lifecycle.ErrRefused, "a request that is not blocked cannot be unblocked")
-	claim, err := b.store.ClaimSpecific(ctx, request.ID, "successor", lcLease)
+	claim, err := b.engine.ClaimRequest(ctx, request.ID, "successor", lcLease)
 	require.NoError(t, err)
 	require.NotNil(t, claim)
 
-	inspection, err := b.store.Inspect(ctx, request.ID)
+	inspection, err := b.operator.Inspect(ctx, request.ID)
 	require.NoError(t, err)
 	require.NotNil(t, inspection.Approval)
 	require.Equal(t, "approver", inspection.Approval.ApprovedBy)
@@ -640,10 +640,10 @@ func TestScenarioOperatorUnblockPreservesApprovalAndRecordsRecovery(t *testing.T
 	// A blocked request whose executor lease is still live on the database
 	// clock is not unblocked under it.
 	require.NoError(t, b.lcExec(t, "UPDATE community_deletion_requests SET blocked_at = now(), blocked_reason = 'hold' WHERE id = $1", request.ID))
-	_, err = b.store.Unblock(ctx, request.ID, "operator", "too early")
+	_, err = b.operator.Unblock(ctx, request.ID, "operator", "too early")
 	require.ErrorIs(t, err, lifecycle.ErrRefused)
 	require.NoError(t, b.lcExec(t, "UPDATE community_deletion_requests SET lease_until = now() - interval '1 second' WHERE id = $1", request.ID))
-	_, err = b.store.Unblock(ctx, request.ID, "operator", "lease expired")
+	_, err = b.operator.Unblock(ctx, request.ID, "operator", "lease expired")
 	require.NoError(t, err)
 }
 
@@ -656,26 +656,26 @@ func TestScenarioStaleClaimAndFenceGenerationFailClosed(t *testing.T) {
 	request, token := b.lcClaimed(t)
 	stale := token
 	stale.Generation--
-	_, err := b.store.Fence(ctx, stale)
+	_, err := b.engine.EnterFenced(ctx, stale)
 	require.True(t, lifecycle.IsStaleLease(err), "%v", err)
 
 	other, _ := b.createCommunity(t)
 	wrongCommunity := token
 	wrongCommunity.CommunityID = other
-	require.True(t, lifecycle.IsStaleLease(b.store.BeginQuiescing(ctx, wrongCommunity)),
+	require.True(t, lifecycle.IsStaleLease(b.engine.BeginQuiescing(ctx, wrongCommunity)),
 		"a token stays bound to its request's community")
 	state, _, _ := b.lcCommunity(t, other)
 	require.Equal(t, "active", state)
 
-	require.NoError(t, b.store.BeginQuiescing(ctx, token))
-	generation, err := b.store.Fence(ctx, token)
+	require.NoError(t, b.engine.BeginQuiescing(ctx, token))
+	generation, err := b.engine.EnterFenced(ctx, token)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), generation)
 	b.lcFreezeDestructive(t, request.ID, request.CommunityID)
 	wrongFence := token.WithFence(generation + 1)
-	require.True(t, lifecycle.IsStaleLease(b.store.MarkDrained(ctx, wrongFence)), "a wrong fence generation is refused")
-	require.ErrorIs(t, b.store.MarkDrained(ctx, token), lifecycle.ErrRefused, "a token without its fence generation is refused")
-	require.NoError(t, b.store.MarkDrained(ctx, token.WithFence(generation)))
+	require.True(t, lifecycle.IsStaleLease(b.engine.EnterDrained(ctx, wrongFence)), "a wrong fence generation is refused")
+	require.ErrorIs(t, b.engine.EnterDrained(ctx, token), lifecycle.ErrRefused, "a token without its fence generation is refused")
+	require.NoError(t, b.engine.EnterDrained(ctx, token.WithFence(generation)))
 }
 
 // A write admitted before the fence holds it off; the fence then commits
@@ -694,11 +694,11 @@ func TestScenarioFenceWaitsForOpenWriteAndRejectsItAfterTransition(t *testing.T)
 
 	fenced := make(chan error, 1)
 	go func() {
-		if err := b.store.BeginQuiescing(ctx, token); err != nil {
+		if err := b.engine.BeginQuiescing(ctx, token); err != nil {
 			fenced <- err
 			return
 		}
-		_, err := b.store.Fence(ctx, token)
+		_, err := b.engine.EnterFenced(ctx, token)
 		fenced <- err
 	}()
 	b.lcWaitForLockWaiters(t, 1)

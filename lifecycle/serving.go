@@ -79,7 +79,7 @@ func (e *StaleServingLeaseError) Is(target error) bool {
 	return target == ErrAccessDenied
 }
 
-// AcquireServingWriteLease admits one external serving side effect of
+// AcquireWriteLease admits one external serving side effect of
 // community for d and returns its lease. It first asserts the community write
 // admission, which refuses REPEATABLE READ and SERIALIZABLE and takes the
 // shared community lock, so a lifecycle transition (which takes that lock
@@ -90,7 +90,7 @@ func (e *StaleServingLeaseError) Is(target error) bool {
 // one and its generation comes from the lease table's sequence. owner and
 // operation are trimmed and must be storable names; d must be positive and
 // is rounded up to whole seconds.
-func (s *Store) AcquireServingWriteLease(ctx context.Context, community uuid.UUID, operation, owner string, d time.Duration) (*ServingWriteLease, error) {
+func (s *Serving) AcquireWriteLease(ctx context.Context, community uuid.UUID, operation, owner string, d time.Duration) (*ServingWriteLease, error) {
 	if community == uuid.Nil {
 		return nil, invalidf("serving write lease needs a community id")
 	}
@@ -129,7 +129,7 @@ func (s *Store) AcquireServingWriteLease(ctx context.Context, community uuid.UUI
 	return lease, nil
 }
 
-// RenewServingWriteLease extends lease to d from now and updates
+// RenewWriteLease extends lease to d from now and updates
 // lease.LeaseUntil. Under the shared community lock it renews only exactly
 // this unexpired lease, and only while its community is active or quiescing
 // at the lease's fence generation: a lease admitted before quiescing keeps
@@ -137,7 +137,7 @@ func (s *Store) AcquireServingWriteLease(ctx context.Context, community uuid.UUI
 // renews a lease past the fence. A lease that is not current returns a
 // *StaleServingLeaseError. d must be positive and is rounded up to whole
 // seconds.
-func (s *Store) RenewServingWriteLease(ctx context.Context, lease *ServingWriteLease, d time.Duration) error {
+func (s *Serving) RenewWriteLease(ctx context.Context, lease *ServingWriteLease, d time.Duration) error {
 	if err := checkServingLease(lease); err != nil {
 		return err
 	}
@@ -170,10 +170,10 @@ func (s *Store) RenewServingWriteLease(ctx context.Context, lease *ServingWriteL
 	return nil
 }
 
-// ReleaseServingWriteLease deletes exactly lease and reports whether it was
+// ReleaseWriteLease deletes exactly lease and reports whether it was
 // still there. Releasing a lease that expired and was reaped, or was already
 // released, is harmless and reports false.
-func (s *Store) ReleaseServingWriteLease(ctx context.Context, lease *ServingWriteLease) (bool, error) {
+func (s *Serving) ReleaseWriteLease(ctx context.Context, lease *ServingWriteLease) (bool, error) {
 	if err := checkServingLease(lease); err != nil {
 		return false, err
 	}
@@ -195,14 +195,14 @@ func (s *Store) ReleaseServingWriteLease(ctx context.Context, lease *ServingWrit
 	return released, nil
 }
 
-// VerifyServingWriteLease checks, under the shared community lock, that lease
+// VerifyWriteLease checks, under the shared community lock, that lease
 // is still exactly current: unexpired on the database clock, with its
 // community active or quiescing at the lease's fence generation. It returns a
 // *StaleServingLeaseError otherwise. To make the final write of a side effect
 // under the lease, use GuardTransactionWithServingLease in that write's own
 // transaction instead: a check in a separate transaction proves nothing about
 // a later one.
-func (s *Store) VerifyServingWriteLease(ctx context.Context, lease *ServingWriteLease) error {
+func (s *Serving) VerifyWriteLease(ctx context.Context, lease *ServingWriteLease) error {
 	if err := checkServingLease(lease); err != nil {
 		return err
 	}
@@ -219,7 +219,7 @@ func (s *Store) VerifyServingWriteLease(ctx context.Context, lease *ServingWrite
 // and returns how many it deleted. Rows another transaction holds are skipped,
 // so concurrent reapers never wait for one another. limit must be between 1
 // and MaxServingLeaseReapBatch.
-func (s *Store) ReapExpiredServingWriteLeases(ctx context.Context, limit int) (int64, error) {
+func (s *Operator) ReapExpiredServingWriteLeases(ctx context.Context, limit int) (int64, error) {
 	if limit < 1 || limit > MaxServingLeaseReapBatch {
 		return 0, invalidf("serving lease reap limit %d is outside 1..%d", limit, MaxServingLeaseReapBatch)
 	}
@@ -241,7 +241,7 @@ func (s *Store) ReapExpiredServingWriteLeases(ctx context.Context, limit int) (i
 // ServingLeaseStats returns the number of active and expired serving write
 // leases and PostgreSQL's dead-tuple estimate for their table, for
 // monitoring the reaper. It counts the whole table.
-func (s *Store) ServingLeaseStats(ctx context.Context) (ServingLeaseStats, error) {
+func (s *Operator) ServingLeaseStats(ctx context.Context) (ServingLeaseStats, error) {
 	var stats ServingLeaseStats
 	err := s.tx(ctx, func(q *dbgen.Queries) error {
 		row, err := q.ServingWriteLeaseStats(ctx)
@@ -257,11 +257,11 @@ func (s *Store) ServingLeaseStats(ctx context.Context) (ServingLeaseStats, error
 	return stats, nil
 }
 
-// IsServingActive reports whether community exists, is active (no deletion
+// IsActive reports whether community exists, is active (no deletion
 // has started quiescing it) and is not archived: whether the serving path
 // should offer it at all. It is advice for the serving path, not an
 // admission: admit writes with AcquireServingWriteLease or GuardTransaction.
-func (s *Store) IsServingActive(ctx context.Context, community uuid.UUID) (bool, error) {
+func (s *Serving) IsActive(ctx context.Context, community uuid.UUID) (bool, error) {
 	var active bool
 	err := s.tx(ctx, func(q *dbgen.Queries) error {
 		row, err := q.CommunityGetByID(ctx, community)
@@ -283,7 +283,7 @@ func (s *Store) IsServingActive(ctx context.Context, community uuid.UUID) (bool,
 // ServingWritesDrained reports whether community has no unexpired serving
 // write lease left. It is an observation: the fence repeats the count under
 // the exclusive community lock before it commits.
-func (s *Store) ServingWritesDrained(ctx context.Context, community uuid.UUID) (bool, error) {
+func (s *Engine) ServingWritesDrained(ctx context.Context, community uuid.UUID) (bool, error) {
 	var drained bool
 	err := s.tx(ctx, func(q *dbgen.Queries) error {
 		row, err := q.ServingWriteLeaseCountActive(ctx, community)
@@ -310,7 +310,7 @@ func (s *Store) ServingWritesDrained(ctx context.Context, community uuid.UUID) (
 // database admits it. Call it before the transaction's first write; the
 // shared lock makes a lifecycle transition wait for tx. After a refusal tx is
 // aborted and must be rolled back.
-func (s *Store) GuardTransaction(ctx context.Context, tx pgx.Tx, community uuid.UUID) error {
+func (s *Serving) GuardTransaction(ctx context.Context, tx pgx.Tx, community uuid.UUID) error {
 	if tx == nil {
 		return invalidf("guard transaction needs a transaction")
 	}
@@ -323,7 +323,7 @@ func (s *Store) GuardTransaction(ctx context.Context, tx pgx.Tx, community uuid.
 	return nil
 }
 
-// GuardTransactionWithServingLease admits the caller's own transaction tx to
+// GuardTransactionWithLease admits the caller's own transaction tx to
 // make the final writes of the side effect lease admitted. In tx it refuses
 // any isolation level but READ COMMITTED (ErrRefused), takes the shared
 // community lock until tx ends, verifies that lease is still exactly current
@@ -332,7 +332,7 @@ func (s *Store) GuardTransaction(ctx context.Context, tx pgx.Tx, community uuid.
 // is quiescing; while it is active they are admitted anyway. The check and
 // the writes share one transaction and one lock, so the fence cannot commit
 // between them. After a refusal tx must be rolled back.
-func (s *Store) GuardTransactionWithServingLease(ctx context.Context, tx pgx.Tx, lease *ServingWriteLease) error {
+func (s *Serving) GuardTransactionWithLease(ctx context.Context, tx pgx.Tx, lease *ServingWriteLease) error {
 	if tx == nil {
 		return invalidf("guard transaction needs a transaction")
 	}

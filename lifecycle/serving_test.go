@@ -23,11 +23,11 @@ func (b *testBundle) storeApprovedRequest(t *testing.T) (community, request uuid
 	t.Helper()
 	ctx := t.Context()
 	community, host := b.createCommunity(t)
-	submitted, err := b.store.Submit(ctx, host, "requester", "test deletion")
+	submitted, err := b.operator.Submit(ctx, host, "requester", "test deletion")
 	require.NoError(t, err)
-	schema, err := b.store.InventorySchema(ctx, community)
+	schema, err := b.operator.InventorySchema(ctx, community)
 	require.NoError(t, err)
-	_, err = b.store.FreezeInventory(ctx, submitted.ID, lifecycle.FrozenInventory{Schema: *schema, Storage: emptyStorage(community)})
+	_, err = b.operator.FreezeInventory(ctx, submitted.ID, lifecycle.FrozenInventory{Schema: *schema, Storage: emptyStorage(community)})
 	require.NoError(t, err)
 	_, err = b.approver.Approve(ctx, submitted.ID, "approver", "")
 	require.NoError(t, err)
@@ -37,7 +37,7 @@ func (b *testBundle) storeApprovedRequest(t *testing.T) (community, request uuid
 // storeClaim claims request for "executor" and returns the lease token.
 func (b *testBundle) storeClaim(t *testing.T, request uuid.UUID) lifecycle.LeaseToken {
 	t.Helper()
-	claimed, err := b.store.ClaimSpecific(t.Context(), request, "executor", lifecycle.DefaultLeaseDuration)
+	claimed, err := b.engine.ClaimRequest(t.Context(), request, "executor", lifecycle.DefaultLeaseDuration)
 	require.NoError(t, err)
 	require.NotNil(t, claimed, "request %s is not claimable", request)
 	return claimed.Lease
@@ -48,7 +48,7 @@ func (b *testBundle) storeQuiescing(t *testing.T) (community uuid.UUID, token li
 	t.Helper()
 	community, request := b.storeApprovedRequest(t)
 	token = b.storeClaim(t, request)
-	require.NoError(t, b.store.BeginQuiescing(t.Context(), token))
+	require.NoError(t, b.engine.BeginQuiescing(t.Context(), token))
 	return community, token
 }
 
@@ -57,7 +57,7 @@ func (b *testBundle) storeQuiescing(t *testing.T) (community uuid.UUID, token li
 func (b *testBundle) storeFencedToken(t *testing.T) (community uuid.UUID, token lifecycle.LeaseToken) {
 	t.Helper()
 	community, token = b.storeQuiescing(t)
-	generation, err := b.store.Fence(t.Context(), token)
+	generation, err := b.engine.EnterFenced(t.Context(), token)
 	require.NoError(t, err)
 	return community, token.WithFence(generation)
 }
@@ -67,7 +67,7 @@ func (b *testBundle) storeFencedToken(t *testing.T) (community uuid.UUID, token 
 // postgres_purged.
 func (b *testBundle) purgeToTombstone(t *testing.T, token lifecycle.LeaseToken) {
 	t.Helper()
-	_, err := b.store.PurgePostgres(t.Context(), token, lifecycle.PurgeOptions{})
+	_, err := b.engine.EnterPostgresPurged(t.Context(), token, lifecycle.PurgeOptions{})
 	require.NoError(t, err)
 }
 
@@ -122,7 +122,7 @@ func TestServingLeaseLifecycleWhileActive(t *testing.T) {
 	ctx := t.Context()
 	community, _ := b.createCommunity(t)
 
-	lease, err := b.store.AcquireServingWriteLease(ctx, community, "  upload  ", " server-1 ", 1500*time.Millisecond)
+	lease, err := b.serving.AcquireWriteLease(ctx, community, "  upload  ", " server-1 ", 1500*time.Millisecond)
 	require.NoError(t, err)
 	require.Equal(t, community, lease.CommunityID)
 	require.Equal(t, "upload", lease.Operation, "operation is trimmed")
@@ -132,18 +132,18 @@ func TestServingLeaseLifecycleWhileActive(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(ctx, "SELECT now()").Scan(&dbNow))
 	require.WithinDuration(t, dbNow.Add(2*time.Second), lease.LeaseUntil, time.Second, "1.5s rounds up to 2s")
 
-	second, err := b.store.AcquireServingWriteLease(ctx, community, "upload", "server-1", time.Minute)
+	second, err := b.serving.AcquireWriteLease(ctx, community, "upload", "server-1", time.Minute)
 	require.NoError(t, err)
 	require.Greater(t, second.Generation, lease.Generation, "generations come from the sequence")
 
 	require.True(t, mustServingActive(t, b, community))
-	drained, err := b.store.ServingWritesDrained(ctx, community)
+	drained, err := b.engine.ServingWritesDrained(ctx, community)
 	require.NoError(t, err)
 	require.False(t, drained)
 
-	require.NoError(t, b.store.VerifyServingWriteLease(ctx, lease))
+	require.NoError(t, b.serving.VerifyWriteLease(ctx, lease))
 	before := lease.LeaseUntil
-	require.NoError(t, b.store.RenewServingWriteLease(ctx, lease, time.Hour))
+	require.NoError(t, b.serving.RenewWriteLease(ctx, lease, time.Hour))
 	require.True(t, lease.LeaseUntil.After(before))
 
 	// A lease that differs from the stored one in any identity field is stale.
@@ -157,39 +157,39 @@ func TestServingLeaseLifecycleWhileActive(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			copied := *lease
 			forged(&copied)
-			err := b.store.VerifyServingWriteLease(ctx, &copied)
+			err := b.serving.VerifyWriteLease(ctx, &copied)
 			var stale *lifecycle.StaleServingLeaseError
 			require.ErrorAs(t, err, &stale)
 			require.ErrorIs(t, err, lifecycle.ErrAccessDenied)
 			require.False(t, lifecycle.IsStaleLease(err), "a serving lease is not a deletion lease")
-			require.ErrorIs(t, b.store.RenewServingWriteLease(ctx, &copied, time.Minute), lifecycle.ErrAccessDenied)
-			released, err := b.store.ReleaseServingWriteLease(ctx, &copied)
+			require.ErrorIs(t, b.serving.RenewWriteLease(ctx, &copied, time.Minute), lifecycle.ErrAccessDenied)
+			released, err := b.serving.ReleaseWriteLease(ctx, &copied)
 			require.NoError(t, err)
 			require.False(t, released)
 		})
 	}
 
-	released, err := b.store.ReleaseServingWriteLease(ctx, lease)
+	released, err := b.serving.ReleaseWriteLease(ctx, lease)
 	require.NoError(t, err)
 	require.True(t, released)
-	released, err = b.store.ReleaseServingWriteLease(ctx, lease)
+	released, err = b.serving.ReleaseWriteLease(ctx, lease)
 	require.NoError(t, err)
 	require.False(t, released, "a second release is harmless")
-	require.ErrorIs(t, b.store.VerifyServingWriteLease(ctx, lease), lifecycle.ErrAccessDenied)
+	require.ErrorIs(t, b.serving.VerifyWriteLease(ctx, lease), lifecycle.ErrAccessDenied)
 
 	// An expired lease is neither current nor renewable.
 	_, err = b.pool.Exec(ctx, "UPDATE community_serving_write_leases SET lease_until = now() - interval '1 second' WHERE id = $1", second.ID)
 	require.NoError(t, err)
-	require.ErrorIs(t, b.store.VerifyServingWriteLease(ctx, second), lifecycle.ErrAccessDenied)
-	require.ErrorIs(t, b.store.RenewServingWriteLease(ctx, second, time.Minute), lifecycle.ErrAccessDenied)
-	drained, err = b.store.ServingWritesDrained(ctx, community)
+	require.ErrorIs(t, b.serving.VerifyWriteLease(ctx, second), lifecycle.ErrAccessDenied)
+	require.ErrorIs(t, b.serving.RenewWriteLease(ctx, second, time.Minute), lifecycle.ErrAccessDenied)
+	drained, err = b.engine.ServingWritesDrained(ctx, community)
 	require.NoError(t, err)
 	require.True(t, drained)
 }
 
 func mustServingActive(t *testing.T, b *testBundle, community uuid.UUID) bool {
 	t.Helper()
-	active, err := b.store.IsServingActive(t.Context(), community)
+	active, err := b.serving.IsActive(t.Context(), community)
 	require.NoError(t, err)
 	return active
 }
@@ -202,40 +202,40 @@ func TestServingLeaseInputsAreValidatedFirst(t *testing.T) {
 
 	for name, call := range map[string]func() error{
 		"nil community": func() error {
-			_, err := b.store.AcquireServingWriteLease(ctx, uuid.Nil, "upload", "owner", time.Minute)
+			_, err := b.serving.AcquireWriteLease(ctx, uuid.Nil, "upload", "owner", time.Minute)
 			return err
 		},
 		"blank operation": func() error {
-			_, err := b.store.AcquireServingWriteLease(ctx, community, " \t", "owner", time.Minute)
+			_, err := b.serving.AcquireWriteLease(ctx, community, " \t", "owner", time.Minute)
 			return err
 		},
 		"long owner": func() error {
-			_, err := b.store.AcquireServingWriteLease(ctx, community, "upload", strings.Repeat("o", 513), time.Minute)
+			_, err := b.serving.AcquireWriteLease(ctx, community, "upload", strings.Repeat("o", 513), time.Minute)
 			return err
 		},
 		"NUL owner": func() error {
-			_, err := b.store.AcquireServingWriteLease(ctx, community, "upload", "own\x00er", time.Minute)
+			_, err := b.serving.AcquireWriteLease(ctx, community, "upload", "own\x00er", time.Minute)
 			return err
 		},
 		"zero duration": func() error {
-			_, err := b.store.AcquireServingWriteLease(ctx, community, "upload", "owner", 0)
+			_, err := b.serving.AcquireWriteLease(ctx, community, "upload", "owner", 0)
 			return err
 		},
 		"negative duration": func() error {
-			_, err := b.store.AcquireServingWriteLease(ctx, community, "upload", "owner", -time.Second)
+			_, err := b.serving.AcquireWriteLease(ctx, community, "upload", "owner", -time.Second)
 			return err
 		},
-		"renew nil lease":   func() error { return b.store.RenewServingWriteLease(ctx, nil, time.Minute) },
-		"verify nil lease":  func() error { return b.store.VerifyServingWriteLease(ctx, nil) },
-		"release nil lease": func() error { _, err := b.store.ReleaseServingWriteLease(ctx, nil); return err },
+		"renew nil lease":   func() error { return b.serving.RenewWriteLease(ctx, nil, time.Minute) },
+		"verify nil lease":  func() error { return b.serving.VerifyWriteLease(ctx, nil) },
+		"release nil lease": func() error { _, err := b.serving.ReleaseWriteLease(ctx, nil); return err },
 		"renew zero duration": func() error {
-			return b.store.RenewServingWriteLease(ctx, &lifecycle.ServingWriteLease{ID: uuid.New(), CommunityID: community, Owner: "o"}, 0)
+			return b.serving.RenewWriteLease(ctx, &lifecycle.ServingWriteLease{ID: uuid.New(), CommunityID: community, Owner: "o"}, 0)
 		},
-		"reap zero":         func() error { _, err := b.store.ReapExpiredServingWriteLeases(ctx, 0); return err },
-		"reap over 10000":   func() error { _, err := b.store.ReapExpiredServingWriteLeases(ctx, 10001); return err },
-		"guard nil tx":      func() error { return b.store.GuardTransaction(ctx, nil, community) },
-		"guard nil lease":   func() error { return b.store.GuardTransactionWithServingLease(ctx, nil, nil) },
-		"lease without ids": func() error { return b.store.VerifyServingWriteLease(ctx, &lifecycle.ServingWriteLease{Owner: "o"}) },
+		"reap zero":         func() error { _, err := b.operator.ReapExpiredServingWriteLeases(ctx, 0); return err },
+		"reap over 10000":   func() error { _, err := b.operator.ReapExpiredServingWriteLeases(ctx, 10001); return err },
+		"guard nil tx":      func() error { return b.serving.GuardTransaction(ctx, nil, community) },
+		"guard nil lease":   func() error { return b.serving.GuardTransactionWithLease(ctx, nil, nil) },
+		"lease without ids": func() error { return b.serving.VerifyWriteLease(ctx, &lifecycle.ServingWriteLease{Owner: "o"}) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			require.ErrorIs(t, call(), lifecycle.ErrInvalidInput)
@@ -253,40 +253,40 @@ func TestQuiescingRejectsNewLeasesButRenewsAdmittedLeaseUntilRelease(t *testing.
 	ctx := t.Context()
 	community, request := b.storeApprovedRequest(t)
 	token := b.storeClaim(t, request)
-	serving, err := b.store.AcquireServingWriteLease(ctx, community, "test_external", "test-owner", time.Minute)
+	serving, err := b.serving.AcquireWriteLease(ctx, community, "test_external", "test-owner", time.Minute)
 	require.NoError(t, err)
 
-	require.NoError(t, b.store.BeginQuiescing(ctx, token))
-	_, err = b.store.AcquireServingWriteLease(ctx, community, "late_external", "late-owner", time.Minute)
+	require.NoError(t, b.engine.BeginQuiescing(ctx, token))
+	_, err = b.serving.AcquireWriteLease(ctx, community, "late_external", "late-owner", time.Minute)
 	require.ErrorIs(t, err, lifecycle.ErrAccessDenied)
 	require.False(t, lifecycle.IsStaleLease(err))
 	require.Contains(t, err.Error(), "is quiescing")
 	require.False(t, mustServingActive(t, b, community))
 
-	require.NoError(t, b.store.VerifyServingWriteLease(ctx, serving))
+	require.NoError(t, b.serving.VerifyWriteLease(ctx, serving))
 	before := serving.LeaseUntil
-	require.NoError(t, b.store.RenewServingWriteLease(ctx, serving, 2*time.Minute), "the admitted lease renews while quiescing")
+	require.NoError(t, b.serving.RenewWriteLease(ctx, serving, 2*time.Minute), "the admitted lease renews while quiescing")
 	require.True(t, serving.LeaseUntil.After(before), "renewal extends the admitted lease")
 
-	_, err = b.store.Fence(ctx, token)
+	_, err = b.engine.EnterFenced(ctx, token)
 	var notDrained *lifecycle.ServingWritesNotDrainedError
 	require.ErrorAs(t, err, &notDrained)
 	require.EqualValues(t, 1, notDrained.ActiveCount)
 	require.Equal(t, []string{"test_external"}, notDrained.Operations)
 	require.Equal(t, "quiescing", b.sqlCommunityState(t, community))
 
-	released, err := b.store.ReleaseServingWriteLease(ctx, serving)
+	released, err := b.serving.ReleaseWriteLease(ctx, serving)
 	require.NoError(t, err)
 	require.True(t, released)
-	generation, err := b.store.Fence(ctx, token)
+	generation, err := b.engine.EnterFenced(ctx, token)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, generation)
 	require.Equal(t, "fenced", b.sqlCommunityState(t, community))
 
 	// Past the fence nothing renews or verifies, not even a lease of the
 	// old generation that was still in the table.
-	require.ErrorIs(t, b.store.RenewServingWriteLease(ctx, serving, time.Minute), lifecycle.ErrAccessDenied)
-	require.ErrorIs(t, b.store.VerifyServingWriteLease(ctx, serving), lifecycle.ErrAccessDenied)
+	require.ErrorIs(t, b.serving.RenewWriteLease(ctx, serving, time.Minute), lifecycle.ErrAccessDenied)
+	require.ErrorIs(t, b.serving.VerifyWriteLease(ctx, serving), lifecycle.ErrAccessDenied)
 }
 
 // Port of sustained_admission_cannot_starve_fence_after_quiescing.
@@ -297,10 +297,10 @@ func TestSustainedAdmissionCannotStarveFenceAfterQuiescing(t *testing.T) {
 	community, token := b.storeQuiescing(t)
 
 	for attempt := range 100 {
-		_, err := b.store.AcquireServingWriteLease(ctx, community, "sustained_admission", fmt.Sprintf("owner-%d", attempt), time.Minute)
+		_, err := b.serving.AcquireWriteLease(ctx, community, "sustained_admission", fmt.Sprintf("owner-%d", attempt), time.Minute)
 		require.ErrorIs(t, err, lifecycle.ErrAccessDenied, "attempt %d", attempt)
 	}
-	generation, err := b.store.Fence(ctx, token)
+	generation, err := b.engine.EnterFenced(ctx, token)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, generation)
 }
@@ -319,15 +319,15 @@ func TestServingLeaseAcquisitionQueuesBehindWaitingTransition(t *testing.T) {
 	writer, err := b.pool.Begin(ctx)
 	require.NoError(t, err)
 	defer writer.Rollback(context.Background())
-	require.NoError(t, b.store.GuardTransaction(ctx, writer, community))
+	require.NoError(t, b.serving.GuardTransaction(ctx, writer, community))
 
 	quiesced := make(chan error, 1)
-	go func() { quiesced <- b.store.BeginQuiescing(ctx, token) }()
+	go func() { quiesced <- b.engine.BeginQuiescing(ctx, token) }()
 	b.waitForAdvisoryLockWaiters(t, 1)
 
 	acquired := make(chan error, 1)
 	go func() {
-		_, err := b.store.AcquireServingWriteLease(ctx, community, "upload", "server-1", time.Minute)
+		_, err := b.serving.AcquireWriteLease(ctx, community, "upload", "server-1", time.Minute)
 		acquired <- err
 	}()
 	b.waitForAdvisoryLockWaiters(t, 2)
@@ -337,7 +337,7 @@ func TestServingLeaseAcquisitionQueuesBehindWaitingTransition(t *testing.T) {
 	require.NoError(t, <-quiesced)
 	require.ErrorIs(t, <-acquired, lifecycle.ErrAccessDenied, "the queued acquisition sees the committed transition")
 	require.Equal(t, "quiescing", b.sqlCommunityState(t, community))
-	drained, err := b.store.ServingWritesDrained(ctx, community)
+	drained, err := b.engine.ServingWritesDrained(ctx, community)
 	require.NoError(t, err)
 	require.True(t, drained)
 }
@@ -349,7 +349,7 @@ func TestServingLeaseReaperIsBoundedAndReportsStats(t *testing.T) {
 	ctx := t.Context()
 	community, _ := b.createCommunity(t)
 	for _, owner := range []string{"expired-a", "expired-b", "expired-c", "live"} {
-		lease, err := b.store.AcquireServingWriteLease(ctx, community, "reaper_test", owner, time.Minute)
+		lease, err := b.serving.AcquireWriteLease(ctx, community, "reaper_test", owner, time.Minute)
 		require.NoError(t, err)
 		if owner != "live" {
 			_, err = b.pool.Exec(ctx, "UPDATE community_serving_write_leases SET lease_until = now() - interval '1 second' WHERE id = $1", lease.ID)
@@ -357,24 +357,24 @@ func TestServingLeaseReaperIsBoundedAndReportsStats(t *testing.T) {
 		}
 	}
 
-	before, err := b.store.ServingLeaseStats(ctx)
+	before, err := b.operator.ServingLeaseStats(ctx)
 	require.NoError(t, err)
 	require.Equal(t, int64(3), before.Expired)
 	require.Equal(t, int64(1), before.Active)
 	require.GreaterOrEqual(t, before.DeadTuples, int64(0))
 
-	reaped, err := b.store.ReapExpiredServingWriteLeases(ctx, 2)
+	reaped, err := b.operator.ReapExpiredServingWriteLeases(ctx, 2)
 	require.NoError(t, err)
 	require.Equal(t, int64(2), reaped, "the batch is bounded")
-	after, err := b.store.ServingLeaseStats(ctx)
+	after, err := b.operator.ServingLeaseStats(ctx)
 	require.NoError(t, err)
 	require.Equal(t, before.Expired-2, after.Expired)
 	require.Equal(t, before.Active, after.Active, "live leases are never reaped")
 
-	reaped, err = b.store.ReapExpiredServingWriteLeases(ctx, lifecycle.MaxServingLeaseReapBatch)
+	reaped, err = b.operator.ReapExpiredServingWriteLeases(ctx, lifecycle.MaxServingLeaseReapBatch)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), reaped)
-	reaped, err = b.store.ReapExpiredServingWriteLeases(ctx, 1)
+	reaped, err = b.operator.ReapExpiredServingWriteLeases(ctx, 1)
 	require.NoError(t, err)
 	require.Zero(t, reaped)
 }
@@ -387,7 +387,7 @@ func TestServingLeaseReaperSkipsLockedRows(t *testing.T) {
 	community, _ := b.createCommunity(t)
 	var ids []uuid.UUID
 	for _, owner := range []string{"a", "b"} {
-		lease, err := b.store.AcquireServingWriteLease(ctx, community, "upload", owner, time.Minute)
+		lease, err := b.serving.AcquireWriteLease(ctx, community, "upload", owner, time.Minute)
 		require.NoError(t, err)
 		ids = append(ids, lease.ID)
 	}
@@ -400,11 +400,11 @@ func TestServingLeaseReaperSkipsLockedRows(t *testing.T) {
 	_, err = holder.Exec(ctx, "SELECT 1 FROM community_serving_write_leases WHERE id = $1 FOR UPDATE", ids[0])
 	require.NoError(t, err)
 
-	reaped, err := b.store.ReapExpiredServingWriteLeases(ctx, 10)
+	reaped, err := b.operator.ReapExpiredServingWriteLeases(ctx, 10)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), reaped, "the locked lease is skipped")
 	require.NoError(t, holder.Rollback(ctx))
-	reaped, err = b.store.ReapExpiredServingWriteLeases(ctx, 10)
+	reaped, err = b.operator.ReapExpiredServingWriteLeases(ctx, 10)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), reaped)
 }
@@ -418,7 +418,7 @@ func TestServingLeaseReaperRemainsGlobalAcrossTombstonedTenant(t *testing.T) {
 	target, request := b.storeApprovedRequest(t)
 	activeX, _ := b.createCommunity(t)
 	for _, community := range []uuid.UUID{activeA, target, activeX} {
-		lease, err := b.store.AcquireServingWriteLease(ctx, community, "global_reaper_test", "owner", time.Minute)
+		lease, err := b.serving.AcquireWriteLease(ctx, community, "global_reaper_test", "owner", time.Minute)
 		require.NoError(t, err)
 		_, err = b.pool.Exec(ctx, "UPDATE community_serving_write_leases SET lease_until = now() - interval '1 second' WHERE id = $1", lease.ID)
 		require.NoError(t, err)
@@ -427,17 +427,17 @@ func TestServingLeaseReaperRemainsGlobalAcrossTombstonedTenant(t *testing.T) {
 	// Walk the target to a tombstone; its expired lease does not hold the
 	// fence off.
 	token := b.storeClaim(t, request)
-	require.NoError(t, b.store.BeginQuiescing(ctx, token))
-	generation, err := b.store.Fence(ctx, token)
+	require.NoError(t, b.engine.BeginQuiescing(ctx, token))
+	generation, err := b.engine.EnterFenced(ctx, token)
 	require.NoError(t, err)
 	token = token.WithFence(generation)
-	require.NoError(t, b.store.FreezeDestructiveStorageManifest(ctx, token, emptyStorage(target)))
-	require.NoError(t, b.store.MarkDrained(ctx, token))
-	require.NoError(t, b.store.MarkBindingsRemoved(ctx, token, nil))
+	require.NoError(t, b.engine.FreezeDestructiveManifest(ctx, token, emptyStorage(target)))
+	require.NoError(t, b.engine.EnterDrained(ctx, token))
+	require.NoError(t, b.engine.EnterBindingsRemoved(ctx, token, nil))
 	b.purgeToTombstone(t, token)
 	require.Equal(t, "tombstone", b.sqlCommunityState(t, target))
 
-	reaped, err := b.store.ReapExpiredServingWriteLeases(ctx, 10)
+	reaped, err := b.operator.ReapExpiredServingWriteLeases(ctx, 10)
 	require.NoError(t, err)
 	require.Equal(t, int64(3), reaped, "the reaper is global: a tombstoned tenant's leases go too")
 }
@@ -454,7 +454,7 @@ func TestGuardTransactionAdmitsOnlyReadCommittedWritesToActiveCommunities(t *tes
 		for _, level := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
 			tx, err := b.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: level})
 			require.NoError(t, err)
-			err = b.store.GuardTransaction(ctx, tx, active)
+			err = b.serving.GuardTransaction(ctx, tx, active)
 			require.ErrorIs(t, err, lifecycle.ErrRefused, "level %s", level)
 			requirePgCode(t, err, "25000")
 			require.NoError(t, tx.Rollback(ctx))
@@ -465,7 +465,7 @@ func TestGuardTransactionAdmitsOnlyReadCommittedWritesToActiveCommunities(t *tes
 		tx, err := b.pool.Begin(ctx)
 		require.NoError(t, err)
 		defer tx.Rollback(context.Background())
-		require.NoError(t, b.store.GuardTransaction(ctx, tx, active))
+		require.NoError(t, b.serving.GuardTransaction(ctx, tx, active))
 		require.NoError(t, fixtureWrite(ctx, tx, active))
 		// The guard holds the shared community lock: a transition cannot
 		// take it exclusively until the transaction ends.
@@ -482,7 +482,7 @@ func TestGuardTransactionAdmitsOnlyReadCommittedWritesToActiveCommunities(t *tes
 			tx, err := b.pool.Begin(ctx)
 			require.NoError(t, err)
 			defer tx.Rollback(context.Background())
-			err = b.store.GuardTransaction(ctx, tx, community)
+			err = b.serving.GuardTransaction(ctx, tx, community)
 			require.ErrorIs(t, err, lifecycle.ErrAccessDenied)
 			require.False(t, lifecycle.IsStaleLease(err))
 			requirePgCode(t, err, "55000")
@@ -498,11 +498,11 @@ func TestGuardTransactionWithServingLeaseAdmitsQuiescingWriteOnlyWithCurrentLeas
 	ctx := t.Context()
 	community, request := b.storeApprovedRequest(t)
 	token := b.storeClaim(t, request)
-	lease, err := b.store.AcquireServingWriteLease(ctx, community, "upload", "server-1", time.Minute)
+	lease, err := b.serving.AcquireWriteLease(ctx, community, "upload", "server-1", time.Minute)
 	require.NoError(t, err)
-	spare, err := b.store.AcquireServingWriteLease(ctx, community, "upload", "server-2", time.Minute)
+	spare, err := b.serving.AcquireWriteLease(ctx, community, "upload", "server-2", time.Minute)
 	require.NoError(t, err)
-	require.NoError(t, b.store.BeginQuiescing(ctx, token))
+	require.NoError(t, b.engine.BeginQuiescing(ctx, token))
 
 	// Without the lease the write fence refuses the write.
 	err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return fixtureWrite(ctx, tx, community) })
@@ -510,7 +510,7 @@ func TestGuardTransactionWithServingLeaseAdmitsQuiescingWriteOnlyWithCurrentLeas
 
 	// With the current lease it is admitted.
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		if err := b.store.GuardTransactionWithServingLease(ctx, tx, lease); err != nil {
+		if err := b.serving.GuardTransactionWithLease(ctx, tx, lease); err != nil {
 			return err
 		}
 		return fixtureWrite(ctx, tx, community)
@@ -522,7 +522,7 @@ func TestGuardTransactionWithServingLeaseAdmitsQuiescingWriteOnlyWithCurrentLeas
 	// Pinned snapshots are refused before anything else.
 	tx, err := b.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
 	require.NoError(t, err)
-	require.ErrorIs(t, b.store.GuardTransactionWithServingLease(ctx, tx, lease), lifecycle.ErrRefused)
+	require.ErrorIs(t, b.serving.GuardTransactionWithLease(ctx, tx, lease), lifecycle.ErrRefused)
 	require.NoError(t, tx.Rollback(ctx))
 
 	// A stale lease is refused: forged, expired or released.
@@ -530,7 +530,7 @@ func TestGuardTransactionWithServingLeaseAdmitsQuiescingWriteOnlyWithCurrentLeas
 	forged.Generation = spare.Generation + 1
 	_, err = b.pool.Exec(ctx, "UPDATE community_serving_write_leases SET lease_until = now() - interval '1 second' WHERE id = $1", spare.ID)
 	require.NoError(t, err)
-	released, err := b.store.ReleaseServingWriteLease(ctx, lease)
+	released, err := b.serving.ReleaseWriteLease(ctx, lease)
 	require.NoError(t, err)
 	require.True(t, released)
 	for name, stale := range map[string]*lifecycle.ServingWriteLease{"forged": &forged, "expired": spare, "released": lease} {
@@ -538,7 +538,7 @@ func TestGuardTransactionWithServingLeaseAdmitsQuiescingWriteOnlyWithCurrentLeas
 			tx, err := b.pool.Begin(ctx)
 			require.NoError(t, err)
 			defer tx.Rollback(context.Background())
-			err = b.store.GuardTransactionWithServingLease(ctx, tx, stale)
+			err = b.serving.GuardTransactionWithLease(ctx, tx, stale)
 			var staleErr *lifecycle.StaleServingLeaseError
 			require.ErrorAs(t, err, &staleErr)
 			require.ErrorIs(t, err, lifecycle.ErrAccessDenied)
@@ -547,7 +547,7 @@ func TestGuardTransactionWithServingLeaseAdmitsQuiescingWriteOnlyWithCurrentLeas
 	}
 
 	// No new lease is admitted to carry a write while quiescing.
-	fresh, err := b.store.AcquireServingWriteLease(ctx, community, "upload", "server-3", time.Minute)
+	fresh, err := b.serving.AcquireWriteLease(ctx, community, "upload", "server-3", time.Minute)
 	require.ErrorIs(t, err, lifecycle.ErrAccessDenied)
 	require.Nil(t, fresh)
 }
@@ -560,14 +560,14 @@ func TestGuardTransactionWithServingLeaseHoldsTransitionsOff(t *testing.T) {
 	ctx := t.Context()
 	community, request := b.storeApprovedRequest(t)
 	token := b.storeClaim(t, request)
-	lease, err := b.store.AcquireServingWriteLease(ctx, community, "upload", "server-1", time.Minute)
+	lease, err := b.serving.AcquireWriteLease(ctx, community, "upload", "server-1", time.Minute)
 	require.NoError(t, err)
-	require.NoError(t, b.store.BeginQuiescing(ctx, token))
+	require.NoError(t, b.engine.BeginQuiescing(ctx, token))
 
 	writer, err := b.pool.Begin(ctx)
 	require.NoError(t, err)
 	defer writer.Rollback(context.Background())
-	require.NoError(t, b.store.GuardTransactionWithServingLease(ctx, writer, lease))
+	require.NoError(t, b.serving.GuardTransactionWithLease(ctx, writer, lease))
 
 	type fenced struct {
 		generation int64
@@ -575,7 +575,7 @@ func TestGuardTransactionWithServingLeaseHoldsTransitionsOff(t *testing.T) {
 	}
 	done := make(chan fenced, 1)
 	go func() {
-		generation, err := b.store.Fence(ctx, token)
+		generation, err := b.engine.EnterFenced(ctx, token)
 		done <- fenced{generation, err}
 	}()
 	b.waitForAdvisoryLockWaiters(t, 1)
@@ -625,10 +625,10 @@ func TestServingLeaseQueriesUseTheirIndexes(t *testing.T) {
 		"community_serving_write_leases_pkey")
 
 	// And the calls behave on the large table.
-	drained, err := b.store.ServingWritesDrained(ctx, community)
+	drained, err := b.engine.ServingWritesDrained(ctx, community)
 	require.NoError(t, err)
 	require.False(t, drained)
-	reaped, err := b.store.ReapExpiredServingWriteLeases(ctx, 100)
+	reaped, err := b.operator.ReapExpiredServingWriteLeases(ctx, 100)
 	require.NoError(t, err)
 	require.Equal(t, int64(100), reaped)
 }

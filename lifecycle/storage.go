@@ -31,7 +31,7 @@ const (
 	MaxTaxonomySampleKeyBytes = 1024
 )
 
-// FreezeDestructiveStorageManifest binds the fenced request of token to m,
+// FreezeDestructiveManifest binds the fenced request of token to m,
 // the storage manifest its destructive stages will delete, and to the key
 // chunks appended so far. In one transaction it locks the request row (the
 // lock the chunk guard takes before admitting a chunk, so no chunk can slip
@@ -41,7 +41,7 @@ const (
 // m. Freezing the identical manifest again succeeds without change; a
 // different manifest is refused with ErrRefused. A malformed m fails with
 // ErrInvalidInput before any database work.
-func (s *Store) FreezeDestructiveStorageManifest(ctx context.Context, token LeaseToken, m StorageManifest) error {
+func (s *Engine) FreezeDestructiveManifest(ctx context.Context, token LeaseToken, m StorageManifest) error {
 	if _, err := requireFence(token); err != nil {
 		return err
 	}
@@ -100,11 +100,11 @@ func (s *Store) FreezeDestructiveStorageManifest(ctx context.Context, token Leas
 	})
 }
 
-// ClearManifestKeyChunks withdraws every key chunk of the fenced request of
+// ClearManifestChunks withdraws every key chunk of the fenced request of
 // token, so that an interrupted enumeration can start over. Once the
 // destructive manifest is frozen the chunks are bound to it and the call is
 // refused with ErrRefused (the chunk guard refuses it too).
-func (s *Store) ClearManifestKeyChunks(ctx context.Context, token LeaseToken) error {
+func (s *Engine) ClearManifestChunks(ctx context.Context, token LeaseToken) error {
 	if _, err := requireFence(token); err != nil {
 		return err
 	}
@@ -126,7 +126,7 @@ func (s *Store) ClearManifestKeyChunks(ctx context.Context, token LeaseToken) er
 	})
 }
 
-// AppendManifestKeyChunk persists chunk as part of the destructive key list
+// AppendManifestChunk persists chunk as part of the destructive key list
 // of the fenced request of token, before its destructive manifest freezes.
 // The chunk must be non-empty (at most MaxManifestChunkKeys keys), have a
 // non-negative number and a non-empty prefix, and hold keys that lie under
@@ -135,7 +135,7 @@ func (s *Store) ClearManifestKeyChunks(ctx context.Context, token LeaseToken) er
 // again succeeds (a retry after a lost commit); a different chunk under an
 // existing number is refused with ErrRefused, as is any append after the
 // freeze.
-func (s *Store) AppendManifestKeyChunk(ctx context.Context, token LeaseToken, chunk ManifestKeyChunk) error {
+func (s *Engine) AppendManifestChunk(ctx context.Context, token LeaseToken, chunk ManifestKeyChunk) error {
 	if _, err := requireFence(token); err != nil {
 		return err
 	}
@@ -172,11 +172,11 @@ func (s *Store) AppendManifestKeyChunk(ctx context.Context, token LeaseToken, ch
 	})
 }
 
-// NextPendingManifestChunk returns the first chunk, in chunk order, of the
+// NextPendingChunk returns the first chunk, in chunk order, of the
 // drained request of token whose keys are not yet stamped deleted, or nil
 // when every chunk is. A resumed executor continues there. token must be
 // current at StageDrained under its fence.
-func (s *Store) NextPendingManifestChunk(ctx context.Context, token LeaseToken) (*ManifestKeyChunk, error) {
+func (s *Engine) NextPendingChunk(ctx context.Context, token LeaseToken) (*ManifestKeyChunk, error) {
 	if _, err := requireFence(token); err != nil {
 		return nil, err
 	}
@@ -201,11 +201,11 @@ func (s *Store) NextPendingManifestChunk(ctx context.Context, token LeaseToken) 
 	return next, nil
 }
 
-// ManifestChunkProgress returns how many key chunks the deletion request
+// ChunkProgress returns how many key chunks the deletion request
 // requestID has and how many of them are stamped deleted. Both are zero
 // before the enumeration and again after the chunks are dropped at logical
 // verification.
-func (s *Store) ManifestChunkProgress(ctx context.Context, requestID uuid.UUID) (total, deleted int64, err error) {
+func (s *Engine) ChunkProgress(ctx context.Context, requestID uuid.UUID) (total, deleted int64, err error) {
 	err = s.tx(ctx, func(q *dbgen.Queries) error {
 		row, err := q.DeletionManifestKeyProgress(ctx, requestID)
 		if err != nil {
@@ -220,13 +220,13 @@ func (s *Store) ManifestChunkProgress(ctx context.Context, requestID uuid.UUID) 
 	return total, deleted, nil
 }
 
-// MarkManifestChunkDeleted records that every key of chunk chunkNo of the
+// MarkChunkDeleted records that every key of chunk chunkNo of the
 // drained request of token is gone from the object store: it stamps the
 // chunk deleted on the database clock and checkpoints unit "chunk:<n>" of
 // StageDrained with detail, in one transaction. A stamp is one-way: a chunk
 // that is missing or already stamped is refused with ErrRefused. detail must
 // encode as JSON; nil records {}.
-func (s *Store) MarkManifestChunkDeleted(ctx context.Context, token LeaseToken, chunkNo int64, detail any) error {
+func (s *Engine) MarkChunkDeleted(ctx context.Context, token LeaseToken, chunkNo int64, detail any) error {
 	if _, err := requireFence(token); err != nil {
 		return err
 	}
@@ -274,15 +274,30 @@ type TaxonomySweep struct {
 	ObjectCap int64
 }
 
+// TaxonomySweepParams describes a completed storage taxonomy sweep.
+type TaxonomySweepParams struct {
+	// StartedAt is when the sweep started.
+	StartedAt time.Time
+	// Listed is how many objects it listed.
+	Listed uint64
+	// Unknown is how many of them no known key family accounts for.
+	Unknown uint64
+	// Sample is some of the unknown keys.
+	Sample []string
+	// ObjectCap is the listing cap it ran under.
+	ObjectCap uint64
+}
+
 // RecordTaxonomySweep records a completed taxonomy sweep that started at
-// startedAt. Completion is the database's clock_timestamp(), which orders
+// params.StartedAt. Completion is the database's clock_timestamp(), which orders
 // sweeps whatever the sweepers' clocks say; a start slightly in the
 // database's future is clamped to the completion, and one more than five
 // minutes ahead is refused with ErrRefused. Counts that do not fit in an
 // int64, more unknown than listed objects, or a sample larger than the
 // unknown count are refused with ErrInvalidInput. The sample keeps its first
 // MaxTaxonomySampleKeys keys, each bounded to MaxTaxonomySampleKeyBytes.
-func (s *Store) RecordTaxonomySweep(ctx context.Context, startedAt time.Time, listed, unknown uint64, sample []string, objectCap uint64) (*TaxonomySweep, error) {
+func (s *Engine) RecordTaxonomySweep(ctx context.Context, params TaxonomySweepParams) (*TaxonomySweep, error) {
+	startedAt, listed, unknown, sample, objectCap := params.StartedAt, params.Listed, params.Unknown, params.Sample, params.ObjectCap
 	if startedAt.IsZero() {
 		return nil, invalidf("taxonomy sweep has no start time")
 	}
@@ -332,7 +347,7 @@ func (s *Store) RecordTaxonomySweep(ctx context.Context, startedAt time.Time, li
 
 // LatestTaxonomySweep returns the sweep that completed last on the database
 // clock, or nil when none has been recorded.
-func (s *Store) LatestTaxonomySweep(ctx context.Context) (*TaxonomySweep, error) {
+func (s *Operator) LatestTaxonomySweep(ctx context.Context) (*TaxonomySweep, error) {
 	var sweep *TaxonomySweep
 	err := s.tx(ctx, func(q *dbgen.Queries) error {
 		row, err := q.StorageTaxonomySweepGetLatest(ctx)

@@ -70,28 +70,28 @@ func TestManifestKeyChunksBindFreezeExecutionAndCleanup(t *testing.T) {
 
 	meta := fmt.Sprintf("_meta/%s/", community)
 	keys := []string{meta + strings.Repeat("a", 64) + ".json", meta + strings.Repeat("b", 64) + ".json"}
-	require.NoError(t, b.store.AppendManifestKeyChunk(ctx, token, lifecycle.ManifestKeyChunk{ChunkNo: 0, Prefix: meta, Keys: keys[:1]}))
-	require.NoError(t, b.store.AppendManifestKeyChunk(ctx, token, lifecycle.ManifestKeyChunk{ChunkNo: 1, Prefix: meta, Keys: keys[1:]}))
-	require.NoError(t, b.store.AppendManifestKeyChunk(ctx, token, lifecycle.ManifestKeyChunk{ChunkNo: 1, Prefix: meta, Keys: keys[1:]}),
+	require.NoError(t, b.engine.AppendManifestChunk(ctx, token, lifecycle.ManifestKeyChunk{ChunkNo: 0, Prefix: meta, Keys: keys[:1]}))
+	require.NoError(t, b.engine.AppendManifestChunk(ctx, token, lifecycle.ManifestKeyChunk{ChunkNo: 1, Prefix: meta, Keys: keys[1:]}))
+	require.NoError(t, b.engine.AppendManifestChunk(ctx, token, lifecycle.ManifestKeyChunk{ChunkNo: 1, Prefix: meta, Keys: keys[1:]}),
 		"appending the identical chunk again is a harmless retry")
-	err := b.store.AppendManifestKeyChunk(ctx, token, lifecycle.ManifestKeyChunk{ChunkNo: 1, Prefix: meta, Keys: []string{meta + "c"}})
+	err := b.engine.AppendManifestChunk(ctx, token, lifecycle.ManifestKeyChunk{ChunkNo: 1, Prefix: meta, Keys: []string{meta + "c"}})
 	require.ErrorIs(t, err, lifecycle.ErrRefused, "a different chunk under an existing number")
 
 	// A manifest whose digests do not cover the chunk stream does not freeze.
-	require.ErrorIs(t, b.store.FreezeDestructiveStorageManifest(ctx, token, inventory), lifecycle.ErrRefused)
+	require.ErrorIs(t, b.engine.FreezeDestructiveManifest(ctx, token, inventory), lifecycle.ErrRefused)
 	short := emptyStorage(community)
 	short.Prefixes[0] = summarize(t, meta, keys[0])
-	require.ErrorIs(t, b.store.FreezeDestructiveStorageManifest(ctx, token, short), lifecycle.ErrRefused)
+	require.ErrorIs(t, b.engine.FreezeDestructiveManifest(ctx, token, short), lifecycle.ErrRefused)
 	require.Equal(t, "chunks=2 stamped=0 frozen=false checkpoints=0", b.sqlChunkState(t, request))
 
 	storage := emptyStorage(community)
 	storage.Prefixes[0] = summarize(t, meta, keys...)
-	require.NoError(t, b.store.FreezeDestructiveStorageManifest(ctx, token, storage), "the manifest matching the chunks freezes")
-	require.NoError(t, b.store.FreezeDestructiveStorageManifest(ctx, token, storage), "freezing the same manifest again is idempotent")
+	require.NoError(t, b.engine.FreezeDestructiveManifest(ctx, token, storage), "the manifest matching the chunks freezes")
+	require.NoError(t, b.engine.FreezeDestructiveManifest(ctx, token, storage), "freezing the same manifest again is idempotent")
 	other := emptyStorage(community)
 	other.Prefixes[0] = summarize(t, meta, keys...)
 	other.Prefixes[0].TotalBytes = 99
-	require.ErrorIs(t, b.store.FreezeDestructiveStorageManifest(ctx, token, other), lifecycle.ErrRefused,
+	require.ErrorIs(t, b.engine.FreezeDestructiveManifest(ctx, token, other), lifecycle.ErrRefused,
 		"a different manifest never replaces the frozen one")
 	var frozenAt *time.Time
 	require.NoError(t, b.pool.QueryRow(ctx, "SELECT destructive_storage_frozen_at FROM community_deletion_requests WHERE id = $1", request).Scan(&frozenAt))
@@ -102,37 +102,37 @@ func TestManifestKeyChunksBindFreezeExecutionAndCleanup(t *testing.T) {
 	requirePgCode(t, err, "23000")
 	_, err = b.pool.Exec(ctx, "DELETE FROM community_deletion_manifest_keys WHERE request_id = $1", request)
 	requirePgCode(t, err, "23000")
-	require.ErrorIs(t, b.store.ClearManifestKeyChunks(ctx, token), lifecycle.ErrRefused)
-	err = b.store.AppendManifestKeyChunk(ctx, token, lifecycle.ManifestKeyChunk{ChunkNo: 2, Prefix: meta, Keys: []string{meta + "z"}})
+	require.ErrorIs(t, b.engine.ClearManifestChunks(ctx, token), lifecycle.ErrRefused)
+	err = b.engine.AppendManifestChunk(ctx, token, lifecycle.ManifestKeyChunk{ChunkNo: 2, Prefix: meta, Keys: []string{meta + "z"}})
 	require.ErrorIs(t, err, lifecycle.ErrRefused, "no chunk is appended after the freeze")
 	requirePgCode(t, err, "23000")
 	require.Equal(t, "chunks=2 stamped=0 frozen=true checkpoints=0", b.sqlChunkState(t, request))
 
 	// Chunks are stamped only once the request is drained.
-	require.True(t, lifecycle.IsStaleLease(b.store.MarkManifestChunkDeleted(ctx, token, 0, nil)))
-	require.NoError(t, b.store.MarkDrained(ctx, token))
+	require.True(t, lifecycle.IsStaleLease(b.engine.MarkChunkDeleted(ctx, token, 0, nil)))
+	require.NoError(t, b.engine.EnterDrained(ctx, token))
 
-	first, err := b.store.NextPendingManifestChunk(ctx, token)
+	first, err := b.engine.NextPendingChunk(ctx, token)
 	require.NoError(t, err)
 	require.Equal(t, &lifecycle.ManifestKeyChunk{ChunkNo: 0, Prefix: meta, Keys: keys[:1]}, first)
-	require.NoError(t, b.store.MarkManifestChunkDeleted(ctx, token, 0, map[string]int{"deleted": 1}))
-	err = b.store.MarkManifestChunkDeleted(ctx, token, 0, nil)
+	require.NoError(t, b.engine.MarkChunkDeleted(ctx, token, 0, map[string]int{"deleted": 1}))
+	err = b.engine.MarkChunkDeleted(ctx, token, 0, nil)
 	require.ErrorIs(t, err, lifecycle.ErrRefused, "a chunk stamp is one-way")
 	require.Contains(t, err.Error(), "missing or already stamped")
-	require.ErrorIs(t, b.store.MarkManifestChunkDeleted(ctx, token, 7, nil), lifecycle.ErrRefused, "a missing chunk")
+	require.ErrorIs(t, b.engine.MarkChunkDeleted(ctx, token, 7, nil), lifecycle.ErrRefused, "a missing chunk")
 
-	total, deleted, err := b.store.ManifestChunkProgress(ctx, request)
+	total, deleted, err := b.engine.ChunkProgress(ctx, request)
 	require.NoError(t, err)
 	require.Equal(t, [2]int64{2, 1}, [2]int64{total, deleted})
 
-	second, err := b.store.NextPendingManifestChunk(ctx, token)
+	second, err := b.engine.NextPendingChunk(ctx, token)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, second.ChunkNo, "a resumed executor continues at the first unstamped chunk")
-	require.NoError(t, b.store.MarkManifestChunkDeleted(ctx, token, 1, map[string]int{"deleted": 1}))
-	none, err := b.store.NextPendingManifestChunk(ctx, token)
+	require.NoError(t, b.engine.MarkChunkDeleted(ctx, token, 1, map[string]int{"deleted": 1}))
+	none, err := b.engine.NextPendingChunk(ctx, token)
 	require.NoError(t, err)
 	require.Nil(t, none)
-	total, deleted, err = b.store.ManifestChunkProgress(ctx, request)
+	total, deleted, err = b.engine.ChunkProgress(ctx, request)
 	require.NoError(t, err)
 	require.Equal(t, [2]int64{2, 2}, [2]int64{total, deleted})
 
@@ -153,21 +153,21 @@ func TestManifestKeyChunksBindFreezeExecutionAndCleanup(t *testing.T) {
 	require.Equal(t, []string{`{"deleted": 1}`, `{"deleted": 1}`}, details)
 
 	// A different request's progress is its own.
-	total, deleted, err = b.store.ManifestChunkProgress(ctx, uuid.New())
+	total, deleted, err = b.engine.ChunkProgress(ctx, uuid.New())
 	require.NoError(t, err)
 	require.Equal(t, [2]int64{0, 0}, [2]int64{total, deleted})
 
 	// Terminal cleanup: the chunks are dropped once the request is
 	// logically verified.
-	require.NoError(t, b.store.MarkBindingsRemoved(ctx, token, map[string]int{"deleted_keys": 2}))
+	require.NoError(t, b.engine.EnterBindingsRemoved(ctx, token, map[string]int{"deleted_keys": 2}))
 	b.purgeToTombstone(t, token)
-	require.NoError(t, b.store.MarkCachePurged(ctx, token, nil))
-	require.NoError(t, b.store.VerifyPostgresLogicallyDeleted(ctx, token))
-	total, deleted, err = b.store.ManifestChunkProgress(ctx, request)
+	require.NoError(t, b.engine.EnterCachePurged(ctx, token, nil))
+	require.NoError(t, b.engine.CheckPostgresPurged(ctx, token))
+	total, deleted, err = b.engine.ChunkProgress(ctx, request)
 	require.NoError(t, err)
 	require.Equal(t, [2]int64{2, 2}, [2]int64{total, deleted}, "chunks stay until logical verification")
-	require.NoError(t, b.store.MarkLogicallyVerified(ctx, token, nil))
-	total, deleted, err = b.store.ManifestChunkProgress(ctx, request)
+	require.NoError(t, b.engine.EnterLogicallyVerified(ctx, token, nil))
+	total, deleted, err = b.engine.ChunkProgress(ctx, request)
 	require.NoError(t, err)
 	require.Equal(t, [2]int64{0, 0}, [2]int64{total, deleted})
 }
@@ -181,17 +181,17 @@ func TestManifestKeyChunksClearBeforeFreeze(t *testing.T) {
 	community, token := b.storeFencedToken(t)
 	repos := fmt.Sprintf("repos/%s/", community)
 
-	require.NoError(t, b.store.AppendManifestKeyChunk(ctx, token, lifecycle.ManifestKeyChunk{ChunkNo: 0, Prefix: repos, Keys: []string{repos + "old"}}))
-	require.NoError(t, b.store.ClearManifestKeyChunks(ctx, token))
+	require.NoError(t, b.engine.AppendManifestChunk(ctx, token, lifecycle.ManifestKeyChunk{ChunkNo: 0, Prefix: repos, Keys: []string{repos + "old"}}))
+	require.NoError(t, b.engine.ClearManifestChunks(ctx, token))
 	require.Equal(t, "chunks=0 stamped=0 frozen=false checkpoints=0", b.sqlChunkState(t, token.RequestID))
-	require.NoError(t, b.store.AppendManifestKeyChunk(ctx, token, lifecycle.ManifestKeyChunk{ChunkNo: 0, Prefix: repos, Keys: []string{repos + "new"}}))
-	require.NoError(t, b.store.ClearManifestKeyChunks(ctx, token))
+	require.NoError(t, b.engine.AppendManifestChunk(ctx, token, lifecycle.ManifestKeyChunk{ChunkNo: 0, Prefix: repos, Keys: []string{repos + "new"}}))
+	require.NoError(t, b.engine.ClearManifestChunks(ctx, token))
 
-	require.NoError(t, b.store.FreezeDestructiveStorageManifest(ctx, token, emptyStorage(community)))
-	require.ErrorIs(t, b.store.ClearManifestKeyChunks(ctx, token), lifecycle.ErrRefused,
+	require.NoError(t, b.engine.FreezeDestructiveManifest(ctx, token, emptyStorage(community)))
+	require.ErrorIs(t, b.engine.ClearManifestChunks(ctx, token), lifecycle.ErrRefused,
 		"even without chunks, clearing after the freeze is refused")
-	require.NoError(t, b.store.MarkDrained(ctx, token))
-	next, err := b.store.NextPendingManifestChunk(ctx, token)
+	require.NoError(t, b.engine.EnterDrained(ctx, token))
+	next, err := b.engine.NextPendingChunk(ctx, token)
 	require.NoError(t, err)
 	require.Nil(t, next)
 }
@@ -204,7 +204,7 @@ func TestFreezeWaitsForConcurrentChunkAppend(t *testing.T) {
 	ctx := t.Context()
 	community, token := b.storeFencedToken(t)
 	meta := fmt.Sprintf("_meta/%s/", community)
-	require.NoError(t, b.store.AppendManifestKeyChunk(ctx, token, lifecycle.ManifestKeyChunk{ChunkNo: 0, Prefix: meta, Keys: []string{meta + "a"}}))
+	require.NoError(t, b.engine.AppendManifestChunk(ctx, token, lifecycle.ManifestKeyChunk{ChunkNo: 0, Prefix: meta, Keys: []string{meta + "a"}}))
 
 	// A late appender holds the chunk guard's FOR SHARE lock on the request.
 	late, err := b.pool.Begin(ctx)
@@ -217,13 +217,13 @@ func TestFreezeWaitsForConcurrentChunkAppend(t *testing.T) {
 	storage := emptyStorage(community)
 	storage.Prefixes[0] = summarize(t, meta, meta+"a")
 	frozen := make(chan error, 1)
-	go func() { frozen <- b.store.FreezeDestructiveStorageManifest(ctx, token, storage) }()
+	go func() { frozen <- b.engine.FreezeDestructiveManifest(ctx, token, storage) }()
 	b.waitForRowLockWaiter(t)
 	require.NoError(t, late.Commit(ctx))
 
 	require.ErrorIs(t, <-frozen, lifecycle.ErrRefused, "the freeze saw the late chunk, which its manifest does not cover")
 	storage.Prefixes[0] = summarize(t, meta, meta+"a", meta+"b")
-	require.NoError(t, b.store.FreezeDestructiveStorageManifest(ctx, token, storage))
+	require.NoError(t, b.engine.FreezeDestructiveManifest(ctx, token, storage))
 }
 
 // waitForRowLockWaiter blocks until some backend of the test database
@@ -265,7 +265,7 @@ func TestStorageCallsRefuseStaleTokens(t *testing.T) {
 	fenced := func(t *testing.T) fixture {
 		community, token := b.storeFencedToken(t)
 		meta := fmt.Sprintf("_meta/%s/", community)
-		require.NoError(t, b.store.AppendManifestKeyChunk(t.Context(), token, lifecycle.ManifestKeyChunk{ChunkNo: 0, Prefix: meta, Keys: []string{meta + "a"}}))
+		require.NoError(t, b.engine.AppendManifestChunk(t.Context(), token, lifecycle.ManifestKeyChunk{ChunkNo: 0, Prefix: meta, Keys: []string{meta + "a"}}))
 		return fixture{community: community, token: token, meta: meta}
 	}
 	manifest := func(t *testing.T, f fixture) lifecycle.StorageManifest {
@@ -275,8 +275,8 @@ func TestStorageCallsRefuseStaleTokens(t *testing.T) {
 	}
 	drained := func(t *testing.T) fixture {
 		f := fenced(t)
-		require.NoError(t, b.store.FreezeDestructiveStorageManifest(t.Context(), f.token, manifest(t, f)))
-		require.NoError(t, b.store.MarkDrained(t.Context(), f.token))
+		require.NoError(t, b.engine.FreezeDestructiveManifest(t.Context(), f.token, manifest(t, f)))
+		require.NoError(t, b.engine.EnterDrained(t.Context(), f.token))
 		return f
 	}
 
@@ -286,19 +286,19 @@ func TestStorageCallsRefuseStaleTokens(t *testing.T) {
 		call  func(ctx context.Context, f fixture, token lifecycle.LeaseToken) error
 	}{
 		{"freeze", fenced, func(ctx context.Context, f fixture, token lifecycle.LeaseToken) error {
-			return b.store.FreezeDestructiveStorageManifest(ctx, token, manifest(t, f))
+			return b.engine.FreezeDestructiveManifest(ctx, token, manifest(t, f))
 		}},
 		{"clear", fenced, func(ctx context.Context, f fixture, token lifecycle.LeaseToken) error {
-			return b.store.ClearManifestKeyChunks(ctx, token)
+			return b.engine.ClearManifestChunks(ctx, token)
 		}},
 		{"append", fenced, func(ctx context.Context, f fixture, token lifecycle.LeaseToken) error {
-			return b.store.AppendManifestKeyChunk(ctx, token, lifecycle.ManifestKeyChunk{ChunkNo: 1, Prefix: f.meta, Keys: []string{f.meta + "b"}})
+			return b.engine.AppendManifestChunk(ctx, token, lifecycle.ManifestKeyChunk{ChunkNo: 1, Prefix: f.meta, Keys: []string{f.meta + "b"}})
 		}},
 		{"mark deleted", drained, func(ctx context.Context, f fixture, token lifecycle.LeaseToken) error {
-			return b.store.MarkManifestChunkDeleted(ctx, token, 0, nil)
+			return b.engine.MarkChunkDeleted(ctx, token, 0, nil)
 		}},
 		{"next pending", drained, func(ctx context.Context, f fixture, token lifecycle.LeaseToken) error {
-			_, err := b.store.NextPendingManifestChunk(ctx, token)
+			_, err := b.engine.NextPendingChunk(ctx, token)
 			return err
 		}},
 	}
@@ -383,16 +383,16 @@ func TestStorageInputsAreValidatedFirst(t *testing.T) {
 		"invalid UTF-8 root": {ChunkNo: 0, Prefix: "\xff/", Keys: []string{"\xff/a"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			require.ErrorIs(t, b.store.AppendManifestKeyChunk(ctx, token, chunk), lifecycle.ErrInvalidInput)
+			require.ErrorIs(t, b.engine.AppendManifestChunk(ctx, token, chunk), lifecycle.ErrInvalidInput)
 		})
 	}
-	require.NoError(t, b.store.AppendManifestKeyChunk(ctx, token, lifecycle.ManifestKeyChunk{ChunkNo: 0, Prefix: meta, Keys: manyKeys(meta, lifecycle.MaxManifestChunkKeys)}))
+	require.NoError(t, b.engine.AppendManifestChunk(ctx, token, lifecycle.ManifestKeyChunk{ChunkNo: 0, Prefix: meta, Keys: manyKeys(meta, lifecycle.MaxManifestChunkKeys)}))
 
 	malformed := emptyStorage(community)
 	malformed.Version = 3
-	require.ErrorIs(t, b.store.FreezeDestructiveStorageManifest(ctx, token, malformed), lifecycle.ErrInvalidInput)
-	require.ErrorIs(t, b.store.MarkManifestChunkDeleted(ctx, token, -1, nil), lifecycle.ErrInvalidInput)
-	require.ErrorIs(t, b.store.MarkManifestChunkDeleted(ctx, token, 0, func() {}), lifecycle.ErrInvalidInput)
+	require.ErrorIs(t, b.engine.FreezeDestructiveManifest(ctx, token, malformed), lifecycle.ErrInvalidInput)
+	require.ErrorIs(t, b.engine.MarkChunkDeleted(ctx, token, -1, nil), lifecycle.ErrInvalidInput)
+	require.ErrorIs(t, b.engine.MarkChunkDeleted(ctx, token, 0, func() {}), lifecycle.ErrInvalidInput)
 	require.Equal(t, "chunks=1 stamped=0 frozen=false checkpoints=0", b.sqlChunkState(t, token.RequestID))
 }
 
@@ -410,23 +410,23 @@ func TestTaxonomySweepUsesDatabaseCompletionOrder(t *testing.T) {
 	b := setup(t)
 	ctx := t.Context()
 
-	none, err := b.store.LatestTaxonomySweep(ctx)
+	none, err := b.operator.LatestTaxonomySweep(ctx)
 	require.NoError(t, err)
 	require.Nil(t, none)
 
 	var dbNow time.Time
 	require.NoError(t, b.pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&dbNow))
-	skewed, err := b.store.RecordTaxonomySweep(ctx, dbNow.Add(time.Minute), 1, 0, nil, 100)
+	skewed, err := b.engine.RecordTaxonomySweep(ctx, lifecycle.TaxonomySweepParams{StartedAt: dbNow.Add(time.Minute), Listed: 1, Unknown: 0, Sample: nil, ObjectCap: 100})
 	require.NoError(t, err)
 	require.Equal(t, skewed.CompletedAt, skewed.StartedAt, "a start slightly in the future is clamped to the completion")
 	require.Empty(t, skewed.UnknownKeySample)
 
-	dirty, err := b.store.RecordTaxonomySweep(ctx, dbNow.Add(-time.Hour), 2, 1, []string{"unknown/key"}, 100)
+	dirty, err := b.engine.RecordTaxonomySweep(ctx, lifecycle.TaxonomySweepParams{StartedAt: dbNow.Add(-time.Hour), Listed: 2, Unknown: 1, Sample: []string{"unknown/key"}, ObjectCap: 100})
 	require.NoError(t, err)
 	require.True(t, dirty.CompletedAt.After(skewed.CompletedAt))
 	require.True(t, dirty.StartedAt.Equal(dbNow.Add(-time.Hour)))
 
-	latest, err := b.store.LatestTaxonomySweep(ctx)
+	latest, err := b.operator.LatestTaxonomySweep(ctx)
 	require.NoError(t, err)
 	require.Equal(t, dirty, latest, "the sweep that completed last on the database clock wins, whatever its start")
 	require.Equal(t, []string{"unknown/key"}, latest.UnknownKeySample)
@@ -434,9 +434,9 @@ func TestTaxonomySweepUsesDatabaseCompletionOrder(t *testing.T) {
 	require.EqualValues(t, 1, latest.UnknownObjectCount)
 	require.EqualValues(t, 100, latest.ObjectCap)
 
-	_, err = b.store.RecordTaxonomySweep(ctx, dbNow.Add(time.Hour), 1, 0, nil, 100)
+	_, err = b.engine.RecordTaxonomySweep(ctx, lifecycle.TaxonomySweepParams{StartedAt: dbNow.Add(time.Hour), Listed: 1, Unknown: 0, Sample: nil, ObjectCap: 100})
 	require.ErrorIs(t, err, lifecycle.ErrRefused, "a start far in the database's future")
-	latest, err = b.store.LatestTaxonomySweep(ctx)
+	latest, err = b.operator.LatestTaxonomySweep(ctx)
 	require.NoError(t, err)
 	require.Equal(t, dirty.ID, latest.ID)
 }
@@ -448,12 +448,12 @@ func TestRecordTaxonomySweepBoundsItsInputs(t *testing.T) {
 	now := time.Now()
 
 	for name, call := range map[string]func() error{
-		"listed overflow":  func() error { _, err := b.store.RecordTaxonomySweep(ctx, now, math.MaxInt64+1, 0, nil, 1); return err },
-		"unknown overflow": func() error { _, err := b.store.RecordTaxonomySweep(ctx, now, 1, math.MaxUint64, nil, 1); return err },
-		"cap overflow":     func() error { _, err := b.store.RecordTaxonomySweep(ctx, now, 1, 0, nil, math.MaxUint64); return err },
-		"unknown > listed": func() error { _, err := b.store.RecordTaxonomySweep(ctx, now, 1, 2, nil, 1); return err },
-		"sample > unknown": func() error { _, err := b.store.RecordTaxonomySweep(ctx, now, 5, 1, []string{"a", "b"}, 1); return err },
-		"zero start":       func() error { _, err := b.store.RecordTaxonomySweep(ctx, time.Time{}, 1, 0, nil, 1); return err },
+		"listed overflow":  func() error { _, err := b.engine.RecordTaxonomySweep(ctx, lifecycle.TaxonomySweepParams{StartedAt: now, Listed: math.MaxInt64+1, Unknown: 0, Sample: nil, ObjectCap: 1}); return err },
+		"unknown overflow": func() error { _, err := b.engine.RecordTaxonomySweep(ctx, lifecycle.TaxonomySweepParams{StartedAt: now, Listed: 1, Unknown: math.MaxUint64, Sample: nil, ObjectCap: 1}); return err },
+		"cap overflow":     func() error { _, err := b.engine.RecordTaxonomySweep(ctx, lifecycle.TaxonomySweepParams{StartedAt: now, Listed: 1, Unknown: 0, Sample: nil, ObjectCap: math.MaxUint64}); return err },
+		"unknown > listed": func() error { _, err := b.engine.RecordTaxonomySweep(ctx, lifecycle.TaxonomySweepParams{StartedAt: now, Listed: 1, Unknown: 2, Sample: nil, ObjectCap: 1}); return err },
+		"sample > unknown": func() error { _, err := b.engine.RecordTaxonomySweep(ctx, lifecycle.TaxonomySweepParams{StartedAt: now, Listed: 5, Unknown: 1, Sample: []string{"a", "b"}, ObjectCap: 1}); return err },
+		"zero start":       func() error { _, err := b.engine.RecordTaxonomySweep(ctx, lifecycle.TaxonomySweepParams{StartedAt: time.Time{}, Listed: 1, Unknown: 0, Sample: nil, ObjectCap: 1}); return err },
 	} {
 		t.Run(name, func(t *testing.T) {
 			require.ErrorIs(t, call(), lifecycle.ErrInvalidInput)
@@ -465,13 +465,13 @@ func TestRecordTaxonomySweepBoundsItsInputs(t *testing.T) {
 		sample[i] = fmt.Sprintf("unknown/%03d", i)
 	}
 	sample[0] = "unknown/" + strings.Repeat("k", 5000)
-	sweep, err := b.store.RecordTaxonomySweep(ctx, now, math.MaxInt64, 1000, sample, 0)
+	sweep, err := b.engine.RecordTaxonomySweep(ctx, lifecycle.TaxonomySweepParams{StartedAt: now, Listed: math.MaxInt64, Unknown: 1000, Sample: sample, ObjectCap: 0})
 	require.NoError(t, err)
 	require.Len(t, sweep.UnknownKeySample, lifecycle.MaxTaxonomySampleKeys, "the sample is bounded")
 	require.Len(t, sweep.UnknownKeySample[0], lifecycle.MaxTaxonomySampleKeyBytes, "each sampled key is bounded")
 	require.Equal(t, sample[1:lifecycle.MaxTaxonomySampleKeys], sweep.UnknownKeySample[1:])
 	require.EqualValues(t, math.MaxInt64, sweep.ListedObjects)
-	stored, err := b.store.LatestTaxonomySweep(ctx)
+	stored, err := b.operator.LatestTaxonomySweep(ctx)
 	require.NoError(t, err)
 	require.Equal(t, sweep, stored)
 }

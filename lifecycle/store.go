@@ -27,43 +27,20 @@ const DefaultLeaseDuration = 60 * time.Second
 // fence for longer.
 const MaxLeaseDuration = time.Hour
 
-// Store is the deletion lifecycle's client: every operation is one short READ
-// COMMITTED transaction over the generated queries, on database time only,
-// one statement at a time. The invariants it relies on are enforced by the
-// schema's triggers as well; Store checks them first to explain a refusal,
-// never as the only guard. A Store is safe for concurrent use.
-type Store struct {
+// store is what the three clients share: the pool and the bounds every
+// transaction runs under. Every operation is one short READ COMMITTED
+// transaction over the generated queries, on database time only, one
+// statement at a time. The invariants it relies on are enforced by the
+// schema's triggers as well; the clients check them first to explain a
+// refusal, never as the only guard.
+type store struct {
 	pool     *pgxpool.Pool
 	lockWait time.Duration
 }
 
-// Option configures a Store.
-type Option func(*Store)
-
-// WithLockWait bounds how long each transaction waits for any lock (a
-// deletion lock or a row lock) before it gives up with a *LockWaitError;
-// the default is DefaultLockWait.
-func WithLockWait(d time.Duration) Option {
-	return func(s *Store) { s.lockWait = d }
-}
-
-// New returns a Store over pool. The pool's connections may go through a
-// transaction-pooling proxy: every lock and setting the Store uses is
-// transaction-scoped.
-func New(pool *pgxpool.Pool, opts ...Option) *Store {
-	s := &Store{pool: pool, lockWait: DefaultLockWait}
-	for _, opt := range opts {
-		opt(s)
-	}
-	if s.lockWait < time.Millisecond {
-		s.lockWait = time.Millisecond
-	}
-	return s
-}
-
 // txOptions are every transaction's: READ COMMITTED, with the lock wait
 // bound set in the BEGIN itself, so it costs no round trip.
-func (s *Store) txOptions(readOnly bool) pgx.TxOptions {
+func (s *store) txOptions(readOnly bool) pgx.TxOptions {
 	mode := ""
 	if readOnly {
 		mode = " READ ONLY"
@@ -85,7 +62,7 @@ func accessMode(readOnly bool) pgx.TxAccessMode {
 // begin runs fn in one transaction with txOptions and commits it if fn
 // returns nil. A lock wait that timed out comes back as a *LockWaitError
 // naming the lock's holders; a guard's refusal as translate says.
-func (s *Store) begin(ctx context.Context, readOnly bool, fn func(tx pgx.Tx) error) error {
+func (s *store) begin(ctx context.Context, readOnly bool, fn func(tx pgx.Tx) error) error {
 	err := pgx.BeginTxFunc(ctx, s.pool, s.txOptions(readOnly), fn)
 	if err != nil && (isLockTimeout(err) || errors.As(err, new(*LockWaitError))) {
 		return s.describeLockWait(ctx, err)
@@ -120,7 +97,7 @@ func (t LeaseToken) WithFence(generation int64) LeaseToken {
 // nil. PostgreSQL errors that carry a guard's refusal come back wrapped in
 // ErrRefused (or ErrAccessDenied for a write fence) with the database's own
 // message.
-func (s *Store) tx(ctx context.Context, fn func(q *dbgen.Queries) error) error {
+func (s *store) tx(ctx context.Context, fn func(q *dbgen.Queries) error) error {
 	return s.begin(ctx, false, func(tx pgx.Tx) error { return fn(dbgen.New(tx)) })
 }
 

@@ -20,7 +20,7 @@ import (
 // and re-verifies the token under it, so it serializes with Abort. Calling
 // it again while quiescing is harmless. A stale token returns a stale-lease
 // error and changes nothing.
-func (s *Store) BeginQuiescing(ctx context.Context, token LeaseToken) error {
+func (s *Engine) BeginQuiescing(ctx context.Context, token LeaseToken) error {
 	err := s.tx(ctx, func(q *dbgen.Queries) error {
 		if _, err := lockTransition(ctx, q, token, StageApproved); err != nil {
 			return err
@@ -57,7 +57,7 @@ func (s *Store) BeginQuiescing(ctx context.Context, token LeaseToken) error {
 	return nil
 }
 
-// Fence activates the write fence of the quiescing community of the approved
+// EnterFenced activates the write fence of the quiescing community of the approved
 // request token holds and moves the request to fenced, in one transaction:
 // the community becomes fenced under a new fence generation, which is
 // returned and bound to the request. From then on every write into the
@@ -66,7 +66,7 @@ func (s *Store) BeginQuiescing(ctx context.Context, token LeaseToken) error {
 // nothing; retry once they finish or expire. It takes the community lock
 // before any row lock and re-verifies the token under it. Use
 // token.WithFence(generation) for the calls that follow.
-func (s *Store) Fence(ctx context.Context, token LeaseToken) (int64, error) {
+func (s *Engine) EnterFenced(ctx context.Context, token LeaseToken) (int64, error) {
 	var generation int64
 	err := s.tx(ctx, func(q *dbgen.Queries) error {
 		if _, err := lockTransition(ctx, q, token, StageApproved); err != nil {
@@ -111,13 +111,13 @@ func (s *Store) Fence(ctx context.Context, token LeaseToken) (int64, error) {
 	return generation, nil
 }
 
-// MarkDrained records that serving writes drained behind the fence and moves
+// EnterDrained records that serving writes drained behind the fence and moves
 // the fenced request token holds to drained. It needs the destructive storage
 // manifest frozen, and refuses with a *ServingWritesNotDrainedError while
 // unexpired serving write leases remain. A stale token, or one under another
 // fence generation, returns a stale-lease error; a token without a fence
 // generation is refused. Nothing changes on any error.
-func (s *Store) MarkDrained(ctx context.Context, token LeaseToken) error {
+func (s *Engine) EnterDrained(ctx context.Context, token LeaseToken) error {
 	err := s.tx(ctx, func(q *dbgen.Queries) error {
 		row, err := lockTransition(ctx, q, token, StageFenced)
 		if err != nil {
@@ -141,32 +141,32 @@ func (s *Store) MarkDrained(ctx context.Context, token LeaseToken) error {
 	return nil
 }
 
-// MarkBindingsRemoved records, with detail as the checkpoint's JSON detail,
+// EnterBindingsRemoved records, with detail as the checkpoint's JSON detail,
 // that the community's object-store bindings were removed, and moves the
 // drained request token holds to bindings_removed.
-func (s *Store) MarkBindingsRemoved(ctx context.Context, token LeaseToken, detail any) error {
+func (s *Engine) EnterBindingsRemoved(ctx context.Context, token LeaseToken, detail any) error {
 	if err := s.markStage(ctx, token, StageDrained, "remove_storage_bindings", detail, nil); err != nil {
 		return fmt.Errorf("mark deletion %s bindings removed: %w", token.RequestID, err)
 	}
 	return nil
 }
 
-// MarkCachePurged records, with detail as the checkpoint's JSON detail, that
+// EnterCachePurged records, with detail as the checkpoint's JSON detail, that
 // the community's cache namespace was purged, and moves the postgres_purged
 // request token holds to cache_purged.
-func (s *Store) MarkCachePurged(ctx context.Context, token LeaseToken, detail any) error {
+func (s *Engine) EnterCachePurged(ctx context.Context, token LeaseToken, detail any) error {
 	if err := s.markStage(ctx, token, StagePostgresPurged, "purge_cache_namespace", detail, nil); err != nil {
 		return fmt.Errorf("mark deletion %s cache purged: %w", token.RequestID, err)
 	}
 	return nil
 }
 
-// MarkLogicallyVerified records, with detail as the checkpoint's JSON
+// EnterLogicallyVerified records, with detail as the checkpoint's JSON
 // detail, that the community's absence was verified across every store, and
 // moves the cache_purged request token holds to logically_verified. In the
 // same transaction it deletes the request's destructive key chunks: they are
 // working data, and the raw key list of a deleted community is not kept.
-func (s *Store) MarkLogicallyVerified(ctx context.Context, token LeaseToken, detail any) error {
+func (s *Engine) EnterLogicallyVerified(ctx context.Context, token LeaseToken, detail any) error {
 	dropChunks := func(q *dbgen.Queries) error {
 		if _, err := q.DeletionManifestKeyDeleteByRequest(ctx, token.RequestID); err != nil {
 			return fmt.Errorf("delete manifest key chunks: %w", err)
@@ -179,11 +179,11 @@ func (s *Store) MarkLogicallyVerified(ctx context.Context, token LeaseToken, det
 	return nil
 }
 
-// MarkRetentionPending completes the logically verified request token holds:
+// EnterRetentionPending completes the logically verified request token holds:
 // it records detail as the checkpoint's JSON detail and moves the request to
 // the terminal retention_pending stage, stamping completed_at and releasing
 // the lease. Only deferred physical expiry of shared storage remains.
-func (s *Store) MarkRetentionPending(ctx context.Context, token LeaseToken, detail any) error {
+func (s *Engine) EnterRetentionPending(ctx context.Context, token LeaseToken, detail any) error {
 	if _, err := marshalDetail(detail); err != nil {
 		return err
 	}
@@ -215,7 +215,7 @@ func (s *Store) MarkRetentionPending(ctx context.Context, token LeaseToken, deta
 // markStage advances the request token holds from from to its next stage
 // with a completed checkpoint unit at from, then runs after, if any, in the
 // same transaction.
-func (s *Store) markStage(ctx context.Context, token LeaseToken, from Stage, unit string, detail any, after func(q *dbgen.Queries) error) error {
+func (s *store) markStage(ctx context.Context, token LeaseToken, from Stage, unit string, detail any, after func(q *dbgen.Queries) error) error {
 	if _, err := marshalDetail(detail); err != nil {
 		return err
 	}

@@ -26,21 +26,21 @@ func TestTransitionsWalkToRetentionPending(t *testing.T) {
 	request, token := b.lcClaimed(t)
 	community := request.CommunityID
 
-	require.NoError(t, b.store.BeginQuiescing(ctx, token))
+	require.NoError(t, b.engine.BeginQuiescing(ctx, token))
 	state, generation, archivedAt := b.lcCommunity(t, community)
 	require.Equal(t, "quiescing", state)
 	require.Zero(t, generation)
 	require.NotNil(t, archivedAt, "quiescing archives the community")
-	quiescing, err := b.store.Get(ctx, request.ID)
+	quiescing, err := b.operator.Get(ctx, request.ID)
 	require.NoError(t, err)
 	require.NotNil(t, quiescing.QuiescingStartedAt)
 	require.Nil(t, quiescing.PreQuiesceArchivedAt)
-	require.NoError(t, b.store.BeginQuiescing(ctx, token), "quiescing again is harmless")
-	again, err := b.store.Get(ctx, request.ID)
+	require.NoError(t, b.engine.BeginQuiescing(ctx, token), "quiescing again is harmless")
+	again, err := b.operator.Get(ctx, request.ID)
 	require.NoError(t, err)
 	require.Equal(t, quiescing.QuiescingStartedAt, again.QuiescingStartedAt, "recorded once")
 
-	fence, err := b.store.Fence(ctx, token)
+	fence, err := b.engine.EnterFenced(ctx, token)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), fence)
 	token = token.WithFence(fence)
@@ -54,22 +54,22 @@ func TestTransitionsWalkToRetentionPending(t *testing.T) {
 		VALUES ($1, 0, $2, '["k"]')`, request.ID, "_meta/"+community.String()+"/"))
 	b.lcFreezeDestructive(t, request.ID, community)
 
-	require.NoError(t, b.store.MarkDrained(ctx, token))
-	require.NoError(t, b.store.VerifyExecutionToken(ctx, token, lifecycle.StageDrained))
-	require.NoError(t, b.store.Heartbeat(ctx, token, "worker", lcLease, false))
-	require.NoError(t, b.store.MarkBindingsRemoved(ctx, token, map[string]int{"keys": 1}))
+	require.NoError(t, b.engine.EnterDrained(ctx, token))
+	require.NoError(t, b.engine.VerifyToken(ctx, token, lifecycle.StageDrained))
+	require.NoError(t, b.engine.Heartbeat(ctx, token, lcLease))
+	require.NoError(t, b.engine.EnterBindingsRemoved(ctx, token, map[string]int{"keys": 1}))
 	b.lcTombstone(t, community, request.ID)
-	require.NoError(t, b.store.MarkCachePurged(ctx, token, map[string]int{"keys": 0}))
-	inspection, err := b.store.Inspect(ctx, request.ID)
+	require.NoError(t, b.engine.EnterCachePurged(ctx, token, map[string]int{"keys": 0}))
+	inspection, err := b.operator.Inspect(ctx, request.ID)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), inspection.ChunksTotal)
-	require.NoError(t, b.store.MarkLogicallyVerified(ctx, token, map[string]bool{"all": true}))
-	inspection, err = b.store.Inspect(ctx, request.ID)
+	require.NoError(t, b.engine.EnterLogicallyVerified(ctx, token, map[string]bool{"all": true}))
+	inspection, err = b.operator.Inspect(ctx, request.ID)
 	require.NoError(t, err)
 	require.Zero(t, inspection.ChunksTotal, "the key chunks go with logical verification")
-	require.NoError(t, b.store.MarkRetentionPending(ctx, token, map[string]string{"probe": "clean"}))
+	require.NoError(t, b.engine.EnterRetentionPending(ctx, token, map[string]string{"probe": "clean"}))
 
-	done, err := b.store.Inspect(ctx, request.ID)
+	done, err := b.operator.Inspect(ctx, request.ID)
 	require.NoError(t, err)
 	require.Equal(t, lifecycle.StageRetentionPending, done.Request.Stage)
 	require.NotNil(t, done.Request.CompletedAt)
@@ -94,7 +94,7 @@ func TestTransitionsWalkToRetentionPending(t *testing.T) {
 	require.NoError(t, json.Unmarshal(done.Checkpoints[1].Detail, &detail))
 	require.Equal(t, fence, detail["fence_generation"])
 
-	err = b.store.MarkRetentionPending(ctx, token, nil)
+	err = b.engine.EnterRetentionPending(ctx, token, nil)
 	require.True(t, lifecycle.IsStaleLease(err), "a terminal request takes no more steps: %v", err)
 }
 
@@ -108,10 +108,10 @@ func TestTransitionsRefuseWhileServingWritesAreActive(t *testing.T) {
 	request, token := b.lcClaimed(t)
 	require.NoError(t, b.lcExec(t, `INSERT INTO community_serving_write_leases (community_id, operation, owner, fence_generation, lease_until)
 		VALUES ($1, 'upload', 'server-1', 0, now() + interval '1 hour')`, request.CommunityID))
-	require.NoError(t, b.store.BeginQuiescing(ctx, token))
+	require.NoError(t, b.engine.BeginQuiescing(ctx, token))
 
 	before := b.lcSnapshot(t, request.ID)
-	_, err := b.store.Fence(ctx, token)
+	_, err := b.engine.EnterFenced(ctx, token)
 	var notDrained *lifecycle.ServingWritesNotDrainedError
 	require.ErrorAs(t, err, &notDrained)
 	require.ErrorIs(t, err, lifecycle.ErrRefused)
@@ -122,17 +122,17 @@ func TestTransitionsRefuseWhileServingWritesAreActive(t *testing.T) {
 
 	// Abort refuses too: restoring the community under a new generation
 	// would strand the admitted lease.
-	_, err = b.store.Abort(ctx, request.ID, "operator", "changed my mind")
+	_, err = b.operator.Abort(ctx, request.ID, "operator", "changed my mind")
 	require.ErrorAs(t, err, &notDrained)
 	require.Equal(t, before, b.lcSnapshot(t, request.ID))
 
 	require.NoError(t, b.lcExec(t, "DELETE FROM community_serving_write_leases WHERE community_id = $1", request.CommunityID))
-	generation, err := b.store.Fence(ctx, token)
+	generation, err := b.engine.EnterFenced(ctx, token)
 	require.NoError(t, err)
 	token = token.WithFence(generation)
 
 	before = b.lcSnapshot(t, request.ID)
-	require.ErrorIs(t, b.store.MarkDrained(ctx, token), lifecycle.ErrRefused, "drained needs the destructive manifest frozen")
+	require.ErrorIs(t, b.engine.EnterDrained(ctx, token), lifecycle.ErrRefused, "drained needs the destructive manifest frozen")
 	require.Equal(t, before, b.lcSnapshot(t, request.ID))
 }
 
@@ -146,7 +146,7 @@ func TestTransitionsRejectStaleTokensEverywhere(t *testing.T) {
 	b := setup(t)
 	ctx := t.Context()
 	other, _ := b.createCommunity(t)
-	s := b.store
+	s := b.engine
 
 	ops := []struct {
 		name     string
@@ -161,45 +161,45 @@ func TestTransitionsRejectStaleTokensEverywhere(t *testing.T) {
 		call      func(lifecycle.LeaseToken) error
 	}{
 		{name: "BeginQuiescing", stage: lifecycle.StageApproved, call: func(tok lifecycle.LeaseToken) error { return s.BeginQuiescing(ctx, tok) }},
-		{name: "Fence", stage: lifecycle.StageApproved, quiesced: true, call: func(tok lifecycle.LeaseToken) error { _, err := s.Fence(ctx, tok); return err }},
-		{name: "Heartbeat/approved", stage: lifecycle.StageApproved, call: func(tok lifecycle.LeaseToken) error { return s.Heartbeat(ctx, tok, "worker", lcLease, false) }},
+		{name: "EnterFenced", stage: lifecycle.StageApproved, quiesced: true, call: func(tok lifecycle.LeaseToken) error { _, err := s.EnterFenced(ctx, tok); return err }},
+		{name: "Heartbeat/approved", stage: lifecycle.StageApproved, call: func(tok lifecycle.LeaseToken) error { return s.Heartbeat(ctx, tok, lcLease) }},
 		{name: "Block/approved", stage: lifecycle.StageApproved, call: func(tok lifecycle.LeaseToken) error {
-			return s.Block(ctx, tok, lifecycle.StageApproved, "unit", "broken")
+			return s.Block(ctx, tok, lifecycle.BlockParams{Stage: lifecycle.StageApproved, Unit: "unit", Err: "broken"})
 		}},
 		{name: "RecordRetry/approved", stage: lifecycle.StageApproved, call: func(tok lifecycle.LeaseToken) error {
-			return s.RecordRetry(ctx, tok, lifecycle.StageApproved, "unit", "flaky", 0)
+			return s.RecordRetry(ctx, tok, lifecycle.RetryParams{Stage: lifecycle.StageApproved, Unit: "unit", Err: "flaky", After: 0})
 		}},
-		{name: "VerifyExecutionToken/approved", stage: lifecycle.StageApproved, call: func(tok lifecycle.LeaseToken) error {
-			return s.VerifyExecutionToken(ctx, tok, lifecycle.StageApproved)
+		{name: "VerifyToken/approved", stage: lifecycle.StageApproved, call: func(tok lifecycle.LeaseToken) error {
+			return s.VerifyToken(ctx, tok, lifecycle.StageApproved)
 		}},
-		{name: "StopExecutor/approved", stage: lifecycle.StageApproved, lenient: true, call: func(tok lifecycle.LeaseToken) error {
-			return s.StopExecutor(ctx, &tok, "nobody")
+		{name: "Stop/approved", stage: lifecycle.StageApproved, lenient: true, call: func(tok lifecycle.LeaseToken) error {
+			return s.Stop(ctx, lifecycle.StopParams{ExecutorID: "nobody", Release: &tok})
 		}},
-		{name: "MarkDrained", stage: lifecycle.StageFenced, fenceless: true, call: func(tok lifecycle.LeaseToken) error { return s.MarkDrained(ctx, tok) }},
+		{name: "EnterDrained", stage: lifecycle.StageFenced, fenceless: true, call: func(tok lifecycle.LeaseToken) error { return s.EnterDrained(ctx, tok) }},
 		{name: "Block/fenced", stage: lifecycle.StageFenced, fenceless: true, call: func(tok lifecycle.LeaseToken) error {
-			return s.Block(ctx, tok, lifecycle.StageFenced, "unit", "broken")
+			return s.Block(ctx, tok, lifecycle.BlockParams{Stage: lifecycle.StageFenced, Unit: "unit", Err: "broken"})
 		}},
 		{name: "RecordRetry/fenced", stage: lifecycle.StageFenced, fenceless: true, call: func(tok lifecycle.LeaseToken) error {
-			return s.RecordRetry(ctx, tok, lifecycle.StageFenced, "unit", "flaky", time.Minute)
+			return s.RecordRetry(ctx, tok, lifecycle.RetryParams{Stage: lifecycle.StageFenced, Unit: "unit", Err: "flaky", After: time.Minute})
 		}},
-		{name: "Heartbeat/fenced", stage: lifecycle.StageFenced, call: func(tok lifecycle.LeaseToken) error { return s.Heartbeat(ctx, tok, "worker", lcLease, true) }},
-		{name: "StopExecutor/fenced", stage: lifecycle.StageFenced, lenient: true, call: func(tok lifecycle.LeaseToken) error {
-			return s.StopExecutor(ctx, &tok, "nobody")
+		{name: "Heartbeat/fenced", stage: lifecycle.StageFenced, call: func(tok lifecycle.LeaseToken) error { return s.Heartbeat(ctx, tok, lcLease) }},
+		{name: "Stop/fenced", stage: lifecycle.StageFenced, lenient: true, call: func(tok lifecycle.LeaseToken) error {
+			return s.Stop(ctx, lifecycle.StopParams{ExecutorID: "nobody", Release: &tok})
 		}},
-		{name: "MarkBindingsRemoved", stage: lifecycle.StageDrained, fenceless: true, call: func(tok lifecycle.LeaseToken) error {
-			return s.MarkBindingsRemoved(ctx, tok, nil)
+		{name: "EnterBindingsRemoved", stage: lifecycle.StageDrained, fenceless: true, call: func(tok lifecycle.LeaseToken) error {
+			return s.EnterBindingsRemoved(ctx, tok, nil)
 		}},
-		{name: "MarkCachePurged", stage: lifecycle.StagePostgresPurged, fenceless: true, call: func(tok lifecycle.LeaseToken) error {
-			return s.MarkCachePurged(ctx, tok, nil)
+		{name: "EnterCachePurged", stage: lifecycle.StagePostgresPurged, fenceless: true, call: func(tok lifecycle.LeaseToken) error {
+			return s.EnterCachePurged(ctx, tok, nil)
 		}},
-		{name: "MarkLogicallyVerified", stage: lifecycle.StageCachePurged, fenceless: true, call: func(tok lifecycle.LeaseToken) error {
-			return s.MarkLogicallyVerified(ctx, tok, nil)
+		{name: "EnterLogicallyVerified", stage: lifecycle.StageCachePurged, fenceless: true, call: func(tok lifecycle.LeaseToken) error {
+			return s.EnterLogicallyVerified(ctx, tok, nil)
 		}},
-		{name: "MarkRetentionPending", stage: lifecycle.StageLogicallyVerified, fenceless: true, call: func(tok lifecycle.LeaseToken) error {
-			return s.MarkRetentionPending(ctx, tok, nil)
+		{name: "EnterRetentionPending", stage: lifecycle.StageLogicallyVerified, fenceless: true, call: func(tok lifecycle.LeaseToken) error {
+			return s.EnterRetentionPending(ctx, tok, nil)
 		}},
-		{name: "VerifyExecutionToken/logically_verified", stage: lifecycle.StageLogicallyVerified, fenceless: true, call: func(tok lifecycle.LeaseToken) error {
-			return s.VerifyExecutionToken(ctx, tok, lifecycle.StageLogicallyVerified)
+		{name: "VerifyToken/logically_verified", stage: lifecycle.StageLogicallyVerified, fenceless: true, call: func(tok lifecycle.LeaseToken) error {
+			return s.VerifyToken(ctx, tok, lifecycle.StageLogicallyVerified)
 		}},
 	}
 
@@ -286,17 +286,17 @@ func TestTransitionsAbortRacingQuiesceAndFenceNeverDeadlocks(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			aborted, abortErr = b.store.Abort(ctx, request.ID, "operator", "race")
+			aborted, abortErr = b.operator.Abort(ctx, request.ID, "operator", "race")
 		}()
 		go func() {
 			defer wg.Done()
 			<-start
 			if !quiescedFirst {
-				if forwardErr = b.store.BeginQuiescing(ctx, token); forwardErr != nil {
+				if forwardErr = b.engine.BeginQuiescing(ctx, token); forwardErr != nil {
 					return
 				}
 			}
-			_, forwardErr = b.store.Fence(ctx, token)
+			_, forwardErr = b.engine.EnterFenced(ctx, token)
 		}()
 		close(start)
 		wg.Wait()
@@ -334,10 +334,10 @@ func TestTransitionsAbortRestoresTheCommunity(t *testing.T) {
 	archived, token := b.lcAt(t, lifecycle.StageApproved, false)
 	stamp := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
 	require.NoError(t, b.lcExec(t, "UPDATE communities SET archived_at = $2 WHERE id = $1", archived.CommunityID, stamp))
-	require.NoError(t, b.store.BeginQuiescing(ctx, token))
-	generation, err := b.store.Fence(ctx, token)
+	require.NoError(t, b.engine.BeginQuiescing(ctx, token))
+	generation, err := b.engine.EnterFenced(ctx, token)
 	require.NoError(t, err)
-	result, err := b.store.Abort(ctx, archived.ID, "operator", "keep it")
+	result, err := b.operator.Abort(ctx, archived.ID, "operator", "keep it")
 	require.NoError(t, err)
 	require.Equal(t, generation+1, *result.FenceGeneration)
 	state, current, archivedAt := b.lcCommunity(t, archived.CommunityID)
@@ -345,24 +345,24 @@ func TestTransitionsAbortRestoresTheCommunity(t *testing.T) {
 	require.Equal(t, generation+1, current)
 	require.NotNil(t, archivedAt)
 	require.True(t, stamp.Equal(*archivedAt))
-	inspection, err := b.store.Inspect(ctx, archived.ID)
+	inspection, err := b.operator.Inspect(ctx, archived.ID)
 	require.NoError(t, err)
 	var detail map[string]any
 	require.NoError(t, json.Unmarshal(lcCheckpoint(t, inspection, "operator_abort:").Detail, &detail))
 	require.Equal(t, "fenced", detail["community_state"])
 	require.EqualValues(t, generation, detail["old_fence_generation"])
 	require.EqualValues(t, generation+1, detail["new_fence_generation"])
-	err = b.store.Heartbeat(ctx, token.WithFence(generation), "worker", lcLease, false)
+	err = b.engine.Heartbeat(ctx, token.WithFence(generation), lcLease)
 	require.True(t, lifecycle.IsStaleLease(err), "the abort made the executor's token stale")
 
 	// Past the fence nothing is abortable.
 	drained, _ := b.lcAt(t, lifecycle.StageDrained, false)
 	before := b.lcSnapshot(t, drained.ID)
-	_, err = b.store.Abort(ctx, drained.ID, "operator", "too late")
+	_, err = b.operator.Abort(ctx, drained.ID, "operator", "too late")
 	require.ErrorIs(t, err, lifecycle.ErrRefused)
 	require.Equal(t, before, b.lcSnapshot(t, drained.ID))
 
-	_, err = b.store.Abort(ctx, uuid.New(), "operator", "nothing")
+	_, err = b.operator.Abort(ctx, uuid.New(), "operator", "nothing")
 	require.ErrorIs(t, err, lifecycle.ErrNotFound)
 }
 
@@ -376,7 +376,7 @@ func TestTransitionsTakeTheCommunityLockBeforeRowLocks(t *testing.T) {
 	request, token := b.lcClaimed(t)
 	gate := b.lcHoldCommunityLock(t, request.CommunityID)
 	quiesced := make(chan error, 1)
-	go func() { quiesced <- b.store.BeginQuiescing(ctx, token) }()
+	go func() { quiesced <- b.engine.BeginQuiescing(ctx, token) }()
 	b.lcWaitForLockWaiters(t, 1)
 
 	// The request row is not locked by the queued transition.
@@ -414,12 +414,12 @@ func TestTransitionsAbortRacingDrainNeverDeadlocks(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			_, abortErr = b.store.Abort(ctx, request.ID, "operator", "race")
+			_, abortErr = b.operator.Abort(ctx, request.ID, "operator", "race")
 		}()
 		go func() {
 			defer wg.Done()
 			<-start
-			drainErr = b.store.MarkDrained(ctx, token)
+			drainErr = b.engine.EnterDrained(ctx, token)
 		}()
 		close(start)
 		wg.Wait()
@@ -427,7 +427,7 @@ func TestTransitionsAbortRacingDrainNeverDeadlocks(t *testing.T) {
 		lcRequireNoDeadlock(t, abortErr)
 		lcRequireNoDeadlock(t, drainErr)
 		require.True(t, (abortErr == nil) != (drainErr == nil), "iteration %d: exactly one wins (abort %v, drain %v)", i, abortErr, drainErr)
-		current, err := b.store.Get(ctx, request.ID)
+		current, err := b.operator.Get(ctx, request.ID)
 		require.NoError(t, err)
 		state, _, _ := b.lcCommunity(t, request.CommunityID)
 		if abortErr == nil {
@@ -462,8 +462,8 @@ func TestTransitionsDoNotWaitForWritersForeignKeyLocks(t *testing.T) {
 
 	bounded, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	require.NoError(t, b.store.BeginQuiescing(bounded, token), "quiesce waited for the writer's row lock")
-	_, err = b.store.Fence(bounded, token)
+	require.NoError(t, b.engine.BeginQuiescing(bounded, token), "quiesce waited for the writer's row lock")
+	_, err = b.engine.EnterFenced(bounded, token)
 	require.NoError(t, err, "fence waited for the writer's row lock")
 
 	_, err = writer.Exec(ctx, "INSERT INTO fixture_members (community_id, handle) VALUES ($1, 'late')", request.CommunityID)

@@ -7,7 +7,7 @@
 // with CREATE DATABASE ... TEMPLATE so every run starts from identical data.
 // Then, on separate clones:
 //
-//   - batched: lifecycle.Store.PurgePostgres, bounded transactions;
+//   - batched: lifecycle.Engine.EnterPostgresPurged, bounded transactions;
 //   - single transaction: one DELETE per table, child before parent, and the
 //     'nullify' UPDATE, in one transaction as the authorized executor.
 //
@@ -530,7 +530,7 @@ func survivors(ctx context.Context, pool *pgxpool.Pool) (string, error) {
 	return hex.EncodeToString(sum.Sum(nil)), nil
 }
 
-// runBatched runs PurgePostgres.
+// runBatched runs Engine.EnterPostgresPurged.
 func runBatched(ctx context.Context, pool *pgxpool.Pool, opts lifecycle.PurgeOptions) (run, error) {
 	r := run{name: "batched (" + methodName(opts.Method) + ")", perTable: map[string]tableRun{}}
 	var token lifecycle.LeaseToken
@@ -542,7 +542,10 @@ func runBatched(ctx context.Context, pool *pgxpool.Pool, opts lifecycle.PurgeOpt
 	}
 	token.CommunityID = target
 	token = token.WithFence(1)
-	store := lifecycle.New(pool)
+	engine, err := lifecycle.NewEngine(ctx, pool, nil)
+	if err != nil {
+		return r, err
+	}
 	last := time.Now()
 	opts.Progress = func(p lifecycle.PurgeProgress) {
 		now := time.Now()
@@ -552,7 +555,7 @@ func runBatched(ctx context.Context, pool *pgxpool.Pool, opts lifecycle.PurgeOpt
 		last = now
 	}
 	start := time.Now()
-	result, err := store.PurgePostgres(ctx, token, opts)
+	result, err := engine.EnterPostgresPurged(ctx, token, opts)
 	r.total = time.Since(start)
 	if err != nil {
 		return r, err

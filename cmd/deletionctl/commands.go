@@ -16,8 +16,10 @@ import (
 	"github.com/tombstoneworks/communitydeletion/lifecycle"
 )
 
-// execute connects to the database and runs cfg's command. Each command
-// makes its changes in a single Store call, which is one transaction.
+// execute connects to the database and runs cfg's command: run as the
+// executor (lifecycle.Engine), every other command as an operator
+// (lifecycle.Operator), each making its changes in one call, which is one
+// transaction. The connection's login must be a member of the role.
 func execute(ctx context.Context, cfg config, stdout io.Writer) error {
 	poolCfg, err := pgxpool.ParseConfig(cfg.databaseURL)
 	if err != nil {
@@ -28,11 +30,22 @@ func execute(ctx context.Context, cfg config, stdout io.Writer) error {
 		return fmt.Errorf("connect: %w", err)
 	}
 	defer pool.Close()
-	return dispatch(ctx, lifecycle.New(pool), cfg, stdout)
+	if cfg.command == "run" {
+		engine, err := lifecycle.NewEngine(ctx, pool, nil)
+		if err != nil {
+			return fmt.Errorf("run: %w", err)
+		}
+		return runExecutor(ctx, engine, cfg, stdout)
+	}
+	operator, err := lifecycle.NewOperator(ctx, pool, nil)
+	if err != nil {
+		return fmt.Errorf("%s: %w", cfg.command, err)
+	}
+	return dispatch(ctx, operator, cfg, stdout)
 }
 
-// dispatch runs cfg's command against store.
-func dispatch(ctx context.Context, store *lifecycle.Store, cfg config, stdout io.Writer) error {
+// dispatch runs cfg's operator command.
+func dispatch(ctx context.Context, store *lifecycle.Operator, cfg config, stdout io.Writer) error {
 	switch cfg.command {
 	case "submit":
 		return submit(ctx, store, cfg, stdout)
@@ -65,13 +78,11 @@ func dispatch(ctx context.Context, store *lifecycle.Store, cfg config, stdout io
 		return nil
 	case "leases":
 		return leases(ctx, store, cfg, stdout)
-	case "run":
-		return runExecutor(ctx, store, cfg, stdout)
 	}
 	return usagef("unknown command %q", cfg.command)
 }
 
-func submit(ctx context.Context, store *lifecycle.Store, cfg config, stdout io.Writer) error {
+func submit(ctx context.Context, store *lifecycle.Operator, cfg config, stdout io.Writer) error {
 	r, err := store.Submit(ctx, cfg.host, cfg.by, cfg.reason)
 	if err != nil {
 		return fmt.Errorf("submit of deletion of %q by %q: %w", cfg.host, cfg.by, err)
@@ -86,7 +97,7 @@ func submit(ctx context.Context, store *lifecycle.Store, cfg config, stdout io.W
 // KeyStreamDigest) of what it found, as a real service does with its object
 // store; without it, it can only assert that each prefix is empty, and the
 // executor's destructive storage manifest must then agree.
-func inventory(ctx context.Context, store *lifecycle.Store, cfg config, stdout io.Writer) error {
+func inventory(ctx context.Context, store *lifecycle.Operator, cfg config, stdout io.Writer) error {
 	op := fmt.Sprintf("inventory of request %s", cfg.requestID)
 	r, err := store.Get(ctx, cfg.requestID)
 	if err != nil {
@@ -130,9 +141,9 @@ type listReport struct {
 	Next     *string       `json:"next"`
 }
 
-func list(ctx context.Context, store *lifecycle.Store, cfg config, stdout io.Writer) error {
+func list(ctx context.Context, store *lifecycle.Operator, cfg config, stdout io.Writer) error {
 	params := lifecycle.ListParams{Stage: cfg.stage, Blocked: cfg.blocked, Limit: cfg.limit, After: cfg.after}
-	page, err := store.ListPage(ctx, params)
+	page, err := store.List(ctx, params)
 	if err != nil {
 		return fmt.Errorf("list: %w", err)
 	}
@@ -245,7 +256,7 @@ func viewRequest(r *lifecycle.Request, full bool) requestView {
 	return v
 }
 
-func inspect(ctx context.Context, store *lifecycle.Store, cfg config, stdout io.Writer) error {
+func inspect(ctx context.Context, store *lifecycle.Operator, cfg config, stdout io.Writer) error {
 	in, err := store.Inspect(ctx, cfg.requestID)
 	if err != nil {
 		return fmt.Errorf("inspect of request %s: %w", cfg.requestID, err)
@@ -343,7 +354,7 @@ func writeInspection(w io.Writer, rep inspectReport) error {
 	return nil
 }
 
-func leases(ctx context.Context, store *lifecycle.Store, cfg config, stdout io.Writer) error {
+func leases(ctx context.Context, store *lifecycle.Operator, cfg config, stdout io.Writer) error {
 	if cfg.reap > 0 {
 		n, err := store.ReapExpiredServingWriteLeases(ctx, cfg.reap)
 		if err != nil {

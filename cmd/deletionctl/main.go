@@ -2,8 +2,10 @@
 // lifecycle. It submits deletion requests, freezes their inventories,
 // approves them (a second person must), lists and inspects them, aborts and
 // unblocks them, reports and reaps serving write leases, through package
-// lifecycle, and runs the executor. Every command but run is one transaction
-// of lifecycle.Store: a refused command changes nothing.
+// lifecycle.Operator, and runs the executor through lifecycle.Engine. Every
+// command but run is one transaction: a refused command changes nothing. The
+// login of --database-url must be a member of community_deletion_operator
+// (run: community_deletion_executor).
 //
 // Usage:
 //

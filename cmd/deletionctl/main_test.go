@@ -480,10 +480,10 @@ func TestLeases(t *testing.T) {
 	t.Parallel()
 	db := setup(t)
 	community, _ := db.createCommunity(t)
-	store := lifecycle.New(db.pool)
-	_, err := store.AcquireServingWriteLease(t.Context(), community, "upload", "web-1", time.Minute)
+	serving := fixture.NewClients(t, db.url).Serving
+	_, err := serving.AcquireWriteLease(t.Context(), community, "upload", "web-1", time.Minute)
 	require.NoError(t, err)
-	short, err := store.AcquireServingWriteLease(t.Context(), community, "upload", "web-2", time.Second)
+	short, err := serving.AcquireWriteLease(t.Context(), community, "upload", "web-2", time.Second)
 	require.NoError(t, err)
 	// Expire the short lease on the database clock.
 	_, err = db.pool.Exec(t.Context(), "UPDATE community_serving_write_leases SET lease_until = now() - interval '1 minute' WHERE id = $1", short.ID)

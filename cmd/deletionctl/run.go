@@ -50,7 +50,7 @@ func isTerminal(w io.Writer) bool {
 
 // runExecutor is the run command: it drives approved deletions with an
 // executor.Runner over the filesystem object store and an in-memory cache.
-func runExecutor(ctx context.Context, store *lifecycle.Store, cfg config, stdout io.Writer) error {
+func runExecutor(ctx context.Context, engine *lifecycle.Engine, cfg config, stdout io.Writer) error {
 	objects, err := openObjects(cfg.objectsDir)
 	if err != nil {
 		return err
@@ -61,7 +61,7 @@ func runExecutor(ctx context.Context, store *lifecycle.Store, cfg config, stdout
 	}
 	p := newProgress(stdout, isTerminal(stdout))
 	runner, err := executor.New(executor.Config{
-		Store:         store,
+		Engine:        engine,
 		Objects:       objects,
 		Cache:         executor.NewMemoryCache(),
 		Owner:         owner,
@@ -85,18 +85,18 @@ func runExecutor(ctx context.Context, store *lifecycle.Store, cfg config, stdout
 	}
 
 	op := "run of the next claimable request"
-	requestID := &cfg.requestID
+	var claimed bool
 	if cfg.requestID == uuid.Nil {
-		requestID = nil
+		claimed, err = runner.RunNext(ctx)
 	} else {
 		op = fmt.Sprintf("run of request %s", cfg.requestID)
+		claimed, err = runner.RunRequest(ctx, cfg.requestID)
 	}
-	claimed, err := runner.RunOnce(ctx, requestID)
 	p.finish()
 	switch {
 	case err != nil:
 		return fmt.Errorf("%s: %w", op, err)
-	case !claimed && requestID != nil:
+	case !claimed && cfg.requestID != uuid.Nil:
 		fmt.Fprintf(stdout, "nothing to claim: request %s is not claimable now\n", cfg.requestID)
 	case !claimed:
 		fmt.Fprintln(stdout, "nothing to claim")

@@ -92,7 +92,7 @@ func deleteTarget(ctx context.Context, out io.Writer, r *roles, w *world) (*dele
 	if err != nil {
 		return nil, err
 	}
-	if _, err := runner.RunOnce(ctx, &request.ID); err != nil {
+	if _, err := runner.RunRequest(ctx, request.ID); err != nil {
 		return nil, fmt.Errorf("run the deletion: %w", err)
 	}
 	d.stages = append(d.stages, stageTime{stage: current, took: time.Since(since)})

@@ -147,12 +147,15 @@ var demoLogins = []fixture.Login{
 	{Name: "demo_web", Password: "demo", Member: "community_deletion_serving"},
 }
 
-// roles holds a Store per operator login, the executor's Store and the web
-// service's pool.
+// roles holds the demo's three audiences, each over its own login: the two
+// operators' lifecycle.Operator, the executor's lifecycle.Engine, and the web
+// service's pool (its writes go straight to its tenant tables, through the
+// write fence).
 type roles struct {
-	alice, bob, executor *lifecycle.Store
-	web                  *pgxpool.Pool
-	pools                []*pgxpool.Pool
+	alice, bob *lifecycle.Operator
+	executor   *lifecycle.Engine
+	web        *pgxpool.Pool
+	pools      []*pgxpool.Pool
 }
 
 // connectRoles creates the demo's logins and connects as each.
@@ -183,7 +186,16 @@ func connectRoles(ctx context.Context, out io.Writer, url string) (*roles, error
 		pools[i] = pool
 		fmt.Fprintf(out, "connected as %s (member of %s)\n", login.Name, login.Member)
 	}
-	r.alice, r.bob, r.executor = lifecycle.New(pools[0]), lifecycle.New(pools[1]), lifecycle.New(pools[2])
+	var err error
+	if r.alice, err = lifecycle.NewOperator(ctx, pools[0], nil); err == nil {
+		if r.bob, err = lifecycle.NewOperator(ctx, pools[1], nil); err == nil {
+			r.executor, err = lifecycle.NewEngine(ctx, pools[2], nil)
+		}
+	}
+	if err != nil {
+		r.close()
+		return nil, err
+	}
 	r.web = pools[3]
 	return r, nil
 }
@@ -195,9 +207,9 @@ func (r *roles) close() {
 }
 
 // newRunner is the executor the demo deletes with.
-func newRunner(store *lifecycle.Store, w *world, progress func(executor.Event)) (*executor.Runner, error) {
+func newRunner(engine *lifecycle.Engine, w *world, progress func(executor.Event)) (*executor.Runner, error) {
 	return executor.New(executor.Config{
-		Store:             store,
+		Engine:            engine,
 		Objects:           w.objects,
 		Cache:             w.cache,
 		Owner:             "demo-executor",

@@ -24,8 +24,8 @@ func TestExecutorVerifiesTheCache(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	rc := client(t, redisSrv.URL)
-	_, pool := fixture.NewTestPool(t, pgsrv)
-	store := lifecycle.New(pool)
+	url, pool := fixture.NewTestPool(t, pgsrv)
+	clients := fixture.NewClients(t, url)
 	l := newLayout()
 	cache, err := rediscache.New(rc, rediscache.Options{Patterns: l.templates, UnlinkBatch: 100})
 	require.NoError(t, err)
@@ -41,21 +41,21 @@ func TestExecutorVerifiesTheCache(t *testing.T) {
 
 	files := executor.NewFileObjectStore(t.TempDir())
 	prefixes := func(id uuid.UUID) []string { return []string{"media/" + id.String() + "/"} }
-	request, err := store.Submit(ctx, "c-"+target.String()+".example", "alice", "test")
+	request, err := clients.Operator.Submit(ctx, "c-"+target.String()+".example", "alice", "test")
 	require.NoError(t, err)
-	schema, err := store.InventorySchema(ctx, target)
+	schema, err := clients.Operator.InventorySchema(ctx, target)
 	require.NoError(t, err)
 	storage, err := executor.SummarizeStorage(ctx, files, prefixes(target))
 	require.NoError(t, err)
-	_, err = store.FreezeInventory(ctx, request.ID, lifecycle.FrozenInventory{Schema: *schema, Storage: storage})
+	_, err = clients.Operator.FreezeInventory(ctx, request.ID, lifecycle.FrozenInventory{Schema: *schema, Storage: storage})
 	require.NoError(t, err)
-	_, err = store.Approve(ctx, request.ID, "bob", "ok")
+	_, err = clients.Approver.Approve(ctx, request.ID, "bob", "ok")
 	require.NoError(t, err)
 
 	late := keyOf(t, l.templates[0], target, "written-after-the-purge")
 	var purged string
 	cfg := executor.Config{
-		Store: store, Objects: files, Cache: cache, Owner: "executor-1", Prefixes: prefixes,
+		Engine: clients.Engine, Objects: files, Cache: cache, Owner: "executor-1", Prefixes: prefixes,
 		RetryBase: time.Millisecond, RetryMax: 5 * time.Millisecond,
 		Progress: func(ev executor.Event) {
 			if strings.HasPrefix(ev.Message, "cache purged") {
@@ -68,12 +68,12 @@ func TestExecutorVerifiesTheCache(t *testing.T) {
 	}
 	runner, err := executor.New(cfg)
 	require.NoError(t, err)
-	claimed, err := runner.RunOnce(ctx, &request.ID)
+	claimed, err := runner.RunRequest(ctx, request.ID)
 	require.True(t, claimed)
 	require.ErrorIs(t, err, executor.ErrRetryScheduled)
 	require.Contains(t, err.Error(), "cache entries remain")
 	require.Equal(t, "cache purged: 1000 keys", purged)
-	got, err := store.Get(ctx, request.ID)
+	got, err := clients.Operator.Get(ctx, request.ID)
 	require.NoError(t, err)
 	require.Equal(t, lifecycle.StageCachePurged, got.Stage)
 	require.Equal(t, []string{late}, existing(t, rc, append(targetKeys, late)))
@@ -85,7 +85,7 @@ func TestExecutorVerifiesTheCache(t *testing.T) {
 	require.NoError(t, err)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		claimed, err = runner.RunOnce(ctx, &request.ID)
+		claimed, err = runner.RunRequest(ctx, request.ID)
 		if claimed {
 			break
 		}
@@ -94,7 +94,7 @@ func TestExecutorVerifiesTheCache(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // polls for the end of a retry delay of a few milliseconds
 	}
 	require.NoError(t, err)
-	got, err = store.Get(ctx, request.ID)
+	got, err = clients.Operator.Get(ctx, request.ID)
 	require.NoError(t, err)
 	require.Equal(t, lifecycle.StageRetentionPending, got.Stage)
 	require.Equal(t, otherKeys, existing(t, rc, otherKeys))

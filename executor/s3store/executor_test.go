@@ -40,8 +40,8 @@ func TestExecutorDeletesThroughS3(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	e := newEnv(t, nil)
-	_, pool := fixture.NewTestPool(t, pgsrv)
-	store := lifecycle.New(pool)
+	url, pool := fixture.NewTestPool(t, pgsrv)
+	clients := fixture.NewClients(t, url)
 
 	target, other := uuid.New(), uuid.New()
 	var otherKeys []string
@@ -57,16 +57,16 @@ func TestExecutorDeletesThroughS3(t *testing.T) {
 	}
 	targetKeys, targetDecoy := communityKeys(target)
 
-	request, err := store.Submit(ctx, "c-"+target.String()+".example", "alice", "test")
+	request, err := clients.Operator.Submit(ctx, "c-"+target.String()+".example", "alice", "test")
 	require.NoError(t, err)
-	schema, err := store.InventorySchema(ctx, target)
+	schema, err := clients.Operator.InventorySchema(ctx, target)
 	require.NoError(t, err)
 	storage, err := executor.SummarizeStorage(ctx, e.store, storagePrefixes(target))
 	require.NoError(t, err)
 	require.Equal(t, uint64(7), storage.Prefixes[0].ObjectCount)
-	_, err = store.FreezeInventory(ctx, request.ID, lifecycle.FrozenInventory{Schema: *schema, Storage: storage})
+	_, err = clients.Operator.FreezeInventory(ctx, request.ID, lifecycle.FrozenInventory{Schema: *schema, Storage: storage})
 	require.NoError(t, err)
-	_, err = store.Approve(ctx, request.ID, "bob", "ok")
+	_, err = clients.Approver.Approve(ctx, request.ID, "bob", "ok")
 	require.NoError(t, err)
 
 	// The 5th media key (in chunk 1 of 0..3) cannot be deleted.
@@ -78,12 +78,12 @@ func TestExecutorDeletesThroughS3(t *testing.T) {
 		return nil
 	}))
 	cfg := executor.Config{
-		Store: store, Objects: e.store, Cache: executor.NewMemoryCache(), Owner: "executor-1",
+		Engine: clients.Engine, Objects: e.store, Cache: executor.NewMemoryCache(), Owner: "executor-1",
 		Prefixes: storagePrefixes, ChunkSize: 3, RetryBase: time.Millisecond, RetryMax: 5 * time.Millisecond,
 	}
 	runner, err := executor.New(cfg)
 	require.NoError(t, err)
-	claimed, err := runner.RunOnce(ctx, &request.ID)
+	claimed, err := runner.RunRequest(ctx, request.ID)
 	require.True(t, claimed)
 	require.ErrorIs(t, err, executor.ErrRetryScheduled)
 	require.Contains(t, err.Error(), "1 of 3 keys not deleted")
@@ -94,7 +94,7 @@ func TestExecutorDeletesThroughS3(t *testing.T) {
 	for _, key := range targetKeys[:3] {
 		require.False(t, e.exists(t, key), key)
 	}
-	got, err := store.Get(ctx, request.ID)
+	got, err := clients.Operator.Get(ctx, request.ID)
 	require.NoError(t, err)
 	require.Equal(t, lifecycle.StageDrained, got.Stage)
 
@@ -111,7 +111,7 @@ func TestExecutorDeletesThroughS3(t *testing.T) {
 	require.NoError(t, err)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		claimed, err = runner.RunOnce(ctx, &request.ID)
+		claimed, err = runner.RunRequest(ctx, request.ID)
 		if claimed {
 			break
 		}
@@ -120,7 +120,7 @@ func TestExecutorDeletesThroughS3(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // polls for the end of a retry delay of a few milliseconds
 	}
 	require.NoError(t, err)
-	got, err = store.Get(ctx, request.ID)
+	got, err = clients.Operator.Get(ctx, request.ID)
 	require.NoError(t, err)
 	require.Equal(t, lifecycle.StageRetentionPending, got.Stage)
 	require.Equal(t, []string{"chunk 1 deleted (3 keys)", "chunk 2 deleted (1 keys)", "chunk 3 deleted (2 keys)"}, deleted,

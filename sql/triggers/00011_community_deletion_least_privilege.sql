@@ -1369,6 +1369,9 @@ GRANT INSERT, UPDATE ON community_deletion_requests TO community_deletion_operat
 GRANT INSERT ON community_deletion_approvals TO community_deletion_operator;
 GRANT INSERT ON community_deletion_checkpoints TO community_deletion_operator;
 GRANT DELETE ON community_serving_write_leases TO community_deletion_operator;
+-- The reaper locks expired leases FOR UPDATE SKIP LOCKED, which needs an
+-- UPDATE privilege; the lease guard refuses any update by an operator.
+GRANT UPDATE (heartbeat_at) ON community_serving_write_leases TO community_deletion_operator;
 GRANT USAGE ON SEQUENCE community_deletion_checkpoints_sequence_seq
     TO community_deletion_operator, community_deletion_executor;
 
