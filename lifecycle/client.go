@@ -141,4 +141,3 @@ func (o *Operator) ValidateCatalog(ctx context.Context) error { return o.validat
 // ValidateCatalog refuses, naming every problem, unless the live catalog
 // matches the registry and what the migrations installed.
 func (e *Engine) ValidateCatalog(ctx context.Context) error { return e.validateCatalog(ctx) }
-

@@ -159,7 +159,6 @@ func submitRefusal(ctx context.Context, q *dbgen.Queries, host string) error {
 	return refusef("community %s already has an open deletion request", community.ID)
 }
 
-
 // List returns one page of requests, newest first (by creation time,
 // then id), filtered by stage and blocked state when those are set. It
 // pages by keyset: pass the returned Next as After for the following page;

@@ -448,12 +448,30 @@ func TestRecordTaxonomySweepBoundsItsInputs(t *testing.T) {
 	now := time.Now()
 
 	for name, call := range map[string]func() error{
-		"listed overflow":  func() error { _, err := b.engine.RecordTaxonomySweep(ctx, lifecycle.TaxonomySweepParams{StartedAt: now, Listed: math.MaxInt64+1, Unknown: 0, Sample: nil, ObjectCap: 1}); return err },
-		"unknown overflow": func() error { _, err := b.engine.RecordTaxonomySweep(ctx, lifecycle.TaxonomySweepParams{StartedAt: now, Listed: 1, Unknown: math.MaxUint64, Sample: nil, ObjectCap: 1}); return err },
-		"cap overflow":     func() error { _, err := b.engine.RecordTaxonomySweep(ctx, lifecycle.TaxonomySweepParams{StartedAt: now, Listed: 1, Unknown: 0, Sample: nil, ObjectCap: math.MaxUint64}); return err },
-		"unknown > listed": func() error { _, err := b.engine.RecordTaxonomySweep(ctx, lifecycle.TaxonomySweepParams{StartedAt: now, Listed: 1, Unknown: 2, Sample: nil, ObjectCap: 1}); return err },
-		"sample > unknown": func() error { _, err := b.engine.RecordTaxonomySweep(ctx, lifecycle.TaxonomySweepParams{StartedAt: now, Listed: 5, Unknown: 1, Sample: []string{"a", "b"}, ObjectCap: 1}); return err },
-		"zero start":       func() error { _, err := b.engine.RecordTaxonomySweep(ctx, lifecycle.TaxonomySweepParams{StartedAt: time.Time{}, Listed: 1, Unknown: 0, Sample: nil, ObjectCap: 1}); return err },
+		"listed overflow": func() error {
+			_, err := b.engine.RecordTaxonomySweep(ctx, lifecycle.TaxonomySweepParams{StartedAt: now, Listed: math.MaxInt64 + 1, Unknown: 0, Sample: nil, ObjectCap: 1})
+			return err
+		},
+		"unknown overflow": func() error {
+			_, err := b.engine.RecordTaxonomySweep(ctx, lifecycle.TaxonomySweepParams{StartedAt: now, Listed: 1, Unknown: math.MaxUint64, Sample: nil, ObjectCap: 1})
+			return err
+		},
+		"cap overflow": func() error {
+			_, err := b.engine.RecordTaxonomySweep(ctx, lifecycle.TaxonomySweepParams{StartedAt: now, Listed: 1, Unknown: 0, Sample: nil, ObjectCap: math.MaxUint64})
+			return err
+		},
+		"unknown > listed": func() error {
+			_, err := b.engine.RecordTaxonomySweep(ctx, lifecycle.TaxonomySweepParams{StartedAt: now, Listed: 1, Unknown: 2, Sample: nil, ObjectCap: 1})
+			return err
+		},
+		"sample > unknown": func() error {
+			_, err := b.engine.RecordTaxonomySweep(ctx, lifecycle.TaxonomySweepParams{StartedAt: now, Listed: 5, Unknown: 1, Sample: []string{"a", "b"}, ObjectCap: 1})
+			return err
+		},
+		"zero start": func() error {
+			_, err := b.engine.RecordTaxonomySweep(ctx, lifecycle.TaxonomySweepParams{StartedAt: time.Time{}, Listed: 1, Unknown: 0, Sample: nil, ObjectCap: 1})
+			return err
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			require.ErrorIs(t, call(), lifecycle.ErrInvalidInput)
