@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tombstoneworks/communitydeletion/fixture"
+	"github.com/tombstoneworks/communitydeletion/internal/fixture"
 )
 
 // The privileges suite attacks as real login roles that are not entitled to

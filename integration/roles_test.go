@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tombstoneworks/communitydeletion/ephemeralpg"
-	"github.com/tombstoneworks/communitydeletion/fixture"
+	"github.com/tombstoneworks/communitydeletion/internal/fixture"
 	"github.com/tombstoneworks/communitydeletion/internal/exitcode"
 )
 

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	communitydeletion "github.com/tombstoneworks/communitydeletion"
-	"github.com/tombstoneworks/communitydeletion/fixture"
+	"github.com/tombstoneworks/communitydeletion/internal/fixture"
 )
 
 // tampering is one owner-level change to the deletion schema, the drift it

@@ -31,7 +31,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tombstoneworks/communitydeletion/ephemeralpg"
-	"github.com/tombstoneworks/communitydeletion/fixture"
+	"github.com/tombstoneworks/communitydeletion/internal/fixture"
 )
 
 type settings struct {
@@ -121,7 +121,7 @@ func measure(ctx context.Context, cfg config, s settings) ([]row, error) {
 	if server.Source() == ephemeralpg.SourceURL {
 		fmt.Fprintf(os.Stderr, "note: TEST_DATABASE_URL is set, so %q runs with that server's durability settings\n", cfg.name)
 	}
-	url, drop, err := server.NewDatabase(ctx, fixture.Migrator{})
+	url, drop, err := server.NewDatabase(ctx, fixture.Template{})
 	if err != nil {
 		return nil, fmt.Errorf("create database: %w", err)
 	}

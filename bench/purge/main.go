@@ -37,7 +37,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tombstoneworks/communitydeletion/ephemeralpg"
-	"github.com/tombstoneworks/communitydeletion/fixture"
+	"github.com/tombstoneworks/communitydeletion/internal/fixture"
 	"github.com/tombstoneworks/communitydeletion/lifecycle"
 )
 
@@ -92,7 +92,7 @@ func (d dataset) counts(total int) map[string]int {
 
 // Hash identifies the dataset: the fixture schema and the generation.
 func (d dataset) Hash() (string, error) {
-	base, err := fixture.Migrator{WithFixture: true}.Hash()
+	base, err := fixture.Template{WithFixture: true}.Hash()
 	if err != nil {
 		return "", err
 	}
@@ -102,7 +102,7 @@ func (d dataset) Hash() (string, error) {
 
 // Migrate builds the dataset into the database at connString.
 func (d dataset) Migrate(ctx context.Context, connString string) error {
-	if err := (fixture.Migrator{WithFixture: true}).Migrate(ctx, connString); err != nil {
+	if err := (fixture.Template{WithFixture: true}).Migrate(ctx, connString); err != nil {
 		return err
 	}
 	conn, err := pgx.Connect(ctx, connString)

@@ -16,7 +16,7 @@ import (
 
 	"github.com/tombstoneworks/communitydeletion/ephemeralpg"
 	"github.com/tombstoneworks/communitydeletion/executor"
-	"github.com/tombstoneworks/communitydeletion/fixture"
+	"github.com/tombstoneworks/communitydeletion/internal/fixture"
 	"github.com/tombstoneworks/communitydeletion/lifecycle"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/tombstoneworks/communitydeletion/executor"
 	"github.com/tombstoneworks/communitydeletion/executor/rediscache"
-	"github.com/tombstoneworks/communitydeletion/fixture"
+	"github.com/tombstoneworks/communitydeletion/internal/fixture"
 	"github.com/tombstoneworks/communitydeletion/lifecycle"
 )
 
