@@ -124,6 +124,10 @@ var legacyProbes = map[int64][]check{
 		function("community_deletion_seal_functions()"),
 		trigger("community_deletion_checkpoints", "community_deletion_checkpoints_guard"),
 	},
+	12: { // 00012_community_deletion_stages.sql
+		function("community_deletion_stage_order()"),
+		function("community_deletion_stage_runnable(text)"),
+	},
 }
 
 // querier is what probes and the version-table reads run on: a *sql.DB,

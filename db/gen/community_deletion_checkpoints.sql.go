@@ -14,10 +14,10 @@ import (
 const deletionCheckpointComplete = `-- name: DeletionCheckpointComplete :exec
 INSERT INTO community_deletion_checkpoints
     (request_id, stage, unit_key, status, lease_generation, attempts, detail, completed_at)
-SELECT $1, $2, $3, 'completed', $4,
+SELECT $1, $2::text, $3, 'completed', $4,
        1 + count(*) FILTER (WHERE c.status = 'failed'), $5, now()
 FROM community_deletion_checkpoints c
-WHERE c.request_id = $1 AND c.stage = $2 AND c.unit_key = $3
+WHERE c.request_id = $1 AND c.stage = $2::text AND c.unit_key = $3
 ON CONFLICT (request_id, stage, unit_key) WHERE status = 'completed' DO NOTHING
 `
 
@@ -46,10 +46,10 @@ func (q *Queries) DeletionCheckpointComplete(ctx context.Context, arg DeletionCh
 const deletionCheckpointFail = `-- name: DeletionCheckpointFail :exec
 INSERT INTO community_deletion_checkpoints
     (request_id, stage, unit_key, status, lease_generation, attempts, detail, error)
-SELECT $1, $2, $3, 'failed', $4,
+SELECT $1, $2::text, $3, 'failed', $4,
        1 + count(*) FILTER (WHERE c.status = 'failed'), $5, $6
 FROM community_deletion_checkpoints c
-WHERE c.request_id = $1 AND c.stage = $2 AND c.unit_key = $3
+WHERE c.request_id = $1 AND c.stage = $2::text AND c.unit_key = $3
 `
 
 type DeletionCheckpointFailParams struct {

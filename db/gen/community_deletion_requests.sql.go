@@ -305,8 +305,7 @@ JOIN community_deletion_approvals approval ON approval.request_id = request.id
     AND approval.community_id = request.community_id
     AND approval.inventory_digest = request.inventory_digest
 WHERE request.blocked_at IS NULL
-  AND request.stage IN ('approved', 'fenced', 'drained', 'bindings_removed',
-        'postgres_purged', 'cache_purged', 'logically_verified')
+  AND community_deletion_stage_runnable(request.stage)
   AND request.next_attempt_at <= now()
   AND (request.lease_until IS NULL OR request.lease_until < now())
 ORDER BY request.created_at, request.id
@@ -367,8 +366,7 @@ JOIN community_deletion_approvals approval ON approval.request_id = request.id
     AND approval.inventory_digest = request.inventory_digest
 WHERE request.id = $1
   AND request.blocked_at IS NULL
-  AND request.stage IN ('approved', 'fenced', 'drained', 'bindings_removed',
-        'postgres_purged', 'cache_purged', 'logically_verified')
+  AND community_deletion_stage_runnable(request.stage)
   AND request.next_attempt_at <= now()
   AND (request.lease_until IS NULL OR request.lease_until < now())
 FOR UPDATE OF request SKIP LOCKED
@@ -698,8 +696,7 @@ WHERE request.id = $2
   AND request.lease_until >= now()
   AND request.blocked_at IS NULL
   AND request.fence_generation IS NOT DISTINCT FROM $6::bigint
-  AND request.stage IN ('approved', 'fenced', 'drained', 'bindings_removed',
-        'postgres_purged', 'cache_purged', 'logically_verified')
+  AND community_deletion_stage_runnable(request.stage)
   AND EXISTS (
       SELECT 1
       FROM community_deletion_approvals approval

@@ -4,20 +4,20 @@
 -- attempts counts the unit's failures before it, plus this one.
 INSERT INTO community_deletion_checkpoints
     (request_id, stage, unit_key, status, lease_generation, attempts, detail, completed_at)
-SELECT @request_id, @stage, @unit_key, 'completed', @lease_generation,
+SELECT @request_id, @stage::text, @unit_key, 'completed', @lease_generation,
        1 + count(*) FILTER (WHERE c.status = 'failed'), @detail, now()
 FROM community_deletion_checkpoints c
-WHERE c.request_id = @request_id AND c.stage = @stage AND c.unit_key = @unit_key
+WHERE c.request_id = @request_id AND c.stage = @stage::text AND c.unit_key = @unit_key
 ON CONFLICT (request_id, stage, unit_key) WHERE status = 'completed' DO NOTHING;
 
 -- name: DeletionCheckpointFail :exec
 -- Appends a failure of a unit, numbered by its attempt.
 INSERT INTO community_deletion_checkpoints
     (request_id, stage, unit_key, status, lease_generation, attempts, detail, error)
-SELECT @request_id, @stage, @unit_key, 'failed', @lease_generation,
+SELECT @request_id, @stage::text, @unit_key, 'failed', @lease_generation,
        1 + count(*) FILTER (WHERE c.status = 'failed'), @detail, @error
 FROM community_deletion_checkpoints c
-WHERE c.request_id = @request_id AND c.stage = @stage AND c.unit_key = @unit_key;
+WHERE c.request_id = @request_id AND c.stage = @stage::text AND c.unit_key = @unit_key;
 
 -- name: DeletionCheckpointGet :one
 -- The newest checkpoint of a unit.

@@ -1313,7 +1313,8 @@ CREATE OR REPLACE FUNCTION community_deletion_installed_functions() RETURNS text
 -- Fixes the search_path of every installed function (pg_catalog, the schema
 -- of communities, pg_temp last) except the two that qualify every name
 -- instead, because they run on every tenant write; revokes PUBLIC's default
--- EXECUTE from all of them; and records their digests for the drift report.
+-- EXECUTE from all of them but the five that check their caller themselves;
+-- and records their digests for the drift report.
 CREATE OR REPLACE FUNCTION community_deletion_seal_functions() RETURNS void
     LANGUAGE plpgsql VOLATILE
     AS $$
@@ -1327,7 +1328,15 @@ BEGIN
         IF fn NOT IN ('community_deletion_lock_key(uuid)', 'enforce_community_write_fence()') THEN
             EXECUTE format('ALTER FUNCTION %s SET search_path = pg_catalog, %I, pg_temp', fn::regprocedure, home);
         END IF;
-        EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', fn::regprocedure);
+        IF fn IN ('attach_community_write_fence(regclass,text)', 'detach_community_write_fence(regclass)',
+                  'community_deletion_register_table(regclass,text)', 'community_deletion_unregister_table(text)',
+                  'enforce_community_write_fence()') THEN
+            -- These check their caller themselves (a table's owner), or
+            -- are trigger functions a table's owner must name.
+            EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO PUBLIC', fn::regprocedure);
+        ELSE
+            EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', fn::regprocedure);
+        END IF;
     END LOOP;
     DELETE FROM community_deletion_function_digests;
     INSERT INTO community_deletion_function_digests (function_signature, digest)
@@ -1415,10 +1424,6 @@ ALTER FUNCTION enforce_community_deletion_settings_guard() SECURITY DEFINER;
 
 SELECT community_deletion_seal_functions();
 
-GRANT EXECUTE ON FUNCTION attach_community_write_fence(regclass, text), detach_community_write_fence(regclass),
-    community_deletion_register_table(regclass, text), community_deletion_unregister_table(text),
-    enforce_community_write_fence()
-    TO PUBLIC;
 GRANT EXECUTE ON FUNCTION community_deletion_lock_key(uuid), community_deletion_is_member(name),
     community_deletion_require_member(name[], text), community_deletion_control_table(text),
     community_write_fence_excluded_table(text), community_deletion_next_stage(text),
