@@ -21,6 +21,14 @@
 // deletes its directory when the process exits. Docker containers get the
 // same treatment from testcontainers' reaper.
 //
+// Server.StartReplica starts a hot-standby streaming replica of a server
+// run from the local binaries (pg_basebackup into another temporary
+// cluster, watched by a watchdog of its own), for tests of code that
+// reads replication lag: Replica.PauseReplay stops applying WAL, which the
+// primary's pg_stat_replication then shows as a stuck replay_lsn and a
+// growing replay_lag, ResumeReplay and WaitCaughtUp let it catch up. A
+// TEST_DATABASE_URL or Docker server returns a *ReplicaUnsupportedError.
+//
 // A typical test binary starts one server in TestMain:
 //
 //	var server *ephemeralpg.Server
