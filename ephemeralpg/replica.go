@@ -43,8 +43,15 @@ var ErrReplayPaused = errors.New("replay is paused")
 // replicaStatusPoll is how often Replica methods poll a condition.
 const replicaStatusPoll = 10 * time.Millisecond
 
+// replicaWaitLimit bounds every wait of StartReplica and the Replica methods
+// whose ctx has no deadline of its own, so that a replica that never
+// streams fails a test instead of hanging it.
+const replicaWaitLimit = time.Minute
+
 // Replica is a hot-standby streaming replica of a local Server, read-only
-// and in its own temporary cluster. It is safe for concurrent use.
+// and in its own temporary cluster. It is safe for concurrent use. Its
+// waits, and StartReplica's, give up after a minute when ctx has no
+// deadline.
 type Replica struct {
 	primary *Server
 	c       *cluster
@@ -54,15 +61,13 @@ type Replica struct {
 	closeErr  error
 }
 
-// StartReplica starts a streaming replica of s, a server started from the
-// local server binaries, and returns once the primary's pg_stat_replication
-// shows it streaming. The replica is a pg_basebackup of s in a new
-// temporary directory, running on a free 127.0.0.1 port with hot_standby
-// on, streaming through a physical replication slot of its own on s (its
-// Name); a server from TEST_DATABASE_URL or Docker gets a
-// *ReplicaUnsupportedError. The caller must Close the Replica (Close of s
-// closes it too); if the process dies first, a watchdog stops it and
-// removes its directory, as for the primary.
+// StartReplica starts a hot-standby streaming replica of s, which must come
+// from the local server binaries (else a *ReplicaUnsupportedError), and
+// returns once the primary's pg_stat_replication shows it streaming. The
+// replica is a pg_basebackup of s in a temporary directory of its own, on a
+// free 127.0.0.1 port, streaming through a physical replication slot named
+// Name(); Close it (Close of s does too), or a watchdog removes it when the
+// process dies.
 func (s *Server) StartReplica(ctx context.Context, opts ReplicaOptions) (_ *Replica, err error) {
 	if err := checkSettings(opts.ExtraConfig); err != nil {
 		return nil, fmt.Errorf("ephemeralpg: start replica: %w", err)
@@ -202,11 +207,10 @@ func (r *Replica) ConnString(database string) string {
 
 // PauseReplay pauses WAL replay on the replica (pg_wal_replay_pause()) and
 // returns once pg_get_wal_replay_pause_state() says "paused", which
-// PostgreSQL 15 reports at once even when no WAL is arriving. WAL the
-// primary writes from then on is still received and flushed, but not
-// applied until ResumeReplay: its changes stay invisible on the replica,
-// and the primary's pg_stat_replication shows replay_lsn stuck while
-// write_lsn and flush_lsn advance.
+// PostgreSQL 15 does at once, even with no WAL arriving. Until ResumeReplay,
+// WAL is still received but not applied: changes stay invisible on the
+// replica, and the primary's pg_stat_replication shows replay_lsn stuck
+// while flush_lsn advances.
 func (r *Replica) PauseReplay(ctx context.Context) error {
 	if err := r.pauseReplay(ctx); err != nil {
 		return fmt.Errorf("ephemeralpg: replica %s: pause replay: %w", r.name, err)
@@ -243,12 +247,12 @@ func (r *Replica) ResumeReplay(ctx context.Context) error {
 	return nil
 }
 
-// WaitCaughtUp waits until the replica has replayed everything the primary
+// WaitCaughtUp waits until the replica has replayed all the WAL the primary
 // had written when it was called, so every transaction committed on the
-// primary before the call is visible on the replica. To make sure that WAL
-// is sent even under synchronous_commit = off, it commits an empty
-// transaction with an xid on the primary with synchronous_commit = on. It
-// fails with ErrReplayPaused while replay is paused, and when ctx is done.
+// primary before is visible on the replica (to have that WAL sent even under
+// synchronous_commit = off, it first commits an empty transaction with an
+// xid on the primary synchronously). It fails with ErrReplayPaused while
+// replay is paused.
 func (r *Replica) WaitCaughtUp(ctx context.Context) error {
 	if err := r.waitCaughtUp(ctx); err != nil {
 		return fmt.Errorf("ephemeralpg: replica %s: wait until caught up: %w", r.name, err)
@@ -356,8 +360,15 @@ func (r *Replica) dropSlot(ctx context.Context) error {
 }
 
 // poll calls cond every replicaStatusPoll until it reports true or fails,
-// or ctx is done; then the error names what was awaited.
+// or ctx is done (after replicaWaitLimit if ctx has no deadline); then the
+// error names what was awaited.
 func poll(ctx context.Context, cond func() (bool, error), awaited func() string) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, replicaWaitLimit,
+			fmt.Errorf("gave up after %v", replicaWaitLimit))
+		defer cancel()
+	}
 	ticker := time.NewTicker(replicaStatusPoll)
 	defer ticker.Stop()
 	for {
