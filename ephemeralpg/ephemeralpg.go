@@ -21,6 +21,14 @@
 // deletes its directory when the process exits. Docker containers get the
 // same treatment from testcontainers' reaper.
 //
+// Server.StartReplica starts a hot-standby streaming replica of a server
+// run from the local binaries (pg_basebackup into another temporary
+// cluster, watched by a watchdog of its own), for tests of code that
+// reads replication lag: Replica.PauseReplay stops applying WAL, which the
+// primary's pg_stat_replication then shows as a stuck replay_lsn and a
+// growing replay_lag, ResumeReplay and WaitCaughtUp let it catch up. A
+// TEST_DATABASE_URL or Docker server returns a *ReplicaUnsupportedError.
+//
 // A typical test binary starts one server in TestMain:
 //
 //	var server *ephemeralpg.Server
@@ -46,8 +54,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 
@@ -105,11 +115,13 @@ type Server struct {
 	isURL   bool   // admin is a URL (else keyword/value)
 	logf    func(format string, args ...any)
 	closeFn func(ctx context.Context) error // stops what Start created; nil for SourceURL
+	local   *cluster                        // the cluster of a SourceLocal server; else nil
 
 	mu        sync.Mutex
 	closed    bool
-	created   map[string]struct{}  // databases created and not yet dropped
-	templates map[string]*template // by template database name
+	created   map[string]struct{}   // databases created and not yet dropped
+	templates map[string]*template  // by template database name
+	replicas  map[*Replica]struct{} // started by StartReplica and not yet closed
 }
 
 // Start returns a running PostgreSQL server from the first source that
@@ -164,6 +176,7 @@ func newServer(source Source, admin string, logf func(string, ...any), closeFn f
 		closeFn:   closeFn,
 		created:   make(map[string]struct{}),
 		templates: make(map[string]*template),
+		replicas:  make(map[*Replica]struct{}),
 	}
 }
 
@@ -218,10 +231,10 @@ func (s *Server) ConnString(database string) string {
 	return s.admin + " dbname='" + r.Replace(database) + "'"
 }
 
-// Close stops and removes whatever Start created. On a TEST_DATABASE_URL
-// server it drops only the test databases this Server created and has not
-// dropped yet; it leaves template databases in place for later runs to
-// reuse. Close is idempotent.
+// Close stops and removes whatever Start created, replicas included. On a
+// TEST_DATABASE_URL server it drops only the test databases this Server
+// created and has not dropped yet; it leaves template databases in place
+// for later runs to reuse. Close is idempotent.
 func (s *Server) Close(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed {
@@ -233,14 +246,21 @@ func (s *Server) Close(ctx context.Context) error {
 	for name := range s.created {
 		leftover = append(leftover, name)
 	}
+	replicas := slices.Collect(maps.Keys(s.replicas))
 	s.mu.Unlock()
 
+	var replicaErrs []error
+	for _, r := range replicas {
+		if err := r.Close(ctx); err != nil {
+			replicaErrs = append(replicaErrs, err)
+		}
+	}
 	if s.closeFn != nil {
 		// The whole server goes away; no need to drop anything.
 		if err := s.closeFn(ctx); err != nil {
-			return fmt.Errorf("ephemeralpg: close %s server: %w", s.source, err)
+			replicaErrs = append(replicaErrs, fmt.Errorf("ephemeralpg: close %s server: %w", s.source, err))
 		}
-		return nil
+		return errors.Join(replicaErrs...)
 	}
 	var errs []error
 	for _, name := range leftover {

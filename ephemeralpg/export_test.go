@@ -5,4 +5,5 @@ var (
 	TemplateName = templateName
 	FindBinDir   = findBinDir
 	StartLocal   = startLocal
+	StartURL     = startURL
 )

@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,6 +36,11 @@ type cluster struct {
 	data string               // data directory
 	log  string               // server log file
 	attr *syscall.SysProcAttr // runs the binaries as the postgres OS user; nil to run as ourselves
+	port int                  // TCP port on 127.0.0.1, once started
+
+	// noSync passes --no-sync to initdb and pg_basebackup (Options.Fsync
+	// false): nothing needs to survive a crash of the machine.
+	noSync bool
 
 	release func() error // ends the watchdog, which stops the server and removes dir
 }
@@ -57,11 +63,12 @@ func startLocal(ctx context.Context, opts Options, logf func(string, ...any)) (_
 		return nil, fmt.Errorf("create temporary directory: %w", err)
 	}
 	c := &cluster{
-		bin:  bin,
-		dir:  dir,
-		data: filepath.Join(dir, "data"),
-		log:  filepath.Join(dir, "postgres.log"),
-		attr: attr,
+		bin:    bin,
+		dir:    dir,
+		data:   filepath.Join(dir, "data"),
+		log:    filepath.Join(dir, "postgres.log"),
+		attr:   attr,
+		noSync: !opts.Fsync,
 	}
 	if err := chown(dir); err != nil {
 		_ = os.RemoveAll(dir)
@@ -79,7 +86,7 @@ func startLocal(ctx context.Context, opts Options, logf func(string, ...any)) (_
 	}()
 
 	initdb := []string{"-D", c.data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C"}
-	if !opts.Fsync {
+	if c.noSync {
 		initdb = append(initdb, "--no-sync")
 	}
 	if _, err := c.run(ctx, "initdb", initdb...); err != nil {
@@ -106,8 +113,22 @@ func startLocal(ctx context.Context, opts Options, logf func(string, ...any)) (_
 	logf("ephemeralpg: started %s from %s%s on 127.0.0.1:%d in %v, cluster in %s",
 		strings.TrimSpace(version), bin, as, port, time.Since(began).Round(time.Millisecond), dir)
 
-	admin := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
-	return newServer(SourceLocal, admin, logf, c.stop), nil
+	s := newServer(SourceLocal, localConnString(port, "postgres"), logf, c.stop)
+	s.local = c
+	return s, nil
+}
+
+// localConnString returns the URL of database on a local cluster's port,
+// for the postgres superuser.
+func localConnString(port int, database string) string {
+	u := url.URL{
+		Scheme:   "postgres",
+		User:     url.User("postgres"),
+		Host:     net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+		Path:     "/" + database,
+		RawQuery: "sslmode=disable",
+	}
+	return u.String()
 }
 
 // start starts the server on a free port, retrying if another process
@@ -122,6 +143,7 @@ func (c *cluster) start(ctx context.Context) (int, error) {
 		_, err = c.run(ctx, "pg_ctl", "start", "-D", c.data, "-l", c.log, "-w", "-t", "60", "-s",
 			"-o", "-p "+strconv.Itoa(port))
 		if err == nil {
+			c.port = port
 			return port, nil
 		}
 		// pg_ctl may give up waiting on a postmaster that is still running.
@@ -272,16 +294,25 @@ func serverSettings(opts Options) (map[string]string, error) {
 	if !opts.Fsync {
 		maps.Copy(settings, fastSettings)
 	}
-	for name, value := range opts.ExtraConfig {
-		if !settingName.MatchString(name) {
-			return nil, fmt.Errorf("ExtraConfig: invalid setting name %q", name)
-		}
-		if strings.ContainsAny(value, "\x00\r\n") {
-			return nil, fmt.Errorf("ExtraConfig: setting %s: value contains a NUL or line break", name)
-		}
-		settings[name] = value
+	if err := checkSettings(opts.ExtraConfig); err != nil {
+		return nil, err
 	}
+	maps.Copy(settings, opts.ExtraConfig)
 	return settings, nil
+}
+
+// checkSettings refuses an ExtraConfig whose names or values could not be
+// written to postgresql.conf as one line each.
+func checkSettings(extra map[string]string) error {
+	for _, name := range slices.Sorted(maps.Keys(extra)) {
+		if !settingName.MatchString(name) {
+			return fmt.Errorf("ExtraConfig: invalid setting name %q", name)
+		}
+		if strings.ContainsAny(extra[name], "\x00\r\n") {
+			return fmt.Errorf("ExtraConfig: setting %s: value contains a NUL or line break", name)
+		}
+	}
+	return nil
 }
 
 // localConfig returns the postgresql.conf lines for a local cluster whose
@@ -293,13 +324,24 @@ func localConfig(opts Options, socketDir string) (string, error) {
 	}
 	settings["listen_addresses"] = "127.0.0.1"
 	settings["unix_socket_directories"] = socketDir
+	return confLines("Added by ephemeralpg.", settings), nil
+}
+
+// confLines returns settings as postgresql.conf lines, sorted by name,
+// after a comment line.
+func confLines(comment string, settings map[string]string) string {
 	var b strings.Builder
-	b.WriteString("\n# Added by ephemeralpg.\n")
-	quote := strings.NewReplacer(`\`, `\\`, `'`, `''`)
+	b.WriteString("\n# " + comment + "\n")
 	for _, name := range slices.Sorted(maps.Keys(settings)) {
-		fmt.Fprintf(&b, "%s = '%s'\n", name, quote.Replace(settings[name]))
+		fmt.Fprintf(&b, "%s = %s\n", name, confQuote(settings[name]))
 	}
-	return b.String(), nil
+	return b.String()
+}
+
+// confQuote quotes a value for postgresql.conf (and a libpq connection
+// string's value, which uses the same backslash escapes).
+func confQuote(value string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(value) + "'"
 }
 
 // fastSettings trade durability for speed when Options.Fsync is false.
