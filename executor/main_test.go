@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tombstoneworks/communitydeletion/ephemeralpg"
 	"github.com/tombstoneworks/communitydeletion/executor"
+	"github.com/tombstoneworks/communitydeletion/internal/ephemeralpg"
 	"github.com/tombstoneworks/communitydeletion/internal/fixture"
 	"github.com/tombstoneworks/communitydeletion/lifecycle"
 )

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/google/uuid"
 )
@@ -154,33 +155,66 @@ func (f *FileObjectStore) List(ctx context.Context, prefix string, fn func(key s
 	return nil
 }
 
-// Delete implements ObjectStore. Missing files are not an error.
+// Delete implements ObjectStore. Missing files are not an error, and
+// neither is a key that reaches through a symbolic link or a regular file
+// (List never yields one: it is not an object of this store); such a key
+// deletes nothing. Removal goes through an os.Root, so nothing outside the
+// root is ever touched, even if a link is planted meanwhile.
 func (f *FileObjectStore) Delete(ctx context.Context, keys []string) error {
 	for _, key := range keys {
 		if err := checkKeyPath(key, false); err != nil {
 			return err
 		}
 	}
+	root, err := os.OpenRoot(f.root)
+	if err != nil {
+		return fmt.Errorf("file object store: open root: %w", err)
+	}
+	defer root.Close()
 	for _, key := range keys {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		p := filepath.Join(f.root, filepath.FromSlash(path.Clean(key)))
-		info, err := os.Lstat(p)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
+		name := filepath.FromSlash(path.Clean(key))
+		present, err := f.storedFile(root, name)
 		if err != nil {
 			return fmt.Errorf("file object store: delete %q: %w", key, err)
 		}
-		if !info.Mode().IsRegular() {
-			return fmt.Errorf("file object store: delete %q: not a regular file", key)
+		if !present {
+			continue
 		}
-		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := root.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("file object store: delete %q: %w", key, err)
 		}
 	}
 	return nil
+}
+
+// storedFile reports whether name (relative to the root) is an object of
+// the store: every directory on the way a real directory, not a symbolic
+// link, and name itself a regular file. A name whose last element exists
+// but is not a regular file is an error; anything else missing is false.
+func (f *FileObjectStore) storedFile(root *os.Root, name string) (bool, error) {
+	parts := strings.Split(name, string(filepath.Separator))
+	for i := range parts {
+		info, err := root.Lstat(filepath.Join(parts[:i+1]...))
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if i < len(parts)-1 {
+			if !info.IsDir() {
+				return false, nil // through a link or a file: not a stored key
+			}
+			continue
+		}
+		if !info.Mode().IsRegular() {
+			return false, errors.New("not a regular file")
+		}
+	}
+	return true, nil
 }
 
 // Any implements ObjectStore.

@@ -6,7 +6,7 @@ package integration
 import (
 	"testing"
 
-	"github.com/tombstoneworks/communitydeletion/ephemeralpg"
+	"github.com/tombstoneworks/communitydeletion/internal/ephemeralpg"
 )
 
 // server is the throwaway PostgreSQL shared by every test in this package;

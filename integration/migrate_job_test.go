@@ -23,7 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	communitydeletion "github.com/tombstoneworks/communitydeletion"
-	"github.com/tombstoneworks/communitydeletion/ephemeralpg"
+	"github.com/tombstoneworks/communitydeletion/internal/ephemeralpg"
 	"github.com/tombstoneworks/communitydeletion/internal/exitcode"
 	"github.com/tombstoneworks/communitydeletion/migration"
 )

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tombstoneworks/communitydeletion/ephemeralpg"
+	"github.com/tombstoneworks/communitydeletion/internal/ephemeralpg"
 	"github.com/tombstoneworks/communitydeletion/internal/fixture"
 	"github.com/tombstoneworks/communitydeletion/lifecycle"
 )

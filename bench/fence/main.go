@@ -30,7 +30,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tombstoneworks/communitydeletion/ephemeralpg"
+	"github.com/tombstoneworks/communitydeletion/internal/ephemeralpg"
 	"github.com/tombstoneworks/communitydeletion/internal/fixture"
 )
 

@@ -290,7 +290,9 @@ func decodeCursor(s string) (*lifecycle.Cursor, error) {
 		return nil, fmt.Errorf("malformed cursor %q", s)
 	}
 	createdAt, err := time.Parse(time.RFC3339Nano, at)
-	if err != nil {
+	// encodeCursor writes UTC: a time whose UTC year leaves 0000-9999 could
+	// not be written back, and no stored row has one.
+	if err != nil || createdAt.UTC().Year() < 0 || createdAt.UTC().Year() > 9999 {
 		return nil, fmt.Errorf("malformed cursor %q: bad time", s)
 	}
 	uid, err := uuid.Parse(id)

@@ -25,8 +25,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tombstoneworks/communitydeletion/ephemeralpg"
 	"github.com/tombstoneworks/communitydeletion/executor"
+	"github.com/tombstoneworks/communitydeletion/internal/ephemeralpg"
 	"github.com/tombstoneworks/communitydeletion/internal/fixture"
 	"github.com/tombstoneworks/communitydeletion/lifecycle"
 	"github.com/tombstoneworks/communitydeletion/migration"

@@ -12,9 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tombstoneworks/communitydeletion/ephemeralpg"
 	"github.com/tombstoneworks/communitydeletion/executor"
 	"github.com/tombstoneworks/communitydeletion/executor/rediscache"
+	"github.com/tombstoneworks/communitydeletion/internal/ephemeralpg"
 	"github.com/tombstoneworks/communitydeletion/internal/testserver/redisserver"
 )
 

@@ -17,9 +17,9 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tombstoneworks/communitydeletion/ephemeralpg"
 	"github.com/tombstoneworks/communitydeletion/executor"
 	"github.com/tombstoneworks/communitydeletion/executor/s3store"
+	"github.com/tombstoneworks/communitydeletion/internal/ephemeralpg"
 	"github.com/tombstoneworks/communitydeletion/internal/testserver"
 	"github.com/tombstoneworks/communitydeletion/internal/testserver/s3server"
 )

@@ -44,7 +44,7 @@ func StartForTests(opts Options) (*Server, func()) {
 
 // NewTestDatabase is NewDatabase for tests: it fails the test on error and
 // drops the database in t.Cleanup.
-func NewTestDatabase(t testing.TB, s *Server, m Migrator) string {
+func NewTestDatabase(t testing.TB, s *Server, m TemplateBuilder) string {
 	t.Helper()
 	connString, drop, err := s.NewDatabase(t.Context(), m)
 	if err != nil {

@@ -17,24 +17,24 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tombstoneworks/communitydeletion/ephemeralpg"
+	"github.com/tombstoneworks/communitydeletion/internal/ephemeralpg"
 )
 
 var server *ephemeralpg.Server
 
 func TestMain(m *testing.M) { ephemeralpg.RunTests(m, ephemeralpg.Options{}, &server) }
 
-// tableMigrator creates one table and counts its Migrate calls.
-type tableMigrator struct {
+// tableTemplate creates one table and counts its Migrate calls.
+type tableTemplate struct {
 	hash  string
 	table string
 	delay time.Duration // widens the window for concurrent builders
 	calls atomic.Int32
 }
 
-func (m *tableMigrator) Hash() (string, error) { return m.hash, nil }
+func (m *tableTemplate) Hash() (string, error) { return m.hash, nil }
 
-func (m *tableMigrator) Migrate(ctx context.Context, connString string) error {
+func (m *tableTemplate) Migrate(ctx context.Context, connString string) error {
 	m.calls.Add(1)
 	conn, err := pgx.Connect(ctx, connString)
 	if err != nil {
@@ -53,11 +53,11 @@ func (m *tableMigrator) Migrate(ctx context.Context, connString string) error {
 	}
 }
 
-// newMigrator returns a tableMigrator whose hash no other test or earlier
+// newTemplate returns a tableTemplate whose hash no other test or earlier
 // run uses, so the test owns its template and can count Migrate calls. The
 // template is dropped at cleanup, so a shared TEST_DATABASE_URL server does
 // not collect them.
-func newMigrator(t *testing.T, version, table string) *tableMigrator {
+func newTemplate(t *testing.T, version, table string) *tableTemplate {
 	t.Helper()
 	hash := fmt.Sprintf("%s/%s/%d/%d", t.Name(), version, os.Getpid(), time.Now().UnixNano())
 	t.Cleanup(func() {
@@ -68,7 +68,7 @@ func newMigrator(t *testing.T, version, table string) *tableMigrator {
 		defer conn.Close(ctx)
 		dropTemplate(ctx, t, conn, hash)
 	})
-	return &tableMigrator{hash: hash, table: table}
+	return &tableTemplate{hash: hash, table: table}
 }
 
 // dropTemplate drops the template database for hash, if there is one.
@@ -121,7 +121,7 @@ func TestSource(t *testing.T) {
 
 func TestNewDatabaseIsolated(t *testing.T) {
 	t.Parallel()
-	m := newMigrator(t, "v1", "widgets")
+	m := newTemplate(t, "v1", "widgets")
 
 	a := connect(t, ephemeralpg.NewTestDatabase(t, server, m))
 	b := connect(t, ephemeralpg.NewTestDatabase(t, server, m))
@@ -141,7 +141,7 @@ func TestNewDatabaseIsolated(t *testing.T) {
 
 func TestTemplateMigratedOnce(t *testing.T) {
 	t.Parallel()
-	m := newMigrator(t, "v1", "widgets")
+	m := newTemplate(t, "v1", "widgets")
 	m.delay = 200 * time.Millisecond
 
 	const n = 20
@@ -173,8 +173,8 @@ func TestTemplateMigratedOnce(t *testing.T) {
 
 func TestDifferentHashesDifferentTemplates(t *testing.T) {
 	t.Parallel()
-	m1 := newMigrator(t, "v1", "widgets")
-	m2 := newMigrator(t, "v2", "gadgets")
+	m1 := newTemplate(t, "v1", "widgets")
+	m2 := newTemplate(t, "v2", "gadgets")
 
 	require.Equal(t, []string{"widgets"}, tables(t, connect(t, ephemeralpg.NewTestDatabase(t, server, m1))))
 	require.Equal(t, []string{"gadgets"}, tables(t, connect(t, ephemeralpg.NewTestDatabase(t, server, m2))))
@@ -191,7 +191,7 @@ func TestNewEmptyTestDatabase(t *testing.T) {
 
 func TestDropRemovesDatabase(t *testing.T) {
 	t.Parallel()
-	m := newMigrator(t, "v1", "widgets")
+	m := newTemplate(t, "v1", "widgets")
 	connString, drop, err := server.NewDatabase(t.Context(), m)
 	require.NoError(t, err)
 	cfg, err := pgx.ParseConfig(connString)
@@ -214,7 +214,7 @@ func TestDropRemovesDatabase(t *testing.T) {
 
 func TestMigrateErrorIsReported(t *testing.T) {
 	t.Parallel()
-	m := newMigrator(t, "v1", "") // empty identifier: invalid
+	m := newTemplate(t, "v1", "") // empty identifier: invalid
 	_, _, err := server.NewDatabase(t.Context(), m)
 	require.ErrorContains(t, err, "migrate")
 
@@ -227,7 +227,7 @@ func TestMigrateErrorIsReported(t *testing.T) {
 
 func TestIncompleteTemplateIsRebuilt(t *testing.T) {
 	t.Parallel()
-	m := newMigrator(t, "v1", "widgets")
+	m := newTemplate(t, "v1", "widgets")
 
 	// A process that crashed mid-migration leaves the template database
 	// behind without IS_TEMPLATE.
@@ -242,7 +242,7 @@ func TestIncompleteTemplateIsRebuilt(t *testing.T) {
 
 func TestDroppedTemplateIsRebuilt(t *testing.T) {
 	t.Parallel()
-	m := newMigrator(t, "v1", "widgets")
+	m := newTemplate(t, "v1", "widgets")
 	ephemeralpg.NewTestDatabase(t, server, m)
 
 	// Someone prunes the server while this process holds the template as
@@ -261,7 +261,7 @@ var migrateCallsLine = regexp.MustCompile(`(?m)^migrate calls: (\d+)$`)
 
 func TestTemplateMigratedOnceAcrossProcesses(t *testing.T) {
 	t.Parallel()
-	m := newMigrator(t, "v1", "widgets")
+	m := newTemplate(t, "v1", "widgets")
 
 	// Each process is this test binary running TestHelperProcess against
 	// this test's server, as if it were a shared TEST_DATABASE_URL server.
@@ -298,7 +298,7 @@ func TestHelperProcess(t *testing.T) {
 	if hash == "" {
 		return
 	}
-	m := &tableMigrator{hash: hash, table: "widgets", delay: 300 * time.Millisecond}
+	m := &tableTemplate{hash: hash, table: "widgets", delay: 300 * time.Millisecond}
 	conn := connect(t, ephemeralpg.NewTestDatabase(t, server, m))
 	require.Equal(t, []string{"widgets"}, tables(t, conn))
 	fmt.Printf("migrate calls: %d\n", m.calls.Load())

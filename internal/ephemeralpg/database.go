@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Migrator produces a database schema.
-type Migrator interface {
+// TemplateBuilder produces a database schema.
+type TemplateBuilder interface {
 	// Hash identifies the schema the migrator produces; equal hashes share
 	// one template database, across processes on a shared server too.
 	Hash() (string, error)
@@ -42,7 +42,7 @@ type template struct {
 }
 
 // NewDatabase returns the connection string of a fresh database cloned
-// from a template database that is migrated once per Migrator hash, and a
+// from a template database that is migrated once per TemplateBuilder hash, and a
 // func that drops the database. Drop may be called more than once.
 //
 // Template builds are serialized within the process and, with an advisory
@@ -50,9 +50,9 @@ type template struct {
 // database, as with one TEST_DATABASE_URL). A template left half-built by
 // a crashed process is dropped and rebuilt; one dropped by someone else
 // while this process uses it is rebuilt too.
-func (s *Server) NewDatabase(ctx context.Context, m Migrator) (connString string, drop func(context.Context) error, err error) {
+func (s *Server) NewDatabase(ctx context.Context, m TemplateBuilder) (connString string, drop func(context.Context) error, err error) {
 	if m == nil {
-		return "", nil, errors.New("ephemeralpg: new database: nil Migrator")
+		return "", nil, errors.New("ephemeralpg: new database: nil TemplateBuilder")
 	}
 	hash, err := m.Hash()
 	if err != nil {
@@ -90,7 +90,7 @@ func (s *Server) NewEmptyDatabase(ctx context.Context) (connString string, drop 
 	return connString, drop, nil
 }
 
-// templateName returns the template database name for a Migrator hash.
+// templateName returns the template database name for a TemplateBuilder hash.
 func templateName(hash string) string {
 	sum := sha256.Sum256([]byte(hash))
 	return templatePrefix + hex.EncodeToString(sum[:8])
@@ -98,7 +98,7 @@ func templateName(hash string) string {
 
 // ensureTemplate makes sure the template database for hash exists and is
 // complete, building it with m if needed, and returns its name.
-func (s *Server) ensureTemplate(ctx context.Context, hash string, m Migrator) (string, error) {
+func (s *Server) ensureTemplate(ctx context.Context, hash string, m TemplateBuilder) (string, error) {
 	name := templateName(hash)
 
 	s.mu.Lock()
@@ -149,7 +149,7 @@ func (s *Server) forgetTemplate(ctx context.Context, name string) error {
 // complete one already exists. A template is complete once it is marked
 // IS_TEMPLATE, which is the last step; an unmarked one is left over from a
 // failed or crashed build and is rebuilt.
-func (s *Server) buildTemplate(ctx context.Context, name string, m Migrator) (err error) {
+func (s *Server) buildTemplate(ctx context.Context, name string, m TemplateBuilder) (err error) {
 	conn, err := s.connectAdmin(ctx)
 	if err != nil {
 		return err
@@ -197,7 +197,7 @@ func (s *Server) buildTemplate(ctx context.Context, name string, m Migrator) (er
 		return fmt.Errorf("mark as template: %w", err)
 	}
 	// CREATE DATABASE ... TEMPLATE fails while anyone is connected to the
-	// template, so end sessions a Migrator may have leaked.
+	// template, so end sessions a TemplateBuilder may have leaked.
 	_, err = conn.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()", name)
 	if err != nil {
 		return fmt.Errorf("terminate leftover sessions: %w", err)

@@ -12,7 +12,7 @@
 //
 // If none works, Start returns an error that says what was tried; it never
 // pretends to succeed. Databases are created by NewDatabase, which migrates a
-// template database once per Migrator hash and clones it with
+// template database once per TemplateBuilder hash and clones it with
 // CREATE DATABASE ... TEMPLATE, so every test gets a fresh, fully migrated
 // database in milliseconds.
 //
