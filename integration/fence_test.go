@@ -6,8 +6,12 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tombstoneworks/communitydeletion/internal/fixture"
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
 )
 
 // The write fence (enforce_community_write_fence on every registered 'delete'
@@ -441,4 +445,34 @@ func TestWriteFenceRefusesWritersArrivingDuringATransition(t *testing.T) {
 	var handle string
 	require.NoError(t, b.pool.QueryRow(ctx, "SELECT string_agg(handle, ',') FROM fixture_members WHERE community_id = $1", community).Scan(&handle))
 	require.Equal(t, "existing", handle)
+}
+
+// Every refusal of the write fence names the constraint
+// community_write_fence, so a client recognizes it without reading the
+// message: the fence's triggers (55000 and 25000),
+// assert_community_write_allowed() and the serving lease guard.
+func TestWriteFenceRefusalsNameTheirConstraint(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	_, fenced, generation := b.quiescingAndFenced(t)
+	serving := b.as(fixture.RoleServing)
+	requireFence := func(t *testing.T, err error, code string) {
+		t.Helper()
+		requireSQLState(t, err, code, "")
+		require.True(t, lifecycle.IsWriteFenceRefusal(err), "%v names no constraint", err)
+	}
+	requireFence(t, insertMember(ctx, serving, fenced, "late"), pgerrcode.ObjectNotInPrerequisiteState)
+	_, err := serving.Exec(ctx, "SELECT assert_community_write_allowed($1)", fenced)
+	requireFence(t, err, pgerrcode.ObjectNotInPrerequisiteState)
+	_, _, err = acquireLease(ctx, serving, fenced, generation)
+	requireFence(t, err, pgerrcode.ObjectNotInPrerequisiteState)
+	tx, err := serving.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	requireFence(t, insertMember(ctx, tx, b.createCommunity(t), "pinned"), pgerrcode.InvalidTransactionState)
+	// Other guards' refusals are not the fence's.
+	err = b.exec(t, "DELETE FROM community_deletion_requests")
+	require.Error(t, err)
+	require.False(t, lifecycle.IsWriteFenceRefusal(err))
 }

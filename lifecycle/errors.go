@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Sentinel errors classify every failure the package returns. Match them with
@@ -37,6 +38,20 @@ var (
 	// now: none is approved, unblocked and due, or the one named is not.
 	ErrNothingToClaim = errors.New("lifecycle: nothing to claim")
 )
+
+// WriteFenceConstraint is the constraint name every refusal of the write
+// fence carries (pgconn.PgError.ConstraintName): the fence's triggers,
+// assert_community_write_allowed() and the serving lease guard. Match it
+// with IsWriteFenceRefusal rather than reading messages.
+const WriteFenceConstraint = "community_write_fence"
+
+// IsWriteFenceRefusal reports whether err is (or wraps) a refusal of the
+// write fence: a write into a community that is not active, or one under a
+// snapshot isolation level.
+func IsWriteFenceRefusal(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.ConstraintName == WriteFenceConstraint
+}
 
 // DriftBlockedError reports that a claim found the request it would have
 // taken but the catalog drifted: the request is now blocked durably with

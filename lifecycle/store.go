@@ -111,7 +111,7 @@ func translate(err error) error {
 	case pgerrcode.InsufficientPrivilege:
 		return deniedf("%w", err)
 	case pgerrcode.ObjectNotInPrerequisiteState:
-		if len(pgErr.Message) >= len("community write") && pgErr.Message[:len("community write")] == "community write" {
+		if pgErr.ConstraintName == WriteFenceConstraint {
 			return deniedf("%w", err)
 		}
 		return refusef("%w", err)

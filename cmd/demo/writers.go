@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
 )
 
 // writerResult is what one community's writer saw.
@@ -56,7 +58,7 @@ func startWriters(ctx context.Context, pool *pgxpool.Pool, w *world) *writers {
 					if result.refused > 0 {
 						result.succeededAfterRefusal++
 					}
-				case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.ObjectNotInPrerequisiteState:
+				case lifecycle.IsWriteFenceRefusal(err):
 					result.refused++
 				case errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.ForeignKeyViolation || pgErr.Code == pgerrcode.DeadlockDetected) && result.refused > 0:
 					result.orphaned++

@@ -133,12 +133,48 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- The explicit write admission for code paths the fence trigger does not
+-- cover (serving-lease acquisition, writes to excluded tables). It refuses
+-- REPEATABLE READ and SERIALIZABLE with SQLSTATE 25000 before anything else
+-- (a pinned snapshot could still see 'active' after the fence committed), then
+-- takes the shared community lock until the transaction ends, then refuses
+-- with SQLSTATE 55000 unless community_write_allowed() admits the write. Both
+-- refusals name the constraint community_write_fence, as the fence's do.
+CREATE OR REPLACE FUNCTION assert_community_write_allowed(community uuid) RETURNS void
+    LANGUAGE plpgsql VOLATILE
+    AS $$
+DECLARE
+    state text;
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = '25000',
+            MESSAGE = format('community write refused: isolation level %s pins a snapshot that cannot see the deletion fence',
+                             current_setting('transaction_isolation')),
+            HINT = 'Write community data in READ COMMITTED transactions.',
+            CONSTRAINT = 'community_write_fence';
+    END IF;
+    PERFORM pg_advisory_xact_lock_shared(community_deletion_lock_key(community));
+    IF community_write_allowed(community) IS NOT TRUE THEN
+        SELECT c.deletion_state INTO state FROM communities c WHERE c.id = community;
+        RAISE EXCEPTION USING
+            ERRCODE = '55000',
+            MESSAGE = format('community write refused: community %s is %s', community, coalesce(state, 'missing')),
+            CONSTRAINT = 'community_write_fence';
+    END IF;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- Installs the write fence's trigger function with every name qualified by
 -- the schema of communities (or pg_catalog): it runs on every write of every
 -- tenant table, so it carries no SET search_path (which costs a few
 -- microseconds per call) and instead names nothing the writer's search_path,
 -- temporary objects or own operators could stand in for. The admitted path
--- and its three-path structure are those of migration 00008.
+-- and its three-path structure are those of migration 00008. Every refusal
+-- names the constraint community_write_fence, so a client recognizes it
+-- without reading the message.
 DO $install$
 DECLARE
     home text := (SELECT n.nspname FROM pg_catalog.pg_class c
@@ -202,7 +238,8 @@ BEGIN
             ERRCODE = '25000',
             MESSAGE = pg_catalog.format('community write to %I refused: isolation level %s pins a snapshot that cannot see the deletion fence',
                                         TG_TABLE_NAME, pg_catalog.current_setting('transaction_isolation')),
-            HINT = 'Write community data in READ COMMITTED transactions.';
+            HINT = 'Write community data in READ COMMITTED transactions.',
+            CONSTRAINT = 'community_write_fence';
     END IF;
     IF TG_OP OPERATOR(pg_catalog.=) 'INSERT' THEN
         SELECT pg_catalog.array_agg(DISTINCT community_id) INTO touched FROM community_fence_new;
@@ -229,14 +266,16 @@ BEGIN
         IF community IS NULL THEN
             RAISE EXCEPTION USING
                 ERRCODE = '55000',
-                MESSAGE = pg_catalog.format('community write to %I refused: a row has no community_id', TG_TABLE_NAME);
+                MESSAGE = pg_catalog.format('community write to %I refused: a row has no community_id', TG_TABLE_NAME),
+                CONSTRAINT = 'community_write_fence';
         END IF;
         IF @home@.community_write_allowed(community) IS NOT TRUE THEN
             SELECT c.deletion_state INTO state FROM @home@.communities c WHERE c.id OPERATOR(pg_catalog.=) community;
             RAISE EXCEPTION USING
                 ERRCODE = '55000',
                 MESSAGE = pg_catalog.format('community write to %I refused: community %s is %s',
-                                            TG_TABLE_NAME, community, coalesce(state, 'missing'));
+                                            TG_TABLE_NAME, community, coalesce(state, 'missing')),
+                CONSTRAINT = 'community_write_fence';
         END IF;
     END LOOP;
     RETURN NULL;
@@ -1034,7 +1073,8 @@ BEGIN
         IF community_state IS DISTINCT FROM 'active' OR NEW.fence_generation IS DISTINCT FROM community_generation THEN
             RAISE EXCEPTION USING ERRCODE = '55000',
                 MESSAGE = format('community write refused: a new serving write lease needs community %s active at fence generation %s, and it is %s at %s',
-                                 NEW.community_id, NEW.fence_generation, coalesce(community_state, 'missing'), community_generation);
+                                 NEW.community_id, NEW.fence_generation, coalesce(community_state, 'missing'), community_generation),
+                CONSTRAINT = 'community_write_fence';
         END IF;
         NEW.generation := nextval('community_serving_write_lease_generation_seq');
         NEW.created_at := now();
@@ -1054,7 +1094,8 @@ BEGIN
         IF current_setting('transaction_isolation') <> 'read committed' THEN
             RAISE EXCEPTION USING ERRCODE = '25000',
                 MESSAGE = format('community write refused: isolation level %s pins a snapshot that cannot see the deletion fence',
-                                 current_setting('transaction_isolation'));
+                                 current_setting('transaction_isolation')),
+                CONSTRAINT = 'community_write_fence';
         END IF;
         PERFORM pg_advisory_xact_lock_shared(community_deletion_lock_key(OLD.community_id));
         SELECT c.deletion_state, c.deletion_fence_generation INTO community_state, community_generation
@@ -1064,7 +1105,8 @@ BEGIN
            OR community_generation IS DISTINCT FROM OLD.fence_generation THEN
             RAISE EXCEPTION USING ERRCODE = '55000',
                 MESSAGE = format('community write refused: serving write lease %s is expired or its community %s is %s at fence generation %s',
-                                 OLD.id, OLD.community_id, coalesce(community_state, 'missing'), community_generation);
+                                 OLD.id, OLD.community_id, coalesce(community_state, 'missing'), community_generation),
+                CONSTRAINT = 'community_write_fence';
         END IF;
     END IF;
     RETURN NEW;
@@ -1555,7 +1597,6 @@ DROP FUNCTION detach_community_write_fence(regclass);
 DROP FUNCTION community_deletion_require_member(name[], text);
 DROP FUNCTION community_deletion_is_member(name);
 
-ALTER FUNCTION assert_community_write_allowed(uuid) RESET ALL;
 ALTER FUNCTION community_schema_destruction_lock_key() RESET ALL;
 ALTER FUNCTION community_write_fence_excluded_table(text) RESET ALL;
 ALTER FUNCTION refuse_community_deletion_truncate() RESET ALL;
@@ -2316,4 +2357,35 @@ CREATE OR REPLACE FUNCTION community_deletion_control_table(table_name text) RET
             'community_serving_write_leases',
             'storage_taxonomy_sweeps']), false)
     $$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- The explicit write admission for code paths the fence trigger does not
+-- cover (serving-lease acquisition, writes to excluded tables). It refuses
+-- REPEATABLE READ and SERIALIZABLE with SQLSTATE 25000 before anything else
+-- (a pinned snapshot could still see 'active' after the fence committed), then
+-- takes the shared community lock until the transaction ends, then refuses
+-- with SQLSTATE 55000 unless community_write_allowed() admits the write.
+CREATE OR REPLACE FUNCTION assert_community_write_allowed(community uuid) RETURNS void
+    LANGUAGE plpgsql VOLATILE
+    AS $$
+DECLARE
+    state text;
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = '25000',
+            MESSAGE = format('community write refused: isolation level %s pins a snapshot that cannot see the deletion fence',
+                             current_setting('transaction_isolation')),
+            HINT = 'Write community data in READ COMMITTED transactions.';
+    END IF;
+    PERFORM pg_advisory_xact_lock_shared(community_deletion_lock_key(community));
+    IF community_write_allowed(community) IS NOT TRUE THEN
+        SELECT c.deletion_state INTO state FROM communities c WHERE c.id = community;
+        RAISE EXCEPTION USING
+            ERRCODE = '55000',
+            MESSAGE = format('community write refused: community %s is %s', community, coalesce(state, 'missing'));
+    END IF;
+END
+$$;
 -- +goose StatementEnd
