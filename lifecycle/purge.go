@@ -109,6 +109,42 @@ type PurgeOptions struct {
 	Progress func(PurgeProgress)
 	// Method forces the batch mechanics; the zero value picks per table.
 	Method PurgeMethod
+	// MaxReplicationLag pauses the purge before a batch while a streaming
+	// replica's replay lag exceeds it (pg_stat_replication, through
+	// community_deletion_purge_pressure()). Zero means
+	// DefaultMaxReplicationLag; negative disables the check.
+	MaxReplicationLag time.Duration
+	// MaxRowsPerSecond caps the purge's average rate over the call, for a
+	// gentle deletion; zero means no cap.
+	MaxRowsPerSecond float64
+	// MaxPause bounds one pause (for replication lag or wraparound
+	// vacuum): past it the purge stops with a *PurgePausedError, which the
+	// executor records as a retry. Zero means DefaultMaxPause.
+	MaxPause time.Duration
+}
+
+// Defaults of the purge's throttle.
+const (
+	// DefaultMaxReplicationLag is the replay lag a purge pauses above.
+	DefaultMaxReplicationLag = 5 * time.Second
+	// DefaultMaxPause bounds one pause of a purge.
+	DefaultMaxPause = 5 * time.Minute
+	// purgePausePoll is how often a paused purge looks again.
+	purgePausePoll = 200 * time.Millisecond
+)
+
+// PurgePausedError reports a purge that paused longer than its MaxPause
+// and stopped, changing nothing more: retry later. It is not a refusal.
+type PurgePausedError struct {
+	// Reason is why it paused, e.g. "replication lag 12s above 5s".
+	Reason string
+	// Paused is how long it waited.
+	Paused time.Duration
+}
+
+// Error says why the purge stopped.
+func (e *PurgePausedError) Error() string {
+	return fmt.Sprintf("purge paused for %s (%s); stopped to retry later", e.Paused.Round(time.Millisecond), e.Reason)
 }
 
 // PurgeProgress reports one committed batch.
@@ -122,6 +158,10 @@ type PurgeProgress struct {
 	// that follows still find a row, the table is walked again and reported
 	// again.)
 	Done bool
+	// Paused, when not empty, says why the purge is waiting before its next
+	// batch of Table (replication lag, wraparound vacuum, the rate cap);
+	// Rows is then unchanged.
+	Paused string
 }
 
 // PurgeResult describes a completed purge.
@@ -182,7 +222,7 @@ func (s *Engine) EnterPostgresPurged(ctx context.Context, token LeaseToken, opts
 		return nil, invalidf("unknown purge method %q", boundText(string(opts.Method), 64))
 	}
 	run := &purgeRun{
-		store: s.store, token: token, generation: generation, opts: opts,
+		store: s.store, token: token, generation: generation, opts: opts, started: time.Now(),
 		result: &PurgeResult{Deleted: map[string]int64{}, Nullified: map[string]int64{}},
 	}
 	for pass := 1; ; pass++ {
@@ -272,6 +312,10 @@ type purgeRun struct {
 	generation int64
 	opts       PurgeOptions
 	result     *PurgeResult
+	// started and rows are the call's start and the rows it deleted or
+	// cleared so far, for the rate cap.
+	started time.Time
+	rows    int64
 }
 
 // purgePlan is the work of one pass, read in one transaction.
@@ -677,6 +721,9 @@ func (b *purgeBatcher) descending() bool { return len(b.table.selfRefs) > 0 }
 // batch runs one batch transaction and adapts the next batch's size.
 func (b *purgeBatcher) batch(ctx context.Context) (bool, error) {
 	r, t := b.run, b.table
+	if err := r.yield(ctx, t); err != nil {
+		return false, err
+	}
 	if t.method == PurgeMethodTIDRange && b.leaves == nil {
 		if err := b.loadLeaves(ctx); err != nil {
 			return false, err
@@ -702,6 +749,7 @@ func (b *purgeBatcher) batch(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	r.result.Batches++
+	r.rows += rows
 	if !b.clear {
 		t.rows += rows
 		r.record(t)
@@ -930,6 +978,9 @@ func (b *purgeBatcher) statement(ctx context.Context, tx pgx.Tx) (int64, bool, e
 // dropped. DETACH waits at most purgeDDLLockTimeout for its lock on t (every
 // user of t queues behind it meanwhile) and is tried again a few times.
 func (r *purgeRun) dropPartition(ctx context.Context, t *purgeTable, p dbgen.PurgeCommunityPartitionsRow) error {
+	if err := r.yield(ctx, t); err != nil {
+		return err
+	}
 	partition := pgx.Identifier{p.PartitionSchema, p.PartitionName}.Sanitize()
 	var rows int64
 	// Counted outside the DDL transaction, which holds t exclusively; the
@@ -960,6 +1011,7 @@ func (r *purgeRun) dropPartition(ctx context.Context, t *purgeTable, p dbgen.Pur
 		return err
 	}
 	r.result.Batches++
+	r.rows += rows
 	t.rows += rows
 	r.record(t)
 	r.progress(t, false)
@@ -980,6 +1032,75 @@ func (r *purgeRun) recordProgress(ctx context.Context, q *dbgen.Queries, t *purg
 		return nil
 	}
 	return checkpointCompleted(ctx, q, r.token, StageBindingsRemoved, t.unit(), p)
+}
+
+// yield waits before a batch of t for as long as the purge should: until
+// the rate cap allows the next batch, and while a replica's replay lag is
+// above the bound or an anti-wraparound autovacuum works on a purged table.
+// Each pause is reported through Progress; one that outlasts MaxPause ends
+// the purge with a *PurgePausedError.
+func (r *purgeRun) yield(ctx context.Context, t *purgeTable) error {
+	if r.opts.MaxRowsPerSecond > 0 {
+		due := r.started.Add(time.Duration(float64(r.rows) / r.opts.MaxRowsPerSecond * float64(time.Second)))
+		if wait := time.Until(due); wait > 0 {
+			r.paused(t, fmt.Sprintf("rate cap of %g rows/s", r.opts.MaxRowsPerSecond))
+			if err := sleepCtx(ctx, wait); err != nil {
+				return err
+			}
+		}
+	}
+	maxLag := r.opts.MaxReplicationLag
+	if maxLag == 0 {
+		maxLag = DefaultMaxReplicationLag
+	}
+	maxPause := r.opts.MaxPause
+	if maxPause == 0 {
+		maxPause = DefaultMaxPause
+	}
+	start := time.Now()
+	for {
+		p, err := dbgen.New(r.store.pool).PurgePressure(ctx)
+		if err != nil {
+			return fmt.Errorf("read purge pressure: %w", err)
+		}
+		var reasons []string
+		if lag := time.Duration(p.ReplayLagSeconds * float64(time.Second)); maxLag > 0 && lag > maxLag {
+			reasons = append(reasons, fmt.Sprintf("replication lag %s above %s", lag.Round(time.Millisecond), maxLag))
+		}
+		if len(p.WraparoundTables) > 0 {
+			reasons = append(reasons, "autovacuum preventing wraparound on "+strings.Join(p.WraparoundTables, ", "))
+		}
+		if len(reasons) == 0 {
+			return nil
+		}
+		reason := strings.Join(reasons, "; ")
+		if waited := time.Since(start); waited > maxPause {
+			return &PurgePausedError{Reason: reason, Paused: waited}
+		}
+		r.paused(t, reason)
+		if err := sleepCtx(ctx, purgePausePoll); err != nil {
+			return err
+		}
+	}
+}
+
+// paused reports a pause before the next batch of t.
+func (r *purgeRun) paused(t *purgeTable, reason string) {
+	if r.opts.Progress != nil {
+		r.opts.Progress(PurgeProgress{Table: t.name, Rows: t.rows, Paused: reason})
+	}
+}
+
+// sleepCtx sleeps for d or until ctx is done.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return nil
+	}
 }
 
 // purgeRowsRemain reports whether the table still holds a row of the

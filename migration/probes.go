@@ -128,6 +128,9 @@ var legacyProbes = map[int64][]check{
 		function("community_deletion_stage_order()"),
 		function("community_deletion_stage_runnable(text)"),
 	},
+	13: { // 00013_community_deletion_purge_pressure.sql
+		function("community_deletion_purge_pressure()"),
+	},
 }
 
 // querier is what probes and the version-table reads run on: a *sql.DB,

@@ -238,6 +238,36 @@ func (q *Queries) PurgeLockTimeoutSet(ctx context.Context, timeout string) error
 	return err
 }
 
+const purgePressure = `-- name: PurgePressure :one
+SELECT pressure.replicas::integer AS replicas,
+       coalesce(extract(epoch FROM pressure.replay_lag), 0)::float8 AS replay_lag_seconds,
+       coalesce(pressure.replay_bytes, 0)::bigint AS replay_bytes,
+       pressure.wraparound_tables::text[] AS wraparound_tables
+FROM community_deletion_purge_pressure() AS pressure (replicas, replay_lag, replay_bytes, wraparound_tables)
+`
+
+type PurgePressureRow struct {
+	Replicas         int32
+	ReplayLagSeconds float64
+	ReplayBytes      int64
+	WraparoundTables []string
+}
+
+// What the purge yields to between batches (see community_deletion_purge_pressure()).
+// (sqlc does not see the RETURNS TABLE columns: the alias list names them
+// and the casts type them.)
+func (q *Queries) PurgePressure(ctx context.Context) (PurgePressureRow, error) {
+	row := q.db.QueryRow(ctx, purgePressure)
+	var i PurgePressureRow
+	err := row.Scan(
+		&i.Replicas,
+		&i.ReplayLagSeconds,
+		&i.ReplayBytes,
+		&i.WraparoundTables,
+	)
+	return i, err
+}
+
 const purgeProgressList = `-- name: PurgeProgressList :many
 SELECT unit_key, row_count, done
 FROM community_deletion_purge_progress

@@ -229,6 +229,10 @@ type Querier interface {
 	PurgeLeafRelations(ctx context.Context, tableName string) ([]PurgeLeafRelationsRow, error)
 	// Bounds how long the transaction's DDL waits for a table lock.
 	PurgeLockTimeoutSet(ctx context.Context, timeout string) error
+	// What the purge yields to between batches (see community_deletion_purge_pressure()).
+	// (sqlc does not see the RETURNS TABLE columns: the alias list names them
+	// and the casts type them.)
+	PurgePressure(ctx context.Context) (PurgePressureRow, error)
 	// The purge's progress per table of a request: rows so far and whether done.
 	PurgeProgressList(ctx context.Context, requestID uuid.UUID) ([]PurgeProgressListRow, error)
 	// Records a table's rows so far after a committed batch.

@@ -172,3 +172,13 @@ SELECT set_config('enable_seqscan', @value::text, true);
 -- Bounds how long the transaction's DDL waits for a table lock.
 SELECT set_config('lock_timeout', @timeout::text, true);
 
+
+-- name: PurgePressure :one
+-- What the purge yields to between batches (see community_deletion_purge_pressure()).
+-- (sqlc does not see the RETURNS TABLE columns: the alias list names them
+-- and the casts type them.)
+SELECT pressure.replicas::integer AS replicas,
+       coalesce(extract(epoch FROM pressure.replay_lag), 0)::float8 AS replay_lag_seconds,
+       coalesce(pressure.replay_bytes, 0)::bigint AS replay_bytes,
+       pressure.wraparound_tables::text[] AS wraparound_tables
+FROM community_deletion_purge_pressure() AS pressure (replicas, replay_lag, replay_bytes, wraparound_tables);

@@ -1,0 +1,181 @@
+package lifecycle_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tombstoneworks/communitydeletion/internal/ephemeralpg"
+	"github.com/tombstoneworks/communitydeletion/internal/fixture"
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
+)
+
+// readyToPurge walks a new deletion of a community with rows in the fixture
+// tables to bindings_removed through the real clients, and returns the
+// claim's token (fenced).
+func readyToPurge(t *testing.T, ctx context.Context, url string, pool *pgxpool.Pool, rows int) (lifecycle.LeaseToken, fixture.Clients) {
+	t.Helper()
+	c := fixture.NewClients(t, url)
+	var community string
+	host := fmt.Sprintf("throttle-%d.example", time.Now().UnixNano())
+	require.NoError(t, pool.QueryRow(ctx, "INSERT INTO communities (host) VALUES ($1) RETURNING id::text", host).Scan(&community))
+	_, err := pool.Exec(ctx, `INSERT INTO fixture_members (community_id, handle)
+		SELECT $1::uuid, 'member-' || g FROM generate_series(1, $2::int) g`, community, rows)
+	require.NoError(t, err)
+	request, err := c.Operator.Submit(ctx, host, "alice", "throttle test")
+	require.NoError(t, err)
+	schema, err := c.Operator.InventorySchema(ctx, request.CommunityID)
+	require.NoError(t, err)
+	storage := lifecycle.StorageManifest{Version: lifecycle.StorageManifestVersion, Prefixes: []lifecycle.PrefixManifest{
+		{Prefix: "media/" + community + "/", KeysDigest: lifecycle.EmptyKeysDigest},
+	}}
+	_, err = c.Operator.FreezeInventory(ctx, request.ID, lifecycle.FrozenInventory{Schema: *schema, Storage: storage})
+	require.NoError(t, err)
+	_, err = c.Approver.Approve(ctx, request.ID, "bob", "ok")
+	require.NoError(t, err)
+	claim, err := c.Engine.ClaimRequest(ctx, request.ID, "executor-1", lifecycle.MaxLeaseDuration)
+	require.NoError(t, err)
+	require.NoError(t, c.Engine.BeginQuiescing(ctx, claim.Lease))
+	generation, err := c.Engine.EnterFenced(ctx, claim.Lease)
+	require.NoError(t, err)
+	token := claim.Lease.WithFence(generation)
+	require.NoError(t, c.Engine.FreezeDestructiveManifest(ctx, token, storage))
+	require.NoError(t, c.Engine.EnterDrained(ctx, token))
+	require.NoError(t, c.Engine.EnterBindingsRemoved(ctx, token, nil))
+	return token, c
+}
+
+// The purge yields to a streaming replica that falls behind: with the
+// replica's replay paused, it waits before its next batch (reporting why)
+// while the replay lag is above its bound; resumed, the replica catches up
+// and the purge finishes. A pause longer than MaxPause stops the purge with
+// a *PurgePausedError, which is not a refusal. (A cluster of its own:
+// pg_stat_replication is cluster-wide, and every other purge would pause.)
+func TestPurgeWaitsForAReplicaThatFallsBehind(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	srv, err := ephemeralpg.Start(ctx, ephemeralpg.Options{})
+	require.NoError(t, err)
+	defer srv.Close(context.WithoutCancel(ctx))
+	url, drop, err := srv.NewDatabase(ctx, fixture.Template{WithFixture: true})
+	require.NoError(t, err)
+	defer drop(context.WithoutCancel(ctx))
+	pool, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	defer pool.Close()
+	replica, err := srv.StartReplica(ctx, ephemeralpg.ReplicaOptions{})
+	require.NoError(t, err)
+	defer replica.Close(context.WithoutCancel(ctx))
+
+	token, c := readyToPurge(t, ctx, url, pool, 2000)
+	require.NoError(t, replica.WaitCaughtUp(ctx))
+	require.NoError(t, replica.PauseReplay(ctx))
+
+	// A short MaxPause first: the purge stops, retryable, with the reason.
+	opts := lifecycle.PurgeOptions{MaxRowsPerTx: 200, MaxReplicationLag: 500 * time.Millisecond, MaxPause: 3 * time.Second}
+	var mu sync.Mutex
+	var pauses []string
+	opts.Progress = func(p lifecycle.PurgeProgress) {
+		mu.Lock()
+		defer mu.Unlock()
+		if p.Paused != "" {
+			pauses = append(pauses, p.Paused)
+		}
+	}
+	// Write while replay is paused, so the replica has WAL to fall behind on.
+	_, err = pool.Exec(ctx, "CREATE TABLE lag_maker AS SELECT g FROM generate_series(1, 10000) g")
+	require.NoError(t, err)
+	waitForLag(t, pool, opts.MaxReplicationLag)
+	_, err = c.Engine.EnterPostgresPurged(ctx, token, opts)
+	var paused *lifecycle.PurgePausedError
+	require.ErrorAs(t, err, &paused)
+	require.False(t, errors.Is(err, lifecycle.ErrRefused), "a pause is not a refusal")
+	require.Contains(t, paused.Reason, "replication lag")
+	require.GreaterOrEqual(t, paused.Paused, opts.MaxPause)
+	mu.Lock()
+	require.NotEmpty(t, pauses, "the pause is reported through Progress")
+	require.Contains(t, pauses[0], "above 500ms")
+	mu.Unlock()
+	_, err = pool.Exec(ctx, "DROP TABLE lag_maker")
+	require.NoError(t, err)
+
+	// Now with room to wait: the purge waits; resumed, it finishes.
+	opts.MaxPause = time.Minute
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Engine.EnterPostgresPurged(ctx, token, opts)
+		done <- err
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		mu.Lock()
+		n := len(pauses)
+		mu.Unlock()
+		if n >= 5 { // the retry has been waiting for a while
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the purge never paused")
+		select {
+		case err := <-done:
+			t.Fatalf("the purge finished while the replica was behind: %v", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the purge finished while the replica was behind: %v", err)
+	default:
+	}
+	require.NoError(t, replica.ResumeReplay(ctx))
+	require.NoError(t, <-done)
+	var stage string
+	require.NoError(t, pool.QueryRow(ctx, "SELECT stage FROM community_deletion_requests WHERE id = $1", token.RequestID).Scan(&stage))
+	require.Equal(t, "postgres_purged", stage)
+}
+
+// waitForLag waits until the primary reports a replay lag above bound (the
+// replica reports its replay position about every second).
+func waitForLag(t *testing.T, pool *pgxpool.Pool, bound time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var lag float64
+		require.NoError(t, pool.QueryRow(t.Context(),
+			"SELECT coalesce(max(extract(epoch FROM replay_lag)), 0) FROM pg_stat_replication").Scan(&lag))
+		if time.Duration(lag*float64(time.Second)) > bound {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "the replica never reported a replay lag above %s", bound)
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// MaxRowsPerSecond caps the purge's average rate: 600 rows at 300 rows/s
+// take at least a second and a half (the first batch goes at once), and the
+// waits are reported as pauses.
+func TestPurgeKeepsToItsRateCap(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	token, c := readyToPurge(t, ctx, b.url, b.pool, 600)
+	var pauses int
+	started := time.Now()
+	_, err := c.Engine.EnterPostgresPurged(ctx, token, lifecycle.PurgeOptions{
+		MaxRowsPerTx: 100, MaxRowsPerSecond: 300,
+		Progress: func(p lifecycle.PurgeProgress) {
+			if strings.Contains(p.Paused, "rate cap") {
+				pauses++
+			}
+		},
+	})
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, time.Since(started), 1500*time.Millisecond)
+	require.Positive(t, pauses)
+}
