@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tombstoneworks/communitydeletion/internal/ephemeralpg"
-	"github.com/tombstoneworks/communitydeletion/internal/fixture"
 	"github.com/tombstoneworks/communitydeletion/internal/exitcode"
+	"github.com/tombstoneworks/communitydeletion/internal/fixture"
 )
 
 // On a cluster that does not have the deployment roles yet, a migrating role

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -385,4 +386,27 @@ func poll(ctx context.Context, cond func() (bool, error), awaited func() string)
 		case <-ticker.C:
 		}
 	}
+}
+
+// ErrNotLocal reports an operation that only a server started from the
+// local binaries supports.
+var ErrNotLocal = errors.New("ephemeralpg: only a server started from the local binaries supports this")
+
+// CrashRestart stops a local server the way a crash would (pg_ctl stop -m
+// immediate: no checkpoint, every session cut) and starts it again on the
+// same port, so that it runs crash recovery. Sessions are gone; connection
+// strings stay valid.
+func (s *Server) CrashRestart(ctx context.Context) error {
+	if s.local == nil {
+		return ErrNotLocal
+	}
+	c := s.local
+	if _, err := c.run(ctx, "pg_ctl", "stop", "-D", c.data, "-m", "immediate", "-w", "-t", "30", "-s"); err != nil {
+		return fmt.Errorf("ephemeralpg: crash the server: %w", err)
+	}
+	if _, err := c.run(ctx, "pg_ctl", "start", "-D", c.data, "-l", c.log, "-w", "-t", "60", "-s",
+		"-o", "-p "+strconv.Itoa(c.port)); err != nil {
+		return fmt.Errorf("ephemeralpg: restart the server after a crash: %w", err)
+	}
+	return nil
 }
