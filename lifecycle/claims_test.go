@@ -120,6 +120,39 @@ func TestClaimNextTakesTheOldestClaimableRequest(t *testing.T) {
 	require.Nil(t, claim)
 }
 
+// Exactly the runnable stages, approved through logically_verified, are
+// claimable (once no live lease is in the way): a claim there leases the
+// request at its stage under the next lease generation and, from fenced
+// on, its fence generation. Before approval and once terminal there is
+// nothing to claim, and the claim changes nothing.
+func TestClaimOnlyAtRunnableStages(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	for _, stage := range lifecycle.Stages() {
+		t.Run(string(stage), func(t *testing.T) {
+			request, _ := testfactory.Request(ctx, t, b.DB, &testfactory.RequestOpts{Stage: stage})
+			if request.LeaseUntil != nil {
+				testfactory.ExpireLease(ctx, t, b.DB, request.ID)
+			}
+			before := b.snapshot(t, request.ID)
+			claim, err := b.Engine.ClaimRequest(ctx, request.ID, "successor", lifecycle.DefaultLeaseDuration)
+			if !stage.Runnable() {
+				require.ErrorIs(t, err, lifecycle.ErrNothingToClaim)
+				require.Nil(t, claim)
+				require.Equal(t, before, b.snapshot(t, request.ID), "a claim of nothing changes nothing")
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, stage, claim.Request.Stage)
+			require.Equal(t, "successor", claim.Lease.Owner)
+			require.Equal(t, request.LeaseGeneration+1, claim.Lease.Generation)
+			require.Equal(t, request.FenceGeneration, claim.Lease.FenceGeneration)
+			require.NoError(t, b.Engine.VerifyToken(ctx, claim.Lease, stage))
+		})
+	}
+}
+
 // A claim that finds catalog drift blocks the request durably with a
 // failed 'claim:catalog_validation' checkpoint, commits that, and claims
 // nothing; once the catalog is repaired an operator unblocks it.

@@ -17,8 +17,8 @@ import (
 )
 
 // Submit is idempotent for the same requester while the request is
-// submitted, and refuses a missing, already requested, fenced or
-// tombstoned community.
+// submitted, and refuses a missing or already requested community (the
+// stages it is refused at: TestSubmitRefusesWhileARequestIsOpen).
 func TestSubmitIsIdempotentAndRefusesUnsubmittableCommunities(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -52,17 +52,34 @@ func TestSubmitIsIdempotentAndRefusesUnsubmittableCommunities(t *testing.T) {
 	_, err = b.Operator.Submit(ctx, host, "alice", "")
 	require.ErrorIs(t, err, lifecycle.ErrRefused)
 
-	// A fenced and a tombstoned community are refused.
-	fenced, _ := testfactory.Request(ctx, t, b.DB, &testfactory.RequestOpts{Stage: lifecycle.StageFenced})
-	_, err = b.Operator.Submit(ctx, fenced.CommunityHost, "alice", "")
-	require.ErrorIs(t, err, lifecycle.ErrRefused)
-	tombstoned, _ := testfactory.Request(ctx, t, b.DB, &testfactory.RequestOpts{Stage: lifecycle.StagePostgresPurged})
-	_, err = b.Operator.Submit(ctx, tombstoned.CommunityHost, "alice", "")
-	require.ErrorIs(t, err, lifecycle.ErrRefused)
-
 	var requests int
 	require.NoError(t, b.Pool.QueryRow(ctx, "SELECT count(*) FROM community_deletion_requests").Scan(&requests))
-	require.Equal(t, 3, requests)
+	require.Equal(t, 1, requests, "no refused submission left a request")
+}
+
+// While a community's request is open, at any stage, another submission
+// is refused and writes nothing, and so it is once the community is a
+// tombstone; only an aborted request makes way for a fresh one.
+func TestSubmitRefusesWhileARequestIsOpen(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	for _, stage := range lifecycle.Stages() {
+		t.Run(string(stage), func(t *testing.T) {
+			request, _ := testfactory.Request(ctx, t, b.DB, &testfactory.RequestOpts{Stage: stage})
+			before := b.snapshot(t, request.ID)
+			fresh, err := b.Operator.Submit(ctx, request.CommunityHost, "someone-else", "")
+			if stage != lifecycle.StageAborted {
+				require.ErrorIs(t, err, lifecycle.ErrRefused)
+				require.Equal(t, before, b.snapshot(t, request.ID), "a refused submission writes nothing")
+				return
+			}
+			require.NoError(t, err)
+			require.NotEqual(t, request.ID, fresh.ID)
+			require.Equal(t, lifecycle.StageSubmitted, fresh.Stage)
+			require.Equal(t, request.CommunityID, fresh.CommunityID)
+		})
+	}
 }
 
 // FreezeInventory stores the inventory, its parts and its digest once;
@@ -258,64 +275,72 @@ func TestInputValidationChangesNothing(t *testing.T) {
 	noStage := lifecycle.Stage("nowhere")
 	zeroCursor := &lifecycle.Cursor{ID: uuid.New()}
 
-	calls := map[string]error{}
-	record := func(name string, err error) { calls[name] = err }
-	_, err := b.Operator.Submit(ctx, host, " \t", "")
-	record("Submit blank requester", err)
-	_, err = b.Operator.Submit(ctx, "", "alice", "")
-	record("Submit blank host", err)
-	_, err = b.Operator.Submit(ctx, host, strings.Repeat("x", lifecycle.MaxOperatorBytes+1), "")
-	record("Submit long requester", err)
-	_, err = b.Operator.Submit(ctx, host, "ali\x00ce", "")
-	record("Submit NUL requester", err)
-	_, err = b.Approver.Approve(ctx, request.ID, "", "")
-	record("Approve blank approver", err)
-	_, err = b.Operator.Abort(ctx, request.ID, " ", "reason")
-	record("Abort blank operator", err)
-	_, err = b.Operator.Abort(ctx, request.ID, "operator", "  ")
-	record("Abort blank reason", err)
-	_, err = b.Operator.Unblock(ctx, request.ID, "", "reason")
-	record("Unblock blank operator", err)
-	_, err = b.Operator.Unblock(ctx, request.ID, "operator", "")
-	record("Unblock blank reason", err)
-	_, err = b.Engine.BlockBeforeClaim(ctx, request.ID, "", "error")
-	record("BlockPreclaimSetup blank unit", err)
-	record("Block blank unit", b.Engine.Block(ctx, token, lifecycle.BlockParams{Stage: lifecycle.StageApproved, Unit: "", Err: "error"}))
-	record("Block unknown stage", b.Engine.Block(ctx, token, lifecycle.BlockParams{Stage: noStage, Unit: "unit", Err: "error"}))
-	record("Block non-execution stage", b.Engine.Block(ctx, token, lifecycle.BlockParams{Stage: lifecycle.StageInventoried, Unit: "unit", Err: "error"}))
-	record("RecordRetry negative delay", b.Engine.RecordRetry(ctx, token, lifecycle.RetryParams{Stage: lifecycle.StageApproved, Unit: "unit", Err: "error", After: -time.Second}))
-	record("RecordRetry long unit", b.Engine.RecordRetry(ctx, token, lifecycle.RetryParams{Stage: lifecycle.StageApproved, Unit: strings.Repeat("u", 513), Err: "error", After: 0}))
-	_, err = b.Engine.ClaimNext(ctx, "", lifecycle.DefaultLeaseDuration)
-	record("ClaimNext blank owner", err)
-	_, err = b.Engine.ClaimNext(ctx, "executor", 0)
-	record("ClaimNext zero lease", err)
-	_, err = b.Engine.ClaimRequest(ctx, request.ID, "executor", -time.Second)
-	record("ClaimSpecific negative lease", err)
-	_, err = b.Engine.ClaimRequest(ctx, request.ID, "executor", time.Nanosecond)
-	record("ClaimSpecific sub-microsecond lease", err)
-	record("Heartbeat zero lease", b.Engine.Heartbeat(ctx, token, 0))
-	record("StopExecutor blank id", b.Engine.Stop(ctx, lifecycle.StopParams{ExecutorID: " ", Release: &token}))
-	record("VerifyExecutionToken unknown stage", b.Engine.VerifyToken(ctx, token, noStage))
-	_, err = b.Operator.List(ctx, lifecycle.ListParams{Limit: lifecycle.MaxListLimit + 1})
-	record("List limit 1001", err)
-	_, err = b.Operator.List(ctx, lifecycle.ListParams{Limit: 0})
-	record("ListPage limit 0", err)
-	_, err = b.Operator.List(ctx, lifecycle.ListParams{Limit: -5})
-	record("ListPage negative limit", err)
-	_, err = b.Operator.List(ctx, lifecycle.ListParams{Limit: 1001})
-	record("ListPage limit 1001", err)
-	_, err = b.Operator.List(ctx, lifecycle.ListParams{Limit: 10, Stage: &noStage})
-	record("ListPage unknown stage", err)
-	_, err = b.Operator.List(ctx, lifecycle.ListParams{Limit: 10, After: zeroCursor})
-	record("ListPage zero cursor", err)
-	_, err = b.Operator.FreezeInventory(ctx, request.ID, lifecycle.FrozenInventory{})
-	record("FreezeInventory empty inventory", err)
-	record("MarkBindingsRemoved non-JSON detail", b.Engine.EnterBindingsRemoved(ctx, token.WithFence(1), func() {}))
-
-	for name, err := range calls {
-		require.ErrorIs(t, err, lifecycle.ErrInvalidInput, name)
+	// errOf keeps the error of a call that returns a value too.
+	errOf := func(_ any, err error) error { return err }
+	approved := lifecycle.StageApproved
+	calls := []struct {
+		name string
+		call func() error
+	}{
+		{"Submit blank requester", func() error { return errOf(b.Operator.Submit(ctx, host, " \t", "")) }},
+		{"Submit blank host", func() error { return errOf(b.Operator.Submit(ctx, "", "alice", "")) }},
+		{"Submit long requester", func() error {
+			return errOf(b.Operator.Submit(ctx, host, strings.Repeat("x", lifecycle.MaxOperatorBytes+1), ""))
+		}},
+		{"Submit NUL requester", func() error { return errOf(b.Operator.Submit(ctx, host, "ali\x00ce", "")) }},
+		{"Approve blank approver", func() error { return errOf(b.Approver.Approve(ctx, request.ID, "", "")) }},
+		{"Abort blank operator", func() error { return errOf(b.Operator.Abort(ctx, request.ID, " ", "reason")) }},
+		{"Abort blank reason", func() error { return errOf(b.Operator.Abort(ctx, request.ID, "operator", "  ")) }},
+		{"Unblock blank operator", func() error { return errOf(b.Operator.Unblock(ctx, request.ID, "", "reason")) }},
+		{"Unblock blank reason", func() error { return errOf(b.Operator.Unblock(ctx, request.ID, "operator", "")) }},
+		{"BlockBeforeClaim blank unit", func() error { return errOf(b.Engine.BlockBeforeClaim(ctx, request.ID, "", "error")) }},
+		{"Block blank unit", func() error {
+			return b.Engine.Block(ctx, token, lifecycle.BlockParams{Stage: lifecycle.StageApproved, Unit: "", Err: "error"})
+		}},
+		{"Block unknown stage", func() error {
+			return b.Engine.Block(ctx, token, lifecycle.BlockParams{Stage: noStage, Unit: "unit", Err: "error"})
+		}},
+		{"Block non-execution stage", func() error {
+			return b.Engine.Block(ctx, token, lifecycle.BlockParams{Stage: lifecycle.StageInventoried, Unit: "unit", Err: "error"})
+		}},
+		{"RecordRetry negative delay", func() error {
+			return b.Engine.RecordRetry(ctx, token, lifecycle.RetryParams{Stage: lifecycle.StageApproved, Unit: "unit", Err: "error", After: -time.Second})
+		}},
+		{"RecordRetry long unit", func() error {
+			return b.Engine.RecordRetry(ctx, token, lifecycle.RetryParams{Stage: lifecycle.StageApproved, Unit: strings.Repeat("u", 513), Err: "error", After: 0})
+		}},
+		{"ClaimNext blank owner", func() error { return errOf(b.Engine.ClaimNext(ctx, "", lifecycle.DefaultLeaseDuration)) }},
+		{"ClaimNext zero lease", func() error { return errOf(b.Engine.ClaimNext(ctx, "executor", 0)) }},
+		{"ClaimRequest negative lease", func() error { return errOf(b.Engine.ClaimRequest(ctx, request.ID, "executor", -time.Second)) }},
+		{"ClaimRequest sub-microsecond lease", func() error {
+			return errOf(b.Engine.ClaimRequest(ctx, request.ID, "executor", time.Nanosecond))
+		}},
+		{"Heartbeat zero lease", func() error { return b.Engine.Heartbeat(ctx, token, 0) }},
+		{"Stop blank id", func() error { return b.Engine.Stop(ctx, lifecycle.StopParams{ExecutorID: " ", Release: &token}) }},
+		{"VerifyToken unknown stage", func() error { return b.Engine.VerifyToken(ctx, token, noStage) }},
+		{"List limit over MaxListLimit", func() error {
+			return errOf(b.Operator.List(ctx, lifecycle.ListParams{Limit: lifecycle.MaxListLimit + 1}))
+		}},
+		{"List limit 0", func() error { return errOf(b.Operator.List(ctx, lifecycle.ListParams{Limit: 0})) }},
+		{"List negative limit", func() error { return errOf(b.Operator.List(ctx, lifecycle.ListParams{Limit: -5})) }},
+		{"List limit 1001 by stage", func() error {
+			return errOf(b.Operator.List(ctx, lifecycle.ListParams{Limit: 1001, Stage: &approved}))
+		}},
+		{"List unknown stage", func() error { return errOf(b.Operator.List(ctx, lifecycle.ListParams{Limit: 10, Stage: &noStage})) }},
+		{"List zero cursor", func() error { return errOf(b.Operator.List(ctx, lifecycle.ListParams{Limit: 10, After: zeroCursor})) }},
+		{"FreezeInventory empty inventory", func() error {
+			return errOf(b.Operator.FreezeInventory(ctx, request.ID, lifecycle.FrozenInventory{}))
+		}},
+		{"EnterBindingsRemoved non-JSON detail", func() error {
+			return b.Engine.EnterBindingsRemoved(ctx, token.WithFence(1), func() {})
+		}},
 	}
-	require.Equal(t, before, b.snapshot(t, request.ID), "no refused call changed anything")
+	for _, c := range calls {
+		t.Run(c.name, func(t *testing.T) {
+			require.ErrorIs(t, c.call(), lifecycle.ErrInvalidInput)
+			require.Equal(t, before, b.snapshot(t, request.ID), "a refused call changes nothing")
+		})
+	}
 	var requests int
 	require.NoError(t, b.Pool.QueryRow(ctx, "SELECT count(*) FROM community_deletion_requests").Scan(&requests))
 	require.Equal(t, 1, requests)

@@ -282,7 +282,8 @@ func TestTransitionsAbortRacingQuiesceAndFenceNeverDeadlocks(t *testing.T) {
 }
 
 // Abort restores a fenced community to active under a new generation with
-// its pre-quiesce archived_at, and refuses once the request drained.
+// its pre-quiesce archived_at, records what it restored, and makes the
+// executor's token stale; a missing request is not found.
 func TestTransitionsAbortRestoresTheCommunity(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -311,15 +312,58 @@ func TestTransitionsAbortRestoresTheCommunity(t *testing.T) {
 	err = b.Engine.Heartbeat(ctx, token, lifecycle.DefaultLeaseDuration)
 	require.True(t, lifecycle.IsStaleLease(err), "the abort made the executor's token stale")
 
-	// Past the fence nothing is abortable.
-	drained, _ := testfactory.Request(ctx, t, b.DB, &testfactory.RequestOpts{Stage: lifecycle.StageDrained})
-	before := b.snapshot(t, drained.ID)
-	_, err = b.Operator.Abort(ctx, drained.ID, "operator", "too late")
-	require.ErrorIs(t, err, lifecycle.ErrRefused)
-	require.Equal(t, before, b.snapshot(t, drained.ID))
-
 	_, err = b.Operator.Abort(ctx, uuid.New(), "operator", "nothing")
 	require.ErrorIs(t, err, lifecycle.ErrNotFound)
+}
+
+// Abort succeeds exactly at the abortable stages, before the fence drains,
+// whether or not an executor holds the request or quiesced its community:
+// the request is aborted, its community active and unarchived again and the
+// executor's token stale. At every later stage, and once terminal, it is
+// refused and changes nothing.
+func TestTransitionsAbortOnlyBeforeTheDrain(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	cases := []struct {
+		name string
+		opts testfactory.RequestOpts
+	}{
+		{"submitted", testfactory.RequestOpts{Stage: lifecycle.StageSubmitted}},
+		{"inventoried", testfactory.RequestOpts{Stage: lifecycle.StageInventoried}},
+		{"approved", testfactory.RequestOpts{Stage: lifecycle.StageApproved}},
+		{"approved and claimed", testfactory.RequestOpts{Stage: lifecycle.StageApproved, Claimed: true}},
+		{"approved and quiescing", testfactory.RequestOpts{Stage: lifecycle.StageApproved, Quiesced: true}},
+		{"fenced", testfactory.RequestOpts{Stage: lifecycle.StageFenced}},
+		{"drained", testfactory.RequestOpts{Stage: lifecycle.StageDrained}},
+		{"bindings removed", testfactory.RequestOpts{Stage: lifecycle.StageBindingsRemoved}},
+		{"postgres purged", testfactory.RequestOpts{Stage: lifecycle.StagePostgresPurged}},
+		{"cache purged", testfactory.RequestOpts{Stage: lifecycle.StageCachePurged}},
+		{"logically verified", testfactory.RequestOpts{Stage: lifecycle.StageLogicallyVerified}},
+		{"retention pending", testfactory.RequestOpts{Stage: lifecycle.StageRetentionPending}},
+		{"aborted", testfactory.RequestOpts{Stage: lifecycle.StageAborted}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			request, token := testfactory.Request(ctx, t, b.DB, &c.opts)
+			before := b.snapshot(t, request.ID)
+			aborted, err := b.Operator.Abort(ctx, request.ID, "operator", "changed my mind")
+			if !c.opts.Stage.Abortable() {
+				require.ErrorIs(t, err, lifecycle.ErrRefused)
+				require.Equal(t, before, b.snapshot(t, request.ID), "a refused abort changes nothing")
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, lifecycle.StageAborted, aborted.Stage)
+			community := b.community(t, request.CommunityID)
+			require.Equal(t, "active", community.State)
+			require.Nil(t, community.ArchivedAt, "the pre-quiesce archived_at is restored")
+			if token.Owner != "" {
+				err := b.Engine.Heartbeat(ctx, token, lifecycle.DefaultLeaseDuration)
+				require.True(t, lifecycle.IsStaleLease(err), "the abort made the executor's token stale: %v", err)
+			}
+		})
+	}
 }
 
 // Transitions take the community lock before the request row lock: a
