@@ -14,6 +14,7 @@ import (
 
 	"github.com/tombstoneworks/communitydeletion/executor"
 	"github.com/tombstoneworks/communitydeletion/internal/fixture"
+	"github.com/tombstoneworks/communitydeletion/internal/testfactory"
 	"github.com/tombstoneworks/communitydeletion/lifecycle"
 )
 
@@ -81,7 +82,7 @@ func TestFailingDeleteBlocksAfterMaxRetriesThenRecovers(t *testing.T) {
 	r := b.runner(t, cfg)
 	deadline := time.Now().Add(time.Minute)
 	for {
-		request, err := b.operator.Get(t.Context(), id)
+		request, err := b.Operator.Get(t.Context(), id)
 		require.NoError(t, err)
 		if request.Blocked() {
 			require.Equal(t, lifecycle.StageDrained, request.Stage)
@@ -105,7 +106,7 @@ func TestFailingDeleteBlocksAfterMaxRetriesThenRecovers(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, claimed)
 
-	_, err = b.operator.Unblock(t.Context(), id, "carol", "object store fixed")
+	_, err = b.Operator.Unblock(t.Context(), id, "carol", "object store fixed")
 	require.NoError(t, err)
 	claimed, err = b.runner(t, b.config("executor-2")).RunRequest(t.Context(), id)
 	require.NoError(t, err)
@@ -156,7 +157,7 @@ func TestCrashAndResume(t *testing.T) {
 			require.True(t, claimed)
 			require.ErrorIs(t, err, context.Canceled)
 			require.True(t, crashed)
-			request, err := b.operator.Get(t.Context(), id)
+			request, err := b.Operator.Get(t.Context(), id)
 			require.NoError(t, err)
 			require.Equal(t, crashAt.stage, request.Stage)
 			require.False(t, request.Blocked())
@@ -205,7 +206,7 @@ func TestTwoRunnersNeverBothAct(t *testing.T) {
 					return
 				}
 				results[i] = results[i] || claimed
-				request, err := b.operator.Get(t.Context(), id)
+				request, err := b.Operator.Get(t.Context(), id)
 				if err != nil {
 					t.Error(err)
 					return
@@ -299,7 +300,7 @@ func TestPrefixMismatchBlocksAtOnce(t *testing.T) {
 	require.True(t, claimed)
 	require.ErrorIs(t, err, executor.ErrBlocked)
 	require.ErrorIs(t, err, lifecycle.ErrRefused)
-	request, err := b.operator.Get(t.Context(), id)
+	request, err := b.Operator.Get(t.Context(), id)
 	require.NoError(t, err)
 	require.True(t, request.Blocked())
 	require.Equal(t, lifecycle.StageFenced, request.Stage)
@@ -325,7 +326,7 @@ func TestLeftoverObjectRetriesVerification(t *testing.T) {
 	claimed, err := b.runner(t, cfg).RunRequest(t.Context(), id)
 	require.True(t, claimed)
 	require.ErrorIs(t, err, executor.ErrRetryScheduled)
-	request, err := b.operator.Get(t.Context(), id)
+	request, err := b.Operator.Get(t.Context(), id)
 	require.NoError(t, err)
 	require.Equal(t, lifecycle.StageCachePurged, request.Stage)
 	require.False(t, request.Blocked())
@@ -371,14 +372,14 @@ func TestStaleHeartbeatCancelsWork(t *testing.T) {
 	// the request row (releasing its claim), a claim would skip it.
 	err := <-done
 	require.True(t, lifecycle.IsStaleLease(err), "%v", err)
-	thief, err := b.engine.ClaimRequest(t.Context(), id, "thief", lifecycle.DefaultLeaseDuration)
+	thief, err := b.Engine.ClaimRequest(t.Context(), id, "thief", lifecycle.DefaultLeaseDuration)
 	require.NoError(t, err)
 	require.NotNil(t, thief)
-	request, err := b.operator.Get(t.Context(), id)
+	request, err := b.Operator.Get(t.Context(), id)
 	require.NoError(t, err)
 	require.Equal(t, "thief", request.LeaseOwner)
 	require.Equal(t, lifecycle.StageDrained, request.Stage)
-	total, deleted, err := b.engine.ChunkProgress(t.Context(), id)
+	total, deleted, err := b.Engine.ChunkProgress(t.Context(), id)
 	require.NoError(t, err)
 	require.Positive(t, total)
 	require.Zero(t, deleted)
@@ -391,20 +392,19 @@ func TestUndrainedServingWritesRetry(t *testing.T) {
 	b := setup(t)
 	target := b.createCommunity(t, 1)
 	id := b.approve(t, target)
-	lease, err := b.serving.AcquireWriteLease(t.Context(), target.id, "upload", "web-1", time.Minute)
-	require.NoError(t, err)
+	lease := testfactory.ServingLease(t.Context(), t, b.DB, &testfactory.ServingLeaseOpts{CommunityID: target.id, Owner: "web-1"})
 	cfg := b.config("executor-1")
 	cfg.DrainTimeout = 30 * time.Millisecond
 	r := b.runner(t, cfg)
 	claimed, err := r.RunRequest(t.Context(), id)
 	require.True(t, claimed)
 	require.ErrorIs(t, err, executor.ErrRetryScheduled)
-	request, err := b.operator.Get(t.Context(), id)
+	request, err := b.Operator.Get(t.Context(), id)
 	require.NoError(t, err)
 	require.Equal(t, lifecycle.StageApproved, request.Stage)
 	require.False(t, request.Blocked())
 
-	released, err := b.serving.ReleaseWriteLease(t.Context(), lease)
+	released, err := b.Serving.ReleaseWriteLease(t.Context(), lease)
 	require.NoError(t, err)
 	require.True(t, released)
 	deadline := time.Now().Add(30 * time.Second)
@@ -430,7 +430,7 @@ func TestAStuckLockHolderBlocksDurablyNamingIt(t *testing.T) {
 	target := b.createCommunity(t, 1)
 	id := b.approve(t, target)
 	gid := "forgotten-" + uuid.NewString()
-	conn, err := b.pool.Acquire(ctx)
+	conn, err := b.Pool.Acquire(ctx)
 	require.NoError(t, err)
 	defer conn.Release()
 	_, err = conn.Exec(ctx, "BEGIN")
@@ -439,15 +439,15 @@ func TestAStuckLockHolderBlocksDurablyNamingIt(t *testing.T) {
 	require.NoError(t, err)
 	_, err = conn.Exec(ctx, "PREPARE TRANSACTION '"+gid+"'")
 	require.NoError(t, err)
-	t.Cleanup(func() { _, _ = b.pool.Exec(context.Background(), "ROLLBACK PREPARED '"+gid+"'") })
+	t.Cleanup(func() { _, _ = b.Pool.Exec(context.Background(), "ROLLBACK PREPARED '"+gid+"'") })
 
 	cfg := b.config("executor-1")
-	engine, err := lifecycle.NewEngine(ctx, fixture.RolePool(t, b.url, fixture.RoleExecutor), &lifecycle.Opts{LockWait: 20 * time.Millisecond})
+	engine, err := lifecycle.NewEngine(ctx, fixture.RolePool(t, b.URL, fixture.RoleExecutor), &lifecycle.Opts{LockWait: 20 * time.Millisecond})
 	require.NoError(t, err)
 	cfg.Engine = engine
 	r := b.runner(t, cfg)
 	for attempt := 0; ; attempt++ {
-		request, err := b.operator.Get(ctx, id)
+		request, err := b.Operator.Get(ctx, id)
 		require.NoError(t, err)
 		if request.Blocked() {
 			require.Equal(t, lifecycle.StageApproved, request.Stage)
@@ -463,9 +463,9 @@ func TestAStuckLockHolderBlocksDurablyNamingIt(t *testing.T) {
 	}
 
 	// Once the holder is gone and an operator unblocks, it completes.
-	_, err = b.pool.Exec(ctx, "ROLLBACK PREPARED '"+gid+"'")
+	_, err = b.Pool.Exec(ctx, "ROLLBACK PREPARED '"+gid+"'")
 	require.NoError(t, err)
-	_, err = b.operator.Unblock(ctx, id, "carol", "rolled back the forgotten prepared transaction")
+	_, err = b.Operator.Unblock(ctx, id, "carol", "rolled back the forgotten prepared transaction")
 	require.NoError(t, err)
 	claimed, err := b.runner(t, b.config("executor-2")).RunRequest(ctx, id)
 	require.NoError(t, err)

@@ -11,12 +11,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tombstoneworks/communitydeletion/executor"
 	"github.com/tombstoneworks/communitydeletion/internal/ephemeralpg"
 	"github.com/tombstoneworks/communitydeletion/internal/fixture"
+	"github.com/tombstoneworks/communitydeletion/internal/testfactory"
 	"github.com/tombstoneworks/communitydeletion/lifecycle"
 )
 
@@ -30,38 +30,22 @@ func TestMain(m *testing.M) {
 }
 
 // testBundle is one test's database (migrations plus the fixture tenant
-// tables), the clients over it as the executor's engine (what the Runner
-// uses), an operator, a second operator who approves and the service, a
-// temporary object-store root and a cache. pool is the superuser, for
-// setting up and inspecting.
+// tables) as the test factory writes to it (the superuser's URL and Pool,
+// for setting up and inspecting, and the clients over the test logins: the
+// executor's Engine, which the Runner uses, an Operator, a second operator
+// who approves and the service), a temporary object-store root and a cache.
 type testBundle struct {
-	url      string
-	pool     *pgxpool.Pool
-	engine   *lifecycle.Engine
-	operator *lifecycle.Operator
-	approver *lifecycle.Operator
-	serving  *lifecycle.Serving
-	root     string
-	files    *executor.FileObjectStore
-	cache    *executor.MemoryCache
+	*testfactory.DB
+	root  string
+	files *executor.FileObjectStore
+	cache *executor.MemoryCache
 }
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
 	url, pool := fixture.NewTestPool(t, server)
-	ctx := t.Context()
 	root := t.TempDir()
-	b := &testBundle{url: url, pool: pool, root: root, files: executor.NewFileObjectStore(root), cache: executor.NewMemoryCache()}
-	var err error
-	b.engine, err = lifecycle.NewEngine(ctx, fixture.RolePool(t, url, fixture.RoleExecutor), nil)
-	require.NoError(t, err)
-	b.operator, err = lifecycle.NewOperator(ctx, fixture.RolePool(t, url, fixture.RoleOperator), nil)
-	require.NoError(t, err)
-	b.approver, err = lifecycle.NewOperator(ctx, fixture.RolePool(t, url, fixture.RoleApprover), nil)
-	require.NoError(t, err)
-	b.serving, err = lifecycle.NewServing(ctx, fixture.RolePool(t, url, fixture.RoleServing), nil)
-	require.NoError(t, err)
-	return b
+	return &testBundle{DB: testfactory.NewDB(t, url, pool), root: root, files: executor.NewFileObjectStore(root), cache: executor.NewMemoryCache()}
 }
 
 // prefixes is the storage layout of the tests' service.
@@ -76,33 +60,15 @@ type community struct {
 	keys []string // its object keys, sorted
 }
 
-// createCommunity inserts an active community with rows in every fixture
-// table, files under its prefixes (and a decoy beside them) and cache keys.
+// createCommunity inserts an active community with three rows in every
+// fixture table, files under its prefixes (and a decoy beside them) and
+// cache keys.
 func (b *testBundle) createCommunity(t *testing.T, files int) community {
 	t.Helper()
-	ctx := t.Context()
-	id := uuid.New()
-	host := fmt.Sprintf("c-%s.example", id)
-	_, err := b.pool.Exec(ctx, "INSERT INTO communities (id, host, signing_key, icon) VALUES ($1, $2, 'key', 'icon.png')", id, host)
-	require.NoError(t, err)
-	for i := range 3 {
-		var member, channel, message int64
-		require.NoError(t, b.pool.QueryRow(ctx, "INSERT INTO fixture_members (community_id, handle) VALUES ($1, $2) RETURNING id", id, fmt.Sprintf("m%d", i)).Scan(&member))
-		require.NoError(t, b.pool.QueryRow(ctx, "INSERT INTO fixture_channels (community_id, name, created_by) VALUES ($1, 'general', $2) RETURNING id", id, member).Scan(&channel))
-		require.NoError(t, b.pool.QueryRow(ctx, "INSERT INTO fixture_messages (community_id, channel_id, author_id, body) VALUES ($1, $2, $3, 'hi') RETURNING id", id, channel, member).Scan(&message))
-		for _, q := range []string{
-			"INSERT INTO fixture_reactions (community_id, message_id, member_id, emoji) VALUES ($1, $2, $3, ':)')",
-			"INSERT INTO fixture_attachments (community_id, message_id, storage_key) VALUES ($1, $2, $3::bigint::text)",
-		} {
-			_, err := b.pool.Exec(ctx, q, id, message, member)
-			require.NoError(t, err)
-		}
-		_, err = b.pool.Exec(ctx, "INSERT INTO fixture_activity (community_id, kind) VALUES ($1, 'post')", id)
-		require.NoError(t, err)
-		_, err = b.pool.Exec(ctx, "INSERT INTO fixture_audit_events (community_id, action) VALUES ($1, 'post')", id)
-		require.NoError(t, err)
-	}
-	c := community{id: id, host: host}
+	created := testfactory.Community(t.Context(), t, b.DB, &testfactory.CommunityOpts{Rows: testfactory.Rows{
+		Members: 3, Channels: 3, Messages: 3, Reactions: 3, Attachments: 3, Activity: 3, AuditEvents: 3}})
+	id := created.ID
+	c := community{id: id, host: created.Host}
 	for i := range files {
 		// "a/…" and "a-…" interleave by byte order, not directory order.
 		for _, key := range []string{
@@ -124,27 +90,22 @@ func (b *testBundle) createCommunity(t *testing.T, files int) community {
 	return c
 }
 
-// approve submits, inventories and approves the deletion of c.
+// approve submits the deletion of c with its files summarized as the
+// storage inventory, and approves it.
 func (b *testBundle) approve(t *testing.T, c community) uuid.UUID {
 	t.Helper()
 	ctx := t.Context()
-	request, err := b.operator.Submit(ctx, c.host, "alice", "test")
-	require.NoError(t, err)
-	schema, err := b.operator.InventorySchema(ctx, c.id)
-	require.NoError(t, err)
 	storage, err := executor.SummarizeStorage(ctx, b.files, prefixes(c.id))
 	require.NoError(t, err)
-	_, err = b.operator.FreezeInventory(ctx, request.ID, lifecycle.FrozenInventory{Schema: *schema, Storage: storage})
-	require.NoError(t, err)
-	_, err = b.approver.Approve(ctx, request.ID, "bob", "ok")
-	require.NoError(t, err)
+	request, _ := testfactory.Request(ctx, t, b.DB, &testfactory.RequestOpts{CommunityID: c.id, Stage: lifecycle.StageApproved,
+		RequestedBy: "alice", Reason: "test", Storage: &storage, ApprovedBy: "bob", ApprovalNote: "ok"})
 	return request.ID
 }
 
 // config is a runner config over the bundle with small, fast settings.
 func (b *testBundle) config(owner string) executor.Config {
 	return executor.Config{
-		Engine: b.engine, Objects: b.files, Cache: b.cache, Owner: owner, Prefixes: prefixes,
+		Engine: b.Engine, Objects: b.files, Cache: b.cache, Owner: owner, Prefixes: prefixes,
 		ChunkSize: 2, RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond,
 		Purge: lifecycle.PurgeOptions{MaxRowsPerTx: 2},
 	}
@@ -163,7 +124,7 @@ func (b *testBundle) rows(t *testing.T, id uuid.UUID) int64 {
 	var total int64
 	for _, table := range append(append([]string(nil), fixture.Tables...), fixture.NullifyTables...) {
 		var n int64
-		require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT count(*) FROM "+table+" WHERE community_id = $1", id).Scan(&n))
+		require.NoError(t, b.Pool.QueryRow(t.Context(), "SELECT count(*) FROM "+table+" WHERE community_id = $1", id).Scan(&n))
 		total += n
 	}
 	return total
@@ -183,7 +144,7 @@ func (b *testBundle) exists(t *testing.T, key string) bool {
 // requireDeleted checks that c's deletion completed and left nothing.
 func (b *testBundle) requireDeleted(t *testing.T, requestID uuid.UUID, c community) {
 	t.Helper()
-	request, err := b.operator.Get(t.Context(), requestID)
+	request, err := b.Operator.Get(t.Context(), requestID)
 	require.NoError(t, err)
 	require.Equal(t, lifecycle.StageRetentionPending, request.Stage)
 	require.Zero(t, b.rows(t, c.id))
@@ -193,7 +154,7 @@ func (b *testBundle) requireDeleted(t *testing.T, requestID uuid.UUID, c communi
 	require.True(t, b.exists(t, fmt.Sprintf("media/%s-decoy/keep", c.id)))
 	require.Zero(t, b.cache.Len(c.id))
 	var state string
-	require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT deletion_state FROM communities WHERE id = $1", c.id).Scan(&state))
+	require.NoError(t, b.Pool.QueryRow(t.Context(), "SELECT deletion_state FROM communities WHERE id = $1", c.id).Scan(&state))
 	require.Equal(t, "tombstone", state)
 }
 
@@ -211,7 +172,7 @@ func (b *testBundle) requireIntact(t *testing.T, c community, rows int64) {
 // clock, as a crashed executor's would be.
 func (b *testBundle) expireLease(t *testing.T, requestID uuid.UUID) {
 	t.Helper()
-	_, err := b.pool.Exec(context.WithoutCancel(t.Context()), `UPDATE community_deletion_requests
+	_, err := b.Pool.Exec(context.WithoutCancel(t.Context()), `UPDATE community_deletion_requests
 		SET lease_until = now() - interval '1 second' WHERE id = $1 AND lease_until IS NOT NULL`, requestID)
 	require.NoError(t, err)
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tombstoneworks/communitydeletion/internal/fixture"
+	"github.com/tombstoneworks/communitydeletion/internal/testfactory"
 	"github.com/tombstoneworks/communitydeletion/lifecycle"
 	"github.com/tombstoneworks/communitydeletion/migration"
 )
@@ -17,13 +18,13 @@ func TestPingProbesTheControlPlane(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
-	require.NoError(t, b.operator.Ping(ctx))
-	require.NoError(t, b.lcExec(t, "ALTER TABLE "+migration.VersionTable+" RENAME TO lc_versions_elsewhere"))
-	require.NoError(t, b.operator.Ping(ctx), "the migration ledger is not what Ping probes")
-	require.NoError(t, b.lcExec(t, "ALTER TABLE community_deletion_requests RENAME TO lc_requests_elsewhere"))
-	require.ErrorIs(t, b.operator.Ping(ctx), lifecycle.ErrRefused)
-	require.NoError(t, b.lcExec(t, "ALTER TABLE lc_requests_elsewhere RENAME TO community_deletion_requests"))
-	require.NoError(t, b.operator.Ping(ctx))
+	require.NoError(t, b.Operator.Ping(ctx))
+	require.NoError(t, b.exec(t, "ALTER TABLE "+migration.VersionTable+" RENAME TO lc_versions_elsewhere"))
+	require.NoError(t, b.Operator.Ping(ctx), "the migration ledger is not what Ping probes")
+	require.NoError(t, b.exec(t, "ALTER TABLE community_deletion_requests RENAME TO lc_requests_elsewhere"))
+	require.ErrorIs(t, b.Operator.Ping(ctx), lifecycle.ErrRefused)
+	require.NoError(t, b.exec(t, "ALTER TABLE lc_requests_elsewhere RENAME TO community_deletion_requests"))
+	require.NoError(t, b.Operator.Ping(ctx))
 }
 
 // ValidateServingCatalog accepts the migrated schema and refuses, naming
@@ -32,7 +33,7 @@ func TestValidateServingCatalogRefusesAWeakenedFence(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
-	require.NoError(t, b.serving.ValidateCatalog(ctx))
+	require.NoError(t, b.Serving.ValidateCatalog(ctx))
 
 	breakages := []struct {
 		name, breakSQL, repairSQL, mentions string
@@ -67,12 +68,12 @@ func TestValidateServingCatalogRefusesAWeakenedFence(t *testing.T) {
 			"community_serving_write_leases"},
 	}
 	for _, breakage := range breakages {
-		require.NoError(t, b.lcExec(t, breakage.breakSQL), breakage.name)
-		err := b.serving.ValidateCatalog(ctx)
+		require.NoError(t, b.exec(t, breakage.breakSQL), breakage.name)
+		err := b.Serving.ValidateCatalog(ctx)
 		require.ErrorIs(t, err, lifecycle.ErrRefused, breakage.name)
 		require.Contains(t, err.Error(), breakage.mentions, breakage.name)
-		require.NoError(t, b.lcExec(t, breakage.repairSQL), breakage.name)
-		require.NoError(t, b.serving.ValidateCatalog(ctx), "repaired %s", breakage.name)
+		require.NoError(t, b.exec(t, breakage.repairSQL), breakage.name)
+		require.NoError(t, b.Serving.ValidateCatalog(ctx), "repaired %s", breakage.name)
 	}
 }
 
@@ -82,23 +83,23 @@ func TestValidateCatalogListsEveryDriftRow(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
-	require.NoError(t, b.operator.ValidateCatalog(ctx))
+	require.NoError(t, b.Operator.ValidateCatalog(ctx))
 
-	require.NoError(t, b.lcExec(t, "CREATE TABLE lc_stray_tenant (id bigint PRIMARY KEY, community_id uuid NOT NULL)"))
-	require.NoError(t, b.lcExec(t, "DROP TRIGGER community_write_fence_insert ON fixture_messages"))
-	err := b.operator.ValidateCatalog(ctx)
+	require.NoError(t, b.exec(t, "CREATE TABLE lc_stray_tenant (id bigint PRIMARY KEY, community_id uuid NOT NULL)"))
+	require.NoError(t, b.exec(t, "DROP TRIGGER community_write_fence_insert ON fixture_messages"))
+	err := b.Operator.ValidateCatalog(ctx)
 	require.ErrorIs(t, err, lifecycle.ErrRefused)
 	require.Contains(t, err.Error(), "lc_stray_tenant unregistered")
 	require.Contains(t, err.Error(), "fixture_messages unfenced")
 	require.Contains(t, err.Error(), "2 problem(s)")
 
-	community, _ := b.createCommunity(t)
-	_, err = b.operator.InventorySchema(ctx, community)
+	community := testfactory.Community(ctx, t, b.DB, nil).ID
+	_, err = b.Operator.InventorySchema(ctx, community)
 	require.ErrorIs(t, err, lifecycle.ErrRefused, "no inventory of a drifted catalog")
 
-	require.NoError(t, b.lcExec(t, "DROP TABLE lc_stray_tenant"))
-	require.NoError(t, b.lcExec(t, "SELECT attach_community_write_fence('fixture_messages')"))
-	require.NoError(t, b.operator.ValidateCatalog(ctx))
+	require.NoError(t, b.exec(t, "DROP TABLE lc_stray_tenant"))
+	require.NoError(t, b.exec(t, "SELECT attach_community_write_fence('fixture_messages')"))
+	require.NoError(t, b.Operator.ValidateCatalog(ctx))
 }
 
 // InventorySchema lists the registered, fenced and nullify tables, sorted,
@@ -107,15 +108,10 @@ func TestInventorySchemaListsTablesAndCountsRows(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
-	community, _ := b.createCommunity(t)
-	neighbour, _ := b.createCommunity(t)
-	for _, c := range []uuid.UUID{community, neighbour, community} {
-		require.NoError(t, b.lcExec(t, "INSERT INTO fixture_members (community_id, handle) VALUES ($1, 'm')", c))
-	}
-	require.NoError(t, b.lcExec(t, "INSERT INTO fixture_activity (community_id, kind) VALUES ($1, 'join')", community))
-	require.NoError(t, b.lcExec(t, "INSERT INTO fixture_audit_events (community_id, action) VALUES ($1, 'created')", community))
+	community := testfactory.Community(ctx, t, b.DB, &testfactory.CommunityOpts{Rows: testfactory.Rows{Members: 2, Activity: 1, AuditEvents: 1}}).ID
+	testfactory.Community(ctx, t, b.DB, &testfactory.CommunityOpts{Rows: testfactory.Rows{Members: 1}}) // a neighbour
 
-	manifest, err := b.operator.InventorySchema(ctx, community)
+	manifest, err := b.Operator.InventorySchema(ctx, community)
 	require.NoError(t, err)
 	require.NoError(t, lifecycle.ValidateSchemaManifest(*manifest))
 	scoped := slices.Sorted(slices.Values(append(slices.Clone(fixture.Tables), fixture.NullifyTables...)))
@@ -131,6 +127,6 @@ func TestInventorySchemaListsTablesAndCountsRows(t *testing.T) {
 	want["fixture_audit_events"] = 1
 	require.Equal(t, want, manifest.RowCounts)
 
-	_, err = b.operator.InventorySchema(ctx, uuid.New())
+	_, err = b.Operator.InventorySchema(ctx, uuid.New())
 	require.ErrorIs(t, err, lifecycle.ErrNotFound)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tombstoneworks/communitydeletion/internal/fixture"
+	"github.com/tombstoneworks/communitydeletion/internal/testfactory"
 	"github.com/tombstoneworks/communitydeletion/lifecycle"
 )
 
@@ -136,28 +137,28 @@ var exampleCommunity uuid.UUID
 // their URLs from the environment.)
 func TestExamplesRun(t *testing.T) {
 	b := setup(t)
-	_, err := b.pool.Exec(t.Context(), "INSERT INTO communities (host, signing_key, icon) VALUES ('tenant.example', 'key', 'icon.png')")
-	require.NoError(t, err)
+	ctx := t.Context()
+	testfactory.Community(ctx, t, b.DB, &testfactory.CommunityOpts{Host: "tenant.example"})
 	for name, role := range map[string]fixture.Role{"ALICE_URL": fixture.RoleOperator, "BOB_URL": fixture.RoleApprover,
 		"EXECUTOR_URL": fixture.RoleExecutor, "APP_URL": fixture.RoleServing} {
-		url, err := fixture.RoleConnString(b.url, role)
+		url, err := fixture.RoleConnString(b.URL, role)
 		require.NoError(t, err)
 		t.Setenv(name, url)
 	}
 
-	other, _ := b.createCommunity(t)
+	other := testfactory.Community(ctx, t, b.DB, nil).ID
 	exampleCommunity = other
 	ExampleServing()
 	var members int
-	require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT count(*) FROM fixture_members WHERE community_id = $1", other).Scan(&members))
+	require.NoError(t, b.Pool.QueryRow(t.Context(), "SELECT count(*) FROM fixture_members WHERE community_id = $1", other).Scan(&members))
 	require.Equal(t, 1, members)
 
 	Example()
 	var stage string
-	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT r.stage FROM community_deletion_requests r
+	require.NoError(t, b.Pool.QueryRow(t.Context(), `SELECT r.stage FROM community_deletion_requests r
 		JOIN communities c ON c.id = r.community_id WHERE c.host = 'tenant.example'`).Scan(&stage))
 	require.Equal(t, "retention_pending", stage)
 	var state string
-	require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT deletion_state FROM communities WHERE host = 'tenant.example'").Scan(&state))
+	require.NoError(t, b.Pool.QueryRow(t.Context(), "SELECT deletion_state FROM communities WHERE host = 'tenant.example'").Scan(&state))
 	require.Equal(t, "tombstone", state)
 }

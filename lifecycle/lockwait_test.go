@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tombstoneworks/communitydeletion/internal/testfactory"
 	"github.com/tombstoneworks/communitydeletion/lifecycle"
 )
 
@@ -22,13 +23,13 @@ func TestLifecycleStepsBoundTheirLockWaitAndNameTheHolder(t *testing.T) {
 	b := setup(t)
 	ctx := t.Context()
 	const wait = 200 * time.Millisecond
-	store, err := lifecycle.NewEngine(ctx, b.pool, &lifecycle.Opts{LockWait: wait})
+	store, err := lifecycle.NewEngine(ctx, b.Pool, &lifecycle.Opts{LockWait: wait})
 	require.NoError(t, err)
-	_, token := b.lcClaimed(t)
-	before := b.lcSnapshot(t, token.RequestID)
+	_, token := testfactory.Request(ctx, t, b.DB, &testfactory.RequestOpts{Stage: lifecycle.StageApproved, Claimed: true})
+	before := b.snapshot(t, token.RequestID)
 
 	// A session holds the community's key (any role can compute it).
-	holder, err := pgx.Connect(ctx, b.url+"&application_name=lock-squatter")
+	holder, err := pgx.Connect(ctx, b.URL+"&application_name=lock-squatter")
 	require.NoError(t, err)
 	defer holder.Close(context.WithoutCancel(ctx))
 	var pid int32
@@ -48,7 +49,7 @@ func TestLifecycleStepsBoundTheirLockWaitAndNameTheHolder(t *testing.T) {
 	require.Equal(t, "postgres", lw.Holders[0].Role)
 	require.Equal(t, "lock-squatter", lw.Holders[0].ApplicationName)
 	require.Contains(t, err.Error(), fmt.Sprintf("the deletion lock of community %s, held by pid %d", token.CommunityID, pid))
-	require.Equal(t, before, b.lcSnapshot(t, token.RequestID), "nothing changed")
+	require.Equal(t, before, b.snapshot(t, token.RequestID), "nothing changed")
 
 	// A prepared transaction holding the key shared (as a writer would) is
 	// named by its gid.
@@ -61,7 +62,7 @@ func TestLifecycleStepsBoundTheirLockWaitAndNameTheHolder(t *testing.T) {
 	require.NoError(t, err)
 	_, err = holder.Exec(ctx, fmt.Sprintf("PREPARE TRANSACTION '%s'", gid))
 	require.NoError(t, err)
-	t.Cleanup(func() { _, _ = b.pool.Exec(context.Background(), fmt.Sprintf("ROLLBACK PREPARED '%s'", gid)) })
+	t.Cleanup(func() { _, _ = b.Pool.Exec(context.Background(), fmt.Sprintf("ROLLBACK PREPARED '%s'", gid)) })
 	err = store.BeginQuiescing(ctx, token)
 	require.ErrorAs(t, err, &lw)
 	require.Len(t, lw.Holders, 1)
@@ -69,14 +70,14 @@ func TestLifecycleStepsBoundTheirLockWaitAndNameTheHolder(t *testing.T) {
 	require.Zero(t, lw.Holders[0].PID)
 	require.Contains(t, err.Error(), fmt.Sprintf("prepared transaction %q", gid))
 	var health []string
-	rows, err := b.pool.Query(ctx, "SELECT subject || ': ' || detail FROM community_deletion_health()")
+	rows, err := b.Pool.Query(ctx, "SELECT subject || ': ' || detail FROM community_deletion_health()")
 	require.NoError(t, err)
 	health, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	require.Len(t, health, 1, "the health report flags the prepared transaction")
 	require.Contains(t, health[0], gid)
 
-	_, err = b.pool.Exec(ctx, fmt.Sprintf("ROLLBACK PREPARED '%s'", gid))
+	_, err = b.Pool.Exec(ctx, fmt.Sprintf("ROLLBACK PREPARED '%s'", gid))
 	require.NoError(t, err)
 	require.NoError(t, store.BeginQuiescing(ctx, token), "the lock is free again")
 }
@@ -87,10 +88,10 @@ func TestClaimBoundsItsWaitForTheSchemaLock(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
-	request := b.lcApproved(t)
-	store, err := lifecycle.NewEngine(ctx, b.pool, &lifecycle.Opts{LockWait: 100 * time.Millisecond})
+	request, _ := testfactory.Request(ctx, t, b.DB, &testfactory.RequestOpts{Stage: lifecycle.StageApproved})
+	store, err := lifecycle.NewEngine(ctx, b.Pool, &lifecycle.Opts{LockWait: 100 * time.Millisecond})
 	require.NoError(t, err)
-	holder, err := b.pool.Acquire(ctx)
+	holder, err := b.Pool.Acquire(ctx)
 	require.NoError(t, err)
 	defer holder.Release()
 	_, err = holder.Exec(ctx, "SELECT pg_advisory_lock(community_schema_destruction_lock_key())")

@@ -10,20 +10,16 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func emptyPrefix(prefix string) PrefixManifest {
-	var d KeyStreamDigest
-	digest, _ := d.Sum()
-	return PrefixManifest{Prefix: prefix, KeysDigest: digest}
-}
-
-// storageManifest is a valid manifest of three empty tenant prefixes.
+// storageManifest is a valid manifest of three empty tenant prefixes. (The
+// external tests build theirs with testfactory.EmptyStorage, which this
+// package's own tests cannot import.)
 func storageManifest() StorageManifest {
 	return StorageManifest{
 		Version: StorageManifestVersion,
 		Prefixes: []PrefixManifest{
-			emptyPrefix("_meta/c/"),
-			emptyPrefix("_uploads/c/"),
-			emptyPrefix("repos/c/"),
+			{Prefix: "_meta/c/", KeysDigest: EmptyKeysDigest},
+			{Prefix: "_uploads/c/", KeysDigest: EmptyKeysDigest},
+			{Prefix: "repos/c/", KeysDigest: EmptyKeysDigest},
 		},
 	}
 }

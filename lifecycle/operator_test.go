@@ -12,19 +12,21 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tombstoneworks/communitydeletion/internal/testfactory"
 	"github.com/tombstoneworks/communitydeletion/lifecycle"
 )
 
 // Submit is idempotent for the same requester while the request is
-// submitted, and refuses a missing, already requested, fenced or
-// tombstoned community.
+// submitted, and refuses a missing or already requested community (the
+// stages it is refused at: TestSubmitRefusesWhileARequestIsOpen).
 func TestSubmitIsIdempotentAndRefusesUnsubmittableCommunities(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
-	community, host := b.createCommunity(t)
+	created := testfactory.Community(ctx, t, b.DB, nil)
+	community, host := created.ID, created.Host
 
-	first, err := b.operator.Submit(ctx, strings.ToUpper(host), "  alice ", "spam tenant")
+	first, err := b.Operator.Submit(ctx, strings.ToUpper(host), "  alice ", "spam tenant")
 	require.NoError(t, err)
 	require.Equal(t, community, first.CommunityID)
 	require.Equal(t, host, first.CommunityHost, "the stored host is the community's own")
@@ -32,35 +34,52 @@ func TestSubmitIsIdempotentAndRefusesUnsubmittableCommunities(t *testing.T) {
 	require.Equal(t, "spam tenant", first.Reason)
 	require.Equal(t, lifecycle.StageSubmitted, first.Stage)
 
-	again, err := b.operator.Submit(ctx, host, "alice", "second thoughts")
+	again, err := b.Operator.Submit(ctx, host, "alice", "second thoughts")
 	require.NoError(t, err)
 	require.Equal(t, first.ID, again.ID, "the same requester gets the same request back")
 	require.Equal(t, "spam tenant", again.Reason, "and it is unchanged")
 
-	_, err = b.operator.Submit(ctx, host, "bob", "")
+	_, err = b.Operator.Submit(ctx, host, "bob", "")
 	require.ErrorIs(t, err, lifecycle.ErrRefused, "another requester cannot open a second request")
-	_, err = b.operator.Submit(ctx, "missing.example", "alice", "")
+	_, err = b.Operator.Submit(ctx, "missing.example", "alice", "")
 	require.ErrorIs(t, err, lifecycle.ErrRefused)
 
 	// Once inventoried the request is no longer returned as a resubmission.
-	schema, err := b.operator.InventorySchema(ctx, community)
+	schema, err := b.Operator.InventorySchema(ctx, community)
 	require.NoError(t, err)
-	_, err = b.operator.FreezeInventory(ctx, first.ID, lifecycle.FrozenInventory{Schema: *schema, Storage: lcStorage(community)})
+	_, err = b.Operator.FreezeInventory(ctx, first.ID, lifecycle.FrozenInventory{Schema: *schema, Storage: testfactory.EmptyStorage(community)})
 	require.NoError(t, err)
-	_, err = b.operator.Submit(ctx, host, "alice", "")
-	require.ErrorIs(t, err, lifecycle.ErrRefused)
-
-	// A fenced and a tombstoned community are refused.
-	fenced, _ := b.lcAt(t, lifecycle.StageFenced, false)
-	_, err = b.operator.Submit(ctx, fenced.CommunityHost, "alice", "")
-	require.ErrorIs(t, err, lifecycle.ErrRefused)
-	tombstoned, _ := b.lcAt(t, lifecycle.StagePostgresPurged, false)
-	_, err = b.operator.Submit(ctx, tombstoned.CommunityHost, "alice", "")
+	_, err = b.Operator.Submit(ctx, host, "alice", "")
 	require.ErrorIs(t, err, lifecycle.ErrRefused)
 
 	var requests int
-	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM community_deletion_requests").Scan(&requests))
-	require.Equal(t, 3, requests)
+	require.NoError(t, b.Pool.QueryRow(ctx, "SELECT count(*) FROM community_deletion_requests").Scan(&requests))
+	require.Equal(t, 1, requests, "no refused submission left a request")
+}
+
+// While a community's request is open, at any stage, another submission
+// is refused and writes nothing, and so it is once the community is a
+// tombstone; only an aborted request makes way for a fresh one.
+func TestSubmitRefusesWhileARequestIsOpen(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	for _, stage := range lifecycle.Stages() {
+		t.Run(string(stage), func(t *testing.T) {
+			request, _ := testfactory.Request(ctx, t, b.DB, &testfactory.RequestOpts{Stage: stage})
+			before := b.snapshot(t, request.ID)
+			fresh, err := b.Operator.Submit(ctx, request.CommunityHost, "someone-else", "")
+			if stage != lifecycle.StageAborted {
+				require.ErrorIs(t, err, lifecycle.ErrRefused)
+				require.Equal(t, before, b.snapshot(t, request.ID), "a refused submission writes nothing")
+				return
+			}
+			require.NoError(t, err)
+			require.NotEqual(t, request.ID, fresh.ID)
+			require.Equal(t, lifecycle.StageSubmitted, fresh.Stage)
+			require.Equal(t, request.CommunityID, fresh.CommunityID)
+		})
+	}
 }
 
 // FreezeInventory stores the inventory, its parts and its digest once;
@@ -70,7 +89,13 @@ func TestFreezeApproveAndInspect(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
-	request, inventory := b.lcInventoried(t)
+	submitted, _ := testfactory.Request(ctx, t, b.DB, nil)
+	schema, err := b.Operator.InventorySchema(ctx, submitted.CommunityID)
+	require.NoError(t, err)
+	inventory := lifecycle.FrozenInventory{Schema: *schema, Storage: testfactory.EmptyStorage(submitted.CommunityID)}
+	request, err := b.Operator.FreezeInventory(ctx, submitted.ID, inventory)
+	require.NoError(t, err)
+	require.Equal(t, lifecycle.StageInventoried, request.Stage)
 	digest, err := inventory.Digest()
 	require.NoError(t, err)
 	require.Equal(t, request.InventoryDigest, hex.EncodeToString(digest[:]))
@@ -80,23 +105,23 @@ func TestFreezeApproveAndInspect(t *testing.T) {
 	require.Equal(t, digest, stored, "the stored inventory decodes to the frozen one")
 	require.NotNil(t, request.InventoryFrozenAt)
 
-	_, err = b.operator.FreezeInventory(ctx, request.ID, inventory)
+	_, err = b.Operator.FreezeInventory(ctx, request.ID, inventory)
 	require.ErrorIs(t, err, lifecycle.ErrRefused, "the inventory is frozen once")
-	_, err = b.operator.FreezeInventory(ctx, uuid.New(), inventory)
+	_, err = b.Operator.FreezeInventory(ctx, uuid.New(), inventory)
 	require.ErrorIs(t, err, lifecycle.ErrNotFound)
 
-	before := b.lcSnapshot(t, request.ID)
-	_, err = b.approver.Approve(ctx, request.ID, "Requester", "")
+	before := b.snapshot(t, request.ID)
+	_, err = b.Approver.Approve(ctx, request.ID, "Requester", "")
 	require.ErrorIs(t, err, lifecycle.ErrRefused, "the requester cannot approve")
-	require.Equal(t, before, b.lcSnapshot(t, request.ID))
+	require.Equal(t, before, b.snapshot(t, request.ID))
 
-	approved, err := b.approver.Approve(ctx, request.ID, "approver", "  looks right ")
+	approved, err := b.Approver.Approve(ctx, request.ID, "approver", "  looks right ")
 	require.NoError(t, err)
 	require.Equal(t, lifecycle.StageApproved, approved.Stage)
-	_, err = b.approver.Approve(ctx, request.ID, "approver-2", "")
+	_, err = b.Approver.Approve(ctx, request.ID, "approver-2", "")
 	require.ErrorIs(t, err, lifecycle.ErrRefused, "approved once")
 
-	inspection, err := b.operator.Inspect(ctx, request.ID)
+	inspection, err := b.Operator.Inspect(ctx, request.ID)
 	require.NoError(t, err)
 	require.Equal(t, approved.ID, inspection.Request.ID)
 	require.NotNil(t, inspection.Approval)
@@ -105,26 +130,25 @@ func TestFreezeApproveAndInspect(t *testing.T) {
 	require.Equal(t, "looks right", inspection.Approval.Note)
 	require.False(t, inspection.Approval.ApprovedAt.IsZero())
 	require.Empty(t, inspection.Checkpoints)
-	_, err = b.operator.Inspect(ctx, uuid.New())
+	_, err = b.Operator.Inspect(ctx, uuid.New())
 	require.ErrorIs(t, err, lifecycle.ErrNotFound)
-	_, err = b.operator.Get(ctx, uuid.New())
+	_, err = b.Operator.Get(ctx, uuid.New())
 	require.ErrorIs(t, err, lifecycle.ErrNotFound)
 
-	// An inventory frozen behind the Store's back with a digest that does
+	// An inventory frozen behind the clients' backs with a digest that does
 	// not match it is never approved.
-	community, host := b.createCommunity(t)
-	forged, err := b.operator.Submit(ctx, host, "requester", "")
-	require.NoError(t, err)
+	forged, _ := testfactory.Request(ctx, t, b.DB, nil)
+	community := forged.CommunityID
 	bogus := sha256.Sum256([]byte("not the inventory"))
-	require.NoError(t, b.lcExec(t, `UPDATE community_deletion_requests
+	require.NoError(t, b.exec(t, `UPDATE community_deletion_requests
 		SET stage = 'inventoried', schema_manifest = '{}', storage_manifest = $2, inventory_manifest = $3,
 		    inventory_digest = $4, inventory_frozen_at = now() WHERE id = $1`,
-		forged.ID, lcJSON(t, lcStorage(community)), lcJSON(t, lifecycle.FrozenInventory{Storage: lcStorage(community)}), bogus[:]))
-	before = b.lcSnapshot(t, forged.ID)
-	_, err = b.approver.Approve(ctx, forged.ID, "approver", "")
+		forged.ID, mustJSON(t, testfactory.EmptyStorage(community)), mustJSON(t, lifecycle.FrozenInventory{Storage: testfactory.EmptyStorage(community)}), bogus[:]))
+	before = b.snapshot(t, forged.ID)
+	_, err = b.Approver.Approve(ctx, forged.ID, "approver", "")
 	require.ErrorIs(t, err, lifecycle.ErrRefused)
 	require.Contains(t, err.Error(), "stored digest")
-	require.Equal(t, before, b.lcSnapshot(t, forged.ID))
+	require.Equal(t, before, b.snapshot(t, forged.ID))
 }
 
 // List and ListPage return requests newest first; ListPage pages by keyset
@@ -137,23 +161,9 @@ func TestListPageKeysetPaginationAndFilters(t *testing.T) {
 	stages := map[uuid.UUID]lifecycle.Stage{}
 	blocked := map[uuid.UUID]bool{}
 	for i := range 9 {
-		var request *lifecycle.Request
-		switch i % 3 {
-		case 0:
-			_, host := b.createCommunity(t)
-			r, err := b.operator.Submit(ctx, host, "requester", "")
-			require.NoError(t, err)
-			request = r
-		case 1:
-			request, _ = b.lcInventoried(t)
-		case 2:
-			request = b.lcApproved(t)
-		}
-		if i%4 == 0 {
-			r, err := b.engine.BlockBeforeClaim(ctx, request.ID, "pre_claim:setup", "held")
-			require.NoError(t, err)
-			request = r
-		}
+		stage := []lifecycle.Stage{lifecycle.StageSubmitted, lifecycle.StageInventoried, lifecycle.StageApproved}[i%3]
+		request, _ := testfactory.Request(ctx, t, b.DB, &testfactory.RequestOpts{Stage: stage,
+			Blocked: i%4 == 0, BlockedUnit: "pre_claim:setup", BlockedReason: "held"})
 		all = append(all, request.ID)
 		stages[request.ID] = request.Stage
 		blocked[request.ID] = request.Blocked()
@@ -161,21 +171,21 @@ func TestListPageKeysetPaginationAndFilters(t *testing.T) {
 	newestFirst := slices.Clone(all)
 	slices.Reverse(newestFirst)
 
-	listed, err := b.operator.List(ctx, lifecycle.ListParams{Limit: 1000})
+	listed, err := b.Operator.List(ctx, lifecycle.ListParams{Limit: 1000})
 	require.NoError(t, err)
-	require.Equal(t, newestFirst, lcIDs(listed.Requests))
-	listed, err = b.operator.List(ctx, lifecycle.ListParams{Limit: 2})
+	require.Equal(t, newestFirst, requestIDs(listed.Requests))
+	listed, err = b.Operator.List(ctx, lifecycle.ListParams{Limit: 2})
 	require.NoError(t, err)
-	require.Equal(t, newestFirst[:2], lcIDs(listed.Requests))
+	require.Equal(t, newestFirst[:2], requestIDs(listed.Requests))
 
 	pages := func(params lifecycle.ListParams) []uuid.UUID {
 		t.Helper()
 		var ids []uuid.UUID
 		for range 20 {
-			page, err := b.operator.List(ctx, params)
+			page, err := b.Operator.List(ctx, params)
 			require.NoError(t, err)
 			require.LessOrEqual(t, len(page.Requests), params.Limit)
-			ids = append(ids, lcIDs(page.Requests)...)
+			ids = append(ids, requestIDs(page.Requests)...)
 			if page.Next == nil {
 				return ids
 			}
@@ -211,11 +221,9 @@ func TestListPageKeysetPaginationAndFilters(t *testing.T) {
 
 	// A request created after the first page was read never shifts the
 	// pages that follow: it sorts before the cursor.
-	first, err := b.operator.List(ctx, lifecycle.ListParams{Limit: 3})
+	first, err := b.Operator.List(ctx, lifecycle.ListParams{Limit: 3})
 	require.NoError(t, err)
-	_, host := b.createCommunity(t)
-	_, err = b.operator.Submit(ctx, host, "requester", "")
-	require.NoError(t, err)
+	testfactory.Request(ctx, t, b.DB, nil)
 	rest := pages(lifecycle.ListParams{Limit: 3, After: first.Next})
 	require.Equal(t, newestFirst[3:], rest)
 }
@@ -227,17 +235,17 @@ func TestRequestQueriesUseTheirIndexes(t *testing.T) {
 	b := setup(t)
 	// 3,000 aborted requests (aborted is the only stage rows can be bulk
 	// loaded into without walking the lifecycle), a tenth of them blocked.
-	require.NoError(t, b.lcExec(t, `INSERT INTO communities (host) SELECT format('list-%s.example', g) FROM generate_series(1, 3000) g`))
-	require.NoError(t, b.lcExec(t, `INSERT INTO community_deletion_requests (community_id, community_host, requested_by)
+	require.NoError(t, b.exec(t, `INSERT INTO communities (host) SELECT format('list-%s.example', g) FROM generate_series(1, 3000) g`))
+	require.NoError(t, b.exec(t, `INSERT INTO community_deletion_requests (community_id, community_host, requested_by)
 		SELECT id, host, 'requester' FROM communities`))
 	// Blocked first (the executor's change), then aborted (the operator's,
 	// which may keep a block but never sets one).
-	require.NoError(t, b.lcExec(t, `UPDATE community_deletion_requests
+	require.NoError(t, b.exec(t, `UPDATE community_deletion_requests
 		SET blocked_at = now(), blocked_reason = 'held' WHERE random() < 0.1`))
-	require.NoError(t, b.lcExec(t, `UPDATE community_deletion_requests
+	require.NoError(t, b.exec(t, `UPDATE community_deletion_requests
 		SET stage = 'aborted', aborted_at = now(), completed_at = now(), aborted_by = 'operator', abort_reason = 'bulk'`))
-	b.lcApproved(t)
-	require.NoError(t, b.lcExec(t, "ANALYZE community_deletion_requests"))
+	testfactory.Request(t.Context(), t, b.DB, &testfactory.RequestOpts{Stage: lifecycle.StageApproved})
+	require.NoError(t, b.exec(t, "ANALYZE community_deletion_requests"))
 
 	const file = "community_deletion_requests.sql"
 	later := time.Now().Add(time.Hour)
@@ -261,76 +269,84 @@ func TestInputValidationChangesNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
-	request, token := b.lcClaimed(t)
-	_, host := b.createCommunity(t)
-	before := b.lcSnapshot(t, request.ID)
+	request, token := testfactory.Request(ctx, t, b.DB, &testfactory.RequestOpts{Stage: lifecycle.StageApproved, Claimed: true})
+	host := testfactory.Community(ctx, t, b.DB, nil).Host
+	before := b.snapshot(t, request.ID)
 	noStage := lifecycle.Stage("nowhere")
 	zeroCursor := &lifecycle.Cursor{ID: uuid.New()}
 
-	calls := map[string]error{}
-	record := func(name string, err error) { calls[name] = err }
-	_, err := b.operator.Submit(ctx, host, " \t", "")
-	record("Submit blank requester", err)
-	_, err = b.operator.Submit(ctx, "", "alice", "")
-	record("Submit blank host", err)
-	_, err = b.operator.Submit(ctx, host, strings.Repeat("x", lifecycle.MaxOperatorBytes+1), "")
-	record("Submit long requester", err)
-	_, err = b.operator.Submit(ctx, host, "ali\x00ce", "")
-	record("Submit NUL requester", err)
-	_, err = b.approver.Approve(ctx, request.ID, "", "")
-	record("Approve blank approver", err)
-	_, err = b.operator.Abort(ctx, request.ID, " ", "reason")
-	record("Abort blank operator", err)
-	_, err = b.operator.Abort(ctx, request.ID, "operator", "  ")
-	record("Abort blank reason", err)
-	_, err = b.operator.Unblock(ctx, request.ID, "", "reason")
-	record("Unblock blank operator", err)
-	_, err = b.operator.Unblock(ctx, request.ID, "operator", "")
-	record("Unblock blank reason", err)
-	_, err = b.engine.BlockBeforeClaim(ctx, request.ID, "", "error")
-	record("BlockPreclaimSetup blank unit", err)
-	record("Block blank unit", b.engine.Block(ctx, token, lifecycle.BlockParams{Stage: lifecycle.StageApproved, Unit: "", Err: "error"}))
-	record("Block unknown stage", b.engine.Block(ctx, token, lifecycle.BlockParams{Stage: noStage, Unit: "unit", Err: "error"}))
-	record("Block non-execution stage", b.engine.Block(ctx, token, lifecycle.BlockParams{Stage: lifecycle.StageInventoried, Unit: "unit", Err: "error"}))
-	record("RecordRetry negative delay", b.engine.RecordRetry(ctx, token, lifecycle.RetryParams{Stage: lifecycle.StageApproved, Unit: "unit", Err: "error", After: -time.Second}))
-	record("RecordRetry long unit", b.engine.RecordRetry(ctx, token, lifecycle.RetryParams{Stage: lifecycle.StageApproved, Unit: strings.Repeat("u", 513), Err: "error", After: 0}))
-	_, err = b.engine.ClaimNext(ctx, "", lcLease)
-	record("ClaimNext blank owner", err)
-	_, err = b.engine.ClaimNext(ctx, "executor", 0)
-	record("ClaimNext zero lease", err)
-	_, err = b.engine.ClaimRequest(ctx, request.ID, "executor", -time.Second)
-	record("ClaimSpecific negative lease", err)
-	_, err = b.engine.ClaimRequest(ctx, request.ID, "executor", time.Nanosecond)
-	record("ClaimSpecific sub-microsecond lease", err)
-	record("Heartbeat zero lease", b.engine.Heartbeat(ctx, token, 0))
-	record("StopExecutor blank id", b.engine.Stop(ctx, lifecycle.StopParams{ExecutorID: " ", Release: &token}))
-	record("VerifyExecutionToken unknown stage", b.engine.VerifyToken(ctx, token, noStage))
-	_, err = b.operator.List(ctx, lifecycle.ListParams{Limit: lifecycle.MaxListLimit + 1})
-	record("List limit 1001", err)
-	_, err = b.operator.List(ctx, lifecycle.ListParams{Limit: 0})
-	record("ListPage limit 0", err)
-	_, err = b.operator.List(ctx, lifecycle.ListParams{Limit: -5})
-	record("ListPage negative limit", err)
-	_, err = b.operator.List(ctx, lifecycle.ListParams{Limit: 1001})
-	record("ListPage limit 1001", err)
-	_, err = b.operator.List(ctx, lifecycle.ListParams{Limit: 10, Stage: &noStage})
-	record("ListPage unknown stage", err)
-	_, err = b.operator.List(ctx, lifecycle.ListParams{Limit: 10, After: zeroCursor})
-	record("ListPage zero cursor", err)
-	_, err = b.operator.FreezeInventory(ctx, request.ID, lifecycle.FrozenInventory{})
-	record("FreezeInventory empty inventory", err)
-	record("MarkBindingsRemoved non-JSON detail", b.engine.EnterBindingsRemoved(ctx, token.WithFence(1), func() {}))
-
-	for name, err := range calls {
-		require.ErrorIs(t, err, lifecycle.ErrInvalidInput, name)
+	// errOf keeps the error of a call that returns a value too.
+	errOf := func(_ any, err error) error { return err }
+	approved := lifecycle.StageApproved
+	calls := []struct {
+		name string
+		call func() error
+	}{
+		{"Submit blank requester", func() error { return errOf(b.Operator.Submit(ctx, host, " \t", "")) }},
+		{"Submit blank host", func() error { return errOf(b.Operator.Submit(ctx, "", "alice", "")) }},
+		{"Submit long requester", func() error {
+			return errOf(b.Operator.Submit(ctx, host, strings.Repeat("x", lifecycle.MaxOperatorBytes+1), ""))
+		}},
+		{"Submit NUL requester", func() error { return errOf(b.Operator.Submit(ctx, host, "ali\x00ce", "")) }},
+		{"Approve blank approver", func() error { return errOf(b.Approver.Approve(ctx, request.ID, "", "")) }},
+		{"Abort blank operator", func() error { return errOf(b.Operator.Abort(ctx, request.ID, " ", "reason")) }},
+		{"Abort blank reason", func() error { return errOf(b.Operator.Abort(ctx, request.ID, "operator", "  ")) }},
+		{"Unblock blank operator", func() error { return errOf(b.Operator.Unblock(ctx, request.ID, "", "reason")) }},
+		{"Unblock blank reason", func() error { return errOf(b.Operator.Unblock(ctx, request.ID, "operator", "")) }},
+		{"BlockBeforeClaim blank unit", func() error { return errOf(b.Engine.BlockBeforeClaim(ctx, request.ID, "", "error")) }},
+		{"Block blank unit", func() error {
+			return b.Engine.Block(ctx, token, lifecycle.BlockParams{Stage: lifecycle.StageApproved, Unit: "", Err: "error"})
+		}},
+		{"Block unknown stage", func() error {
+			return b.Engine.Block(ctx, token, lifecycle.BlockParams{Stage: noStage, Unit: "unit", Err: "error"})
+		}},
+		{"Block non-execution stage", func() error {
+			return b.Engine.Block(ctx, token, lifecycle.BlockParams{Stage: lifecycle.StageInventoried, Unit: "unit", Err: "error"})
+		}},
+		{"RecordRetry negative delay", func() error {
+			return b.Engine.RecordRetry(ctx, token, lifecycle.RetryParams{Stage: lifecycle.StageApproved, Unit: "unit", Err: "error", After: -time.Second})
+		}},
+		{"RecordRetry long unit", func() error {
+			return b.Engine.RecordRetry(ctx, token, lifecycle.RetryParams{Stage: lifecycle.StageApproved, Unit: strings.Repeat("u", 513), Err: "error", After: 0})
+		}},
+		{"ClaimNext blank owner", func() error { return errOf(b.Engine.ClaimNext(ctx, "", lifecycle.DefaultLeaseDuration)) }},
+		{"ClaimNext zero lease", func() error { return errOf(b.Engine.ClaimNext(ctx, "executor", 0)) }},
+		{"ClaimRequest negative lease", func() error { return errOf(b.Engine.ClaimRequest(ctx, request.ID, "executor", -time.Second)) }},
+		{"ClaimRequest sub-microsecond lease", func() error {
+			return errOf(b.Engine.ClaimRequest(ctx, request.ID, "executor", time.Nanosecond))
+		}},
+		{"Heartbeat zero lease", func() error { return b.Engine.Heartbeat(ctx, token, 0) }},
+		{"Stop blank id", func() error { return b.Engine.Stop(ctx, lifecycle.StopParams{ExecutorID: " ", Release: &token}) }},
+		{"VerifyToken unknown stage", func() error { return b.Engine.VerifyToken(ctx, token, noStage) }},
+		{"List limit over MaxListLimit", func() error {
+			return errOf(b.Operator.List(ctx, lifecycle.ListParams{Limit: lifecycle.MaxListLimit + 1}))
+		}},
+		{"List limit 0", func() error { return errOf(b.Operator.List(ctx, lifecycle.ListParams{Limit: 0})) }},
+		{"List negative limit", func() error { return errOf(b.Operator.List(ctx, lifecycle.ListParams{Limit: -5})) }},
+		{"List limit 1001 by stage", func() error {
+			return errOf(b.Operator.List(ctx, lifecycle.ListParams{Limit: 1001, Stage: &approved}))
+		}},
+		{"List unknown stage", func() error { return errOf(b.Operator.List(ctx, lifecycle.ListParams{Limit: 10, Stage: &noStage})) }},
+		{"List zero cursor", func() error { return errOf(b.Operator.List(ctx, lifecycle.ListParams{Limit: 10, After: zeroCursor})) }},
+		{"FreezeInventory empty inventory", func() error {
+			return errOf(b.Operator.FreezeInventory(ctx, request.ID, lifecycle.FrozenInventory{}))
+		}},
+		{"EnterBindingsRemoved non-JSON detail", func() error {
+			return b.Engine.EnterBindingsRemoved(ctx, token.WithFence(1), func() {})
+		}},
 	}
-	require.Equal(t, before, b.lcSnapshot(t, request.ID), "no refused call changed anything")
+	for _, c := range calls {
+		t.Run(c.name, func(t *testing.T) {
+			require.ErrorIs(t, c.call(), lifecycle.ErrInvalidInput)
+			require.Equal(t, before, b.snapshot(t, request.ID), "a refused call changes nothing")
+		})
+	}
 	var requests int
-	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM community_deletion_requests").Scan(&requests))
+	require.NoError(t, b.Pool.QueryRow(ctx, "SELECT count(*) FROM community_deletion_requests").Scan(&requests))
 	require.Equal(t, 1, requests)
 }
 
-func lcIDs(requests []*lifecycle.Request) []uuid.UUID {
+func requestIDs(requests []*lifecycle.Request) []uuid.UUID {
 	ids := make([]uuid.UUID, 0, len(requests))
 	for _, r := range requests {
 		ids = append(ids, r.ID)
@@ -338,8 +354,8 @@ func lcIDs(requests []*lifecycle.Request) []uuid.UUID {
 	return ids
 }
 
-// lcJSON encodes v.
-func lcJSON(t *testing.T, v any) []byte {
+// mustJSON encodes v.
+func mustJSON(t *testing.T, v any) []byte {
 	t.Helper()
 	b, err := json.Marshal(v)
 	require.NoError(t, err)

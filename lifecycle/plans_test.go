@@ -44,7 +44,7 @@ func (b *testBundle) explainQuery(t *testing.T, file, name string, args ...any) 
 	require.Len(t, args, len(params), "arguments for %s", name)
 	query = strings.TrimSuffix(strings.TrimSpace(query), ";")
 	var plan []byte
-	require.NoError(t, b.pool.QueryRow(t.Context(), "EXPLAIN (FORMAT JSON) "+query, args...).Scan(&plan))
+	require.NoError(t, b.Pool.QueryRow(t.Context(), "EXPLAIN (FORMAT JSON) "+query, args...).Scan(&plan))
 	var doc []struct {
 		Plan map[string]any `json:"Plan"`
 	}

@@ -2,7 +2,6 @@ package lifecycle_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -10,140 +9,40 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tombstoneworks/communitydeletion/internal/testfactory"
 	"github.com/tombstoneworks/communitydeletion/lifecycle"
 )
-
-// storeApprovedRequest creates a community and walks a deletion request of
-// it to approved through the Store: Submit, FreezeInventory of its live
-// schema and empty tenant prefixes, and Approve by a second operator.
-func (b *testBundle) storeApprovedRequest(t *testing.T) (community, request uuid.UUID) {
-	t.Helper()
-	ctx := t.Context()
-	community, host := b.createCommunity(t)
-	submitted, err := b.operator.Submit(ctx, host, "requester", "test deletion")
-	require.NoError(t, err)
-	schema, err := b.operator.InventorySchema(ctx, community)
-	require.NoError(t, err)
-	_, err = b.operator.FreezeInventory(ctx, submitted.ID, lifecycle.FrozenInventory{Schema: *schema, Storage: emptyStorage(community)})
-	require.NoError(t, err)
-	_, err = b.approver.Approve(ctx, submitted.ID, "approver", "")
-	require.NoError(t, err)
-	return community, submitted.ID
-}
-
-// storeClaim claims request for "executor" and returns the lease token.
-func (b *testBundle) storeClaim(t *testing.T, request uuid.UUID) lifecycle.LeaseToken {
-	t.Helper()
-	claimed, err := b.engine.ClaimRequest(t.Context(), request, "executor", lifecycle.DefaultLeaseDuration)
-	require.NoError(t, err)
-	require.NotNil(t, claimed, "request %s is not claimable", request)
-	return claimed.Lease
-}
-
-// storeQuiescing creates a claimed request whose community is quiescing.
-func (b *testBundle) storeQuiescing(t *testing.T) (community uuid.UUID, token lifecycle.LeaseToken) {
-	t.Helper()
-	community, request := b.storeApprovedRequest(t)
-	token = b.storeClaim(t, request)
-	require.NoError(t, b.engine.BeginQuiescing(t.Context(), token))
-	return community, token
-}
-
-// storeFencedToken creates a claimed, fenced request and returns its
-// community and the token bound to the fence.
-func (b *testBundle) storeFencedToken(t *testing.T) (community uuid.UUID, token lifecycle.LeaseToken) {
-	t.Helper()
-	community, token = b.storeQuiescing(t)
-	generation, err := b.engine.EnterFenced(t.Context(), token)
-	require.NoError(t, err)
-	return community, token.WithFence(generation)
-}
-
-// purgeToTombstone purges the community of the bindings_removed request of
-// token, which makes it a tombstone, and moves the request to
-// postgres_purged.
-func (b *testBundle) purgeToTombstone(t *testing.T, token lifecycle.LeaseToken) {
-	t.Helper()
-	_, err := b.engine.EnterPostgresPurged(t.Context(), token, lifecycle.PurgeOptions{})
-	require.NoError(t, err)
-}
-
-// sqlCommunityState returns the community's deletion state.
-func (b *testBundle) sqlCommunityState(t *testing.T, community uuid.UUID) string {
-	t.Helper()
-	var state string
-	require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT deletion_state FROM communities WHERE id = $1", community).Scan(&state))
-	return state
-}
-
-// requirePgCode asserts that err wraps a PostgreSQL error with SQLSTATE code.
-func requirePgCode(t *testing.T, err error, code string) {
-	t.Helper()
-	var pgErr *pgconn.PgError
-	require.True(t, errors.As(err, &pgErr), "want a wrapped PostgreSQL error, got %v", err)
-	require.Equal(t, code, pgErr.Code, pgErr.Message)
-}
-
-// waitForAdvisoryLockWaiters blocks until n backends of the test database
-// wait for an advisory lock, which is how a test learns that concurrent
-// calls have queued behind a lock.
-func (b *testBundle) waitForAdvisoryLockWaiters(t *testing.T, n int) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	for {
-		var waiting int
-		require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*)
-			FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-			WHERE l.locktype = 'advisory' AND NOT l.granted AND a.datname = current_database()`).Scan(&waiting))
-		if waiting >= n {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("fewer than %d backends started waiting for an advisory lock", n)
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-}
-
-// fixtureWrite inserts one fixture_members row of community in tx.
-func fixtureWrite(ctx context.Context, tx pgx.Tx, community uuid.UUID) error {
-	_, err := tx.Exec(ctx, "INSERT INTO fixture_members (community_id, handle) VALUES ($1, 'member')", community)
-	return err
-}
 
 func TestServingLeaseLifecycleWhileActive(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
-	community, _ := b.createCommunity(t)
+	community := testfactory.Community(ctx, t, b.DB, nil).ID
 
-	lease, err := b.serving.AcquireWriteLease(ctx, community, "  upload  ", " server-1 ", 1500*time.Millisecond)
+	lease, err := b.Serving.AcquireWriteLease(ctx, community, "  upload  ", " server-1 ", 1500*time.Millisecond)
 	require.NoError(t, err)
 	require.Equal(t, community, lease.CommunityID)
 	require.Equal(t, "upload", lease.Operation, "operation is trimmed")
 	require.Equal(t, "server-1", lease.Owner, "owner is trimmed")
 	require.EqualValues(t, 0, lease.FenceGeneration)
 	var dbNow time.Time
-	require.NoError(t, b.pool.QueryRow(ctx, "SELECT now()").Scan(&dbNow))
+	require.NoError(t, b.Pool.QueryRow(ctx, "SELECT now()").Scan(&dbNow))
 	require.WithinDuration(t, dbNow.Add(2*time.Second), lease.LeaseUntil, time.Second, "1.5s rounds up to 2s")
 
-	second, err := b.serving.AcquireWriteLease(ctx, community, "upload", "server-1", time.Minute)
+	second, err := b.Serving.AcquireWriteLease(ctx, community, "upload", "server-1", time.Minute)
 	require.NoError(t, err)
 	require.Greater(t, second.Generation, lease.Generation, "generations come from the sequence")
 
 	require.True(t, mustServingActive(t, b, community))
-	drained, err := b.engine.ServingWritesDrained(ctx, community)
+	drained, err := b.Engine.ServingWritesDrained(ctx, community)
 	require.NoError(t, err)
 	require.False(t, drained)
 
-	require.NoError(t, b.serving.VerifyWriteLease(ctx, lease))
+	require.NoError(t, b.Serving.VerifyWriteLease(ctx, lease))
 	before := lease.LeaseUntil
-	require.NoError(t, b.serving.RenewWriteLease(ctx, lease, time.Hour))
+	require.NoError(t, b.Serving.RenewWriteLease(ctx, lease, time.Hour))
 	require.True(t, lease.LeaseUntil.After(before))
 
 	// A lease that differs from the stored one in any identity field is stale.
@@ -157,39 +56,39 @@ func TestServingLeaseLifecycleWhileActive(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			copied := *lease
 			forged(&copied)
-			err := b.serving.VerifyWriteLease(ctx, &copied)
+			err := b.Serving.VerifyWriteLease(ctx, &copied)
 			var stale *lifecycle.StaleServingLeaseError
 			require.ErrorAs(t, err, &stale)
 			require.ErrorIs(t, err, lifecycle.ErrAccessDenied)
 			require.False(t, lifecycle.IsStaleLease(err), "a serving lease is not a deletion lease")
-			require.ErrorIs(t, b.serving.RenewWriteLease(ctx, &copied, time.Minute), lifecycle.ErrAccessDenied)
-			released, err := b.serving.ReleaseWriteLease(ctx, &copied)
+			require.ErrorIs(t, b.Serving.RenewWriteLease(ctx, &copied, time.Minute), lifecycle.ErrAccessDenied)
+			released, err := b.Serving.ReleaseWriteLease(ctx, &copied)
 			require.NoError(t, err)
 			require.False(t, released)
 		})
 	}
 
-	released, err := b.serving.ReleaseWriteLease(ctx, lease)
+	released, err := b.Serving.ReleaseWriteLease(ctx, lease)
 	require.NoError(t, err)
 	require.True(t, released)
-	released, err = b.serving.ReleaseWriteLease(ctx, lease)
+	released, err = b.Serving.ReleaseWriteLease(ctx, lease)
 	require.NoError(t, err)
 	require.False(t, released, "a second release is harmless")
-	require.ErrorIs(t, b.serving.VerifyWriteLease(ctx, lease), lifecycle.ErrAccessDenied)
+	require.ErrorIs(t, b.Serving.VerifyWriteLease(ctx, lease), lifecycle.ErrAccessDenied)
 
 	// An expired lease is neither current nor renewable.
-	_, err = b.pool.Exec(ctx, "UPDATE community_serving_write_leases SET lease_until = now() - interval '1 second' WHERE id = $1", second.ID)
+	_, err = b.Pool.Exec(ctx, "UPDATE community_serving_write_leases SET lease_until = now() - interval '1 second' WHERE id = $1", second.ID)
 	require.NoError(t, err)
-	require.ErrorIs(t, b.serving.VerifyWriteLease(ctx, second), lifecycle.ErrAccessDenied)
-	require.ErrorIs(t, b.serving.RenewWriteLease(ctx, second, time.Minute), lifecycle.ErrAccessDenied)
-	drained, err = b.engine.ServingWritesDrained(ctx, community)
+	require.ErrorIs(t, b.Serving.VerifyWriteLease(ctx, second), lifecycle.ErrAccessDenied)
+	require.ErrorIs(t, b.Serving.RenewWriteLease(ctx, second, time.Minute), lifecycle.ErrAccessDenied)
+	drained, err = b.Engine.ServingWritesDrained(ctx, community)
 	require.NoError(t, err)
 	require.True(t, drained)
 }
 
 func mustServingActive(t *testing.T, b *testBundle, community uuid.UUID) bool {
 	t.Helper()
-	active, err := b.serving.IsActive(t.Context(), community)
+	active, err := b.Serving.IsActive(t.Context(), community)
 	require.NoError(t, err)
 	return active
 }
@@ -198,51 +97,51 @@ func TestServingLeaseInputsAreValidatedFirst(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
-	community, _ := b.createCommunity(t)
+	community := testfactory.Community(ctx, t, b.DB, nil).ID
 
 	for name, call := range map[string]func() error{
 		"nil community": func() error {
-			_, err := b.serving.AcquireWriteLease(ctx, uuid.Nil, "upload", "owner", time.Minute)
+			_, err := b.Serving.AcquireWriteLease(ctx, uuid.Nil, "upload", "owner", time.Minute)
 			return err
 		},
 		"blank operation": func() error {
-			_, err := b.serving.AcquireWriteLease(ctx, community, " \t", "owner", time.Minute)
+			_, err := b.Serving.AcquireWriteLease(ctx, community, " \t", "owner", time.Minute)
 			return err
 		},
 		"long owner": func() error {
-			_, err := b.serving.AcquireWriteLease(ctx, community, "upload", strings.Repeat("o", 513), time.Minute)
+			_, err := b.Serving.AcquireWriteLease(ctx, community, "upload", strings.Repeat("o", 513), time.Minute)
 			return err
 		},
 		"NUL owner": func() error {
-			_, err := b.serving.AcquireWriteLease(ctx, community, "upload", "own\x00er", time.Minute)
+			_, err := b.Serving.AcquireWriteLease(ctx, community, "upload", "own\x00er", time.Minute)
 			return err
 		},
 		"zero duration": func() error {
-			_, err := b.serving.AcquireWriteLease(ctx, community, "upload", "owner", 0)
+			_, err := b.Serving.AcquireWriteLease(ctx, community, "upload", "owner", 0)
 			return err
 		},
 		"negative duration": func() error {
-			_, err := b.serving.AcquireWriteLease(ctx, community, "upload", "owner", -time.Second)
+			_, err := b.Serving.AcquireWriteLease(ctx, community, "upload", "owner", -time.Second)
 			return err
 		},
-		"renew nil lease":   func() error { return b.serving.RenewWriteLease(ctx, nil, time.Minute) },
-		"verify nil lease":  func() error { return b.serving.VerifyWriteLease(ctx, nil) },
-		"release nil lease": func() error { _, err := b.serving.ReleaseWriteLease(ctx, nil); return err },
+		"renew nil lease":   func() error { return b.Serving.RenewWriteLease(ctx, nil, time.Minute) },
+		"verify nil lease":  func() error { return b.Serving.VerifyWriteLease(ctx, nil) },
+		"release nil lease": func() error { _, err := b.Serving.ReleaseWriteLease(ctx, nil); return err },
 		"renew zero duration": func() error {
-			return b.serving.RenewWriteLease(ctx, &lifecycle.ServingWriteLease{ID: uuid.New(), CommunityID: community, Owner: "o"}, 0)
+			return b.Serving.RenewWriteLease(ctx, &lifecycle.ServingWriteLease{ID: uuid.New(), CommunityID: community, Owner: "o"}, 0)
 		},
-		"reap zero":         func() error { _, err := b.operator.ReapExpiredServingWriteLeases(ctx, 0); return err },
-		"reap over 10000":   func() error { _, err := b.operator.ReapExpiredServingWriteLeases(ctx, 10001); return err },
-		"guard nil tx":      func() error { return b.serving.GuardTransaction(ctx, nil, community) },
-		"guard nil lease":   func() error { return b.serving.GuardTransactionWithLease(ctx, nil, nil) },
-		"lease without ids": func() error { return b.serving.VerifyWriteLease(ctx, &lifecycle.ServingWriteLease{Owner: "o"}) },
+		"reap zero":         func() error { _, err := b.Operator.ReapExpiredServingWriteLeases(ctx, 0); return err },
+		"reap over 10000":   func() error { _, err := b.Operator.ReapExpiredServingWriteLeases(ctx, 10001); return err },
+		"guard nil tx":      func() error { return b.Serving.GuardTransaction(ctx, nil, community) },
+		"guard nil lease":   func() error { return b.Serving.GuardTransactionWithLease(ctx, nil, nil) },
+		"lease without ids": func() error { return b.Serving.VerifyWriteLease(ctx, &lifecycle.ServingWriteLease{Owner: "o"}) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			require.ErrorIs(t, call(), lifecycle.ErrInvalidInput)
 		})
 	}
 	var leases int
-	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM community_serving_write_leases").Scan(&leases))
+	require.NoError(t, b.Pool.QueryRow(ctx, "SELECT count(*) FROM community_serving_write_leases").Scan(&leases))
 	require.Zero(t, leases)
 }
 
@@ -251,42 +150,41 @@ func TestQuiescingRejectsNewLeasesButRenewsAdmittedLeaseUntilRelease(t *testing.
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
-	community, request := b.storeApprovedRequest(t)
-	token := b.storeClaim(t, request)
-	serving, err := b.serving.AcquireWriteLease(ctx, community, "test_external", "test-owner", time.Minute)
-	require.NoError(t, err)
+	serving := testfactory.ServingLease(ctx, t, b.DB, &testfactory.ServingLeaseOpts{Operation: "test_external", Owner: "test-owner"})
+	community := serving.CommunityID
+	_, token := testfactory.Request(ctx, t, b.DB, &testfactory.RequestOpts{CommunityID: community, Stage: lifecycle.StageApproved, Claimed: true})
 
-	require.NoError(t, b.engine.BeginQuiescing(ctx, token))
-	_, err = b.serving.AcquireWriteLease(ctx, community, "late_external", "late-owner", time.Minute)
+	require.NoError(t, b.Engine.BeginQuiescing(ctx, token))
+	_, err := b.Serving.AcquireWriteLease(ctx, community, "late_external", "late-owner", time.Minute)
 	require.ErrorIs(t, err, lifecycle.ErrAccessDenied)
 	require.False(t, lifecycle.IsStaleLease(err))
 	require.Contains(t, err.Error(), "is quiescing")
 	require.False(t, mustServingActive(t, b, community))
 
-	require.NoError(t, b.serving.VerifyWriteLease(ctx, serving))
+	require.NoError(t, b.Serving.VerifyWriteLease(ctx, serving))
 	before := serving.LeaseUntil
-	require.NoError(t, b.serving.RenewWriteLease(ctx, serving, 2*time.Minute), "the admitted lease renews while quiescing")
+	require.NoError(t, b.Serving.RenewWriteLease(ctx, serving, 2*time.Minute), "the admitted lease renews while quiescing")
 	require.True(t, serving.LeaseUntil.After(before), "renewal extends the admitted lease")
 
-	_, err = b.engine.EnterFenced(ctx, token)
+	_, err = b.Engine.EnterFenced(ctx, token)
 	var notDrained *lifecycle.ServingWritesNotDrainedError
 	require.ErrorAs(t, err, &notDrained)
 	require.EqualValues(t, 1, notDrained.ActiveCount)
 	require.Equal(t, []string{"test_external"}, notDrained.Operations)
-	require.Equal(t, "quiescing", b.sqlCommunityState(t, community))
+	require.Equal(t, "quiescing", b.community(t, community).State)
 
-	released, err := b.serving.ReleaseWriteLease(ctx, serving)
+	released, err := b.Serving.ReleaseWriteLease(ctx, serving)
 	require.NoError(t, err)
 	require.True(t, released)
-	generation, err := b.engine.EnterFenced(ctx, token)
+	generation, err := b.Engine.EnterFenced(ctx, token)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, generation)
-	require.Equal(t, "fenced", b.sqlCommunityState(t, community))
+	require.Equal(t, "fenced", b.community(t, community).State)
 
 	// Past the fence nothing renews or verifies, not even a lease of the
 	// old generation that was still in the table.
-	require.ErrorIs(t, b.serving.RenewWriteLease(ctx, serving, time.Minute), lifecycle.ErrAccessDenied)
-	require.ErrorIs(t, b.serving.VerifyWriteLease(ctx, serving), lifecycle.ErrAccessDenied)
+	require.ErrorIs(t, b.Serving.RenewWriteLease(ctx, serving, time.Minute), lifecycle.ErrAccessDenied)
+	require.ErrorIs(t, b.Serving.VerifyWriteLease(ctx, serving), lifecycle.ErrAccessDenied)
 }
 
 // Port of sustained_admission_cannot_starve_fence_after_quiescing.
@@ -294,13 +192,14 @@ func TestSustainedAdmissionCannotStarveFenceAfterQuiescing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
-	community, token := b.storeQuiescing(t)
+	quiescing, token := testfactory.Request(ctx, t, b.DB, &testfactory.RequestOpts{Stage: lifecycle.StageApproved, Quiesced: true})
+	community := quiescing.CommunityID
 
 	for attempt := range 100 {
-		_, err := b.serving.AcquireWriteLease(ctx, community, "sustained_admission", fmt.Sprintf("owner-%d", attempt), time.Minute)
+		_, err := b.Serving.AcquireWriteLease(ctx, community, "sustained_admission", fmt.Sprintf("owner-%d", attempt), time.Minute)
 		require.ErrorIs(t, err, lifecycle.ErrAccessDenied, "attempt %d", attempt)
 	}
-	generation, err := b.engine.EnterFenced(ctx, token)
+	generation, err := b.Engine.EnterFenced(ctx, token)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, generation)
 }
@@ -313,31 +212,31 @@ func TestServingLeaseAcquisitionQueuesBehindWaitingTransition(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
-	community, request := b.storeApprovedRequest(t)
-	token := b.storeClaim(t, request)
+	request, token := testfactory.Request(ctx, t, b.DB, &testfactory.RequestOpts{Stage: lifecycle.StageApproved, Claimed: true})
+	community := request.CommunityID
 
-	writer, err := b.pool.Begin(ctx)
+	writer, err := b.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer writer.Rollback(context.Background())
-	require.NoError(t, b.serving.GuardTransaction(ctx, writer, community))
+	require.NoError(t, b.Serving.GuardTransaction(ctx, writer, community))
 
 	quiesced := make(chan error, 1)
-	go func() { quiesced <- b.engine.BeginQuiescing(ctx, token) }()
-	b.waitForAdvisoryLockWaiters(t, 1)
+	go func() { quiesced <- b.Engine.BeginQuiescing(ctx, token) }()
+	b.waitForLockWaiters(t, 1, advisoryLock)
 
 	acquired := make(chan error, 1)
 	go func() {
-		_, err := b.serving.AcquireWriteLease(ctx, community, "upload", "server-1", time.Minute)
+		_, err := b.Serving.AcquireWriteLease(ctx, community, "upload", "server-1", time.Minute)
 		acquired <- err
 	}()
-	b.waitForAdvisoryLockWaiters(t, 2)
+	b.waitForLockWaiters(t, 2, advisoryLock)
 
-	require.NoError(t, fixtureWrite(ctx, writer, community))
+	require.NoError(t, writeMember(ctx, writer, community))
 	require.NoError(t, writer.Commit(ctx))
 	require.NoError(t, <-quiesced)
 	require.ErrorIs(t, <-acquired, lifecycle.ErrAccessDenied, "the queued acquisition sees the committed transition")
-	require.Equal(t, "quiescing", b.sqlCommunityState(t, community))
-	drained, err := b.engine.ServingWritesDrained(ctx, community)
+	require.Equal(t, "quiescing", b.community(t, community).State)
+	drained, err := b.Engine.ServingWritesDrained(ctx, community)
 	require.NoError(t, err)
 	require.True(t, drained)
 }
@@ -347,34 +246,30 @@ func TestServingLeaseReaperIsBoundedAndReportsStats(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
-	community, _ := b.createCommunity(t)
+	community := testfactory.Community(ctx, t, b.DB, nil).ID
 	for _, owner := range []string{"expired-a", "expired-b", "expired-c", "live"} {
-		lease, err := b.serving.AcquireWriteLease(ctx, community, "reaper_test", owner, time.Minute)
-		require.NoError(t, err)
-		if owner != "live" {
-			_, err = b.pool.Exec(ctx, "UPDATE community_serving_write_leases SET lease_until = now() - interval '1 second' WHERE id = $1", lease.ID)
-			require.NoError(t, err)
-		}
+		testfactory.ServingLease(ctx, t, b.DB, &testfactory.ServingLeaseOpts{CommunityID: community,
+			Operation: "reaper_test", Owner: owner, Expired: owner != "live"})
 	}
 
-	before, err := b.operator.ServingLeaseStats(ctx)
+	before, err := b.Operator.ServingLeaseStats(ctx)
 	require.NoError(t, err)
 	require.Equal(t, int64(3), before.Expired)
 	require.Equal(t, int64(1), before.Active)
 	require.GreaterOrEqual(t, before.DeadTuples, int64(0))
 
-	reaped, err := b.operator.ReapExpiredServingWriteLeases(ctx, 2)
+	reaped, err := b.Operator.ReapExpiredServingWriteLeases(ctx, 2)
 	require.NoError(t, err)
 	require.Equal(t, int64(2), reaped, "the batch is bounded")
-	after, err := b.operator.ServingLeaseStats(ctx)
+	after, err := b.Operator.ServingLeaseStats(ctx)
 	require.NoError(t, err)
 	require.Equal(t, before.Expired-2, after.Expired)
 	require.Equal(t, before.Active, after.Active, "live leases are never reaped")
 
-	reaped, err = b.operator.ReapExpiredServingWriteLeases(ctx, lifecycle.MaxServingLeaseReapBatch)
+	reaped, err = b.Operator.ReapExpiredServingWriteLeases(ctx, lifecycle.MaxServingLeaseReapBatch)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), reaped)
-	reaped, err = b.operator.ReapExpiredServingWriteLeases(ctx, 1)
+	reaped, err = b.Operator.ReapExpiredServingWriteLeases(ctx, 1)
 	require.NoError(t, err)
 	require.Zero(t, reaped)
 }
@@ -384,27 +279,24 @@ func TestServingLeaseReaperSkipsLockedRows(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
-	community, _ := b.createCommunity(t)
+	community := testfactory.Community(ctx, t, b.DB, nil).ID
 	var ids []uuid.UUID
 	for _, owner := range []string{"a", "b"} {
-		lease, err := b.serving.AcquireWriteLease(ctx, community, "upload", owner, time.Minute)
-		require.NoError(t, err)
+		lease := testfactory.ServingLease(ctx, t, b.DB, &testfactory.ServingLeaseOpts{CommunityID: community, Owner: owner, Expired: true})
 		ids = append(ids, lease.ID)
 	}
-	_, err := b.pool.Exec(ctx, "UPDATE community_serving_write_leases SET lease_until = now() - interval '1 second'")
-	require.NoError(t, err)
 
-	holder, err := b.pool.Begin(ctx)
+	holder, err := b.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer holder.Rollback(context.Background())
 	_, err = holder.Exec(ctx, "SELECT 1 FROM community_serving_write_leases WHERE id = $1 FOR UPDATE", ids[0])
 	require.NoError(t, err)
 
-	reaped, err := b.operator.ReapExpiredServingWriteLeases(ctx, 10)
+	reaped, err := b.Operator.ReapExpiredServingWriteLeases(ctx, 10)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), reaped, "the locked lease is skipped")
 	require.NoError(t, holder.Rollback(ctx))
-	reaped, err = b.operator.ReapExpiredServingWriteLeases(ctx, 10)
+	reaped, err = b.Operator.ReapExpiredServingWriteLeases(ctx, 10)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), reaped)
 }
@@ -414,30 +306,20 @@ func TestServingLeaseReaperRemainsGlobalAcrossTombstonedTenant(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
-	activeA, _ := b.createCommunity(t)
-	target, request := b.storeApprovedRequest(t)
-	activeX, _ := b.createCommunity(t)
+	activeA := testfactory.Community(ctx, t, b.DB, nil).ID
+	target := testfactory.Community(ctx, t, b.DB, nil).ID
+	activeX := testfactory.Community(ctx, t, b.DB, nil).ID
 	for _, community := range []uuid.UUID{activeA, target, activeX} {
-		lease, err := b.serving.AcquireWriteLease(ctx, community, "global_reaper_test", "owner", time.Minute)
-		require.NoError(t, err)
-		_, err = b.pool.Exec(ctx, "UPDATE community_serving_write_leases SET lease_until = now() - interval '1 second' WHERE id = $1", lease.ID)
-		require.NoError(t, err)
+		testfactory.ServingLease(ctx, t, b.DB, &testfactory.ServingLeaseOpts{CommunityID: community,
+			Operation: "global_reaper_test", Owner: "owner", Expired: true})
 	}
 
-	// Walk the target to a tombstone; its expired lease does not hold the
-	// fence off.
-	token := b.storeClaim(t, request)
-	require.NoError(t, b.engine.BeginQuiescing(ctx, token))
-	generation, err := b.engine.EnterFenced(ctx, token)
-	require.NoError(t, err)
-	token = token.WithFence(generation)
-	require.NoError(t, b.engine.FreezeDestructiveManifest(ctx, token, emptyStorage(target)))
-	require.NoError(t, b.engine.EnterDrained(ctx, token))
-	require.NoError(t, b.engine.EnterBindingsRemoved(ctx, token, nil))
-	b.purgeToTombstone(t, token)
-	require.Equal(t, "tombstone", b.sqlCommunityState(t, target))
+	// The target is deleted to a tombstone: its expired lease does not hold
+	// the fence off.
+	testfactory.Request(ctx, t, b.DB, &testfactory.RequestOpts{CommunityID: target, Stage: lifecycle.StagePostgresPurged})
+	require.Equal(t, "tombstone", b.community(t, target).State)
 
-	reaped, err := b.operator.ReapExpiredServingWriteLeases(ctx, 10)
+	reaped, err := b.Operator.ReapExpiredServingWriteLeases(ctx, 10)
 	require.NoError(t, err)
 	require.Equal(t, int64(3), reaped, "the reaper is global: a tombstoned tenant's leases go too")
 }
@@ -448,13 +330,13 @@ func TestGuardTransactionAdmitsOnlyReadCommittedWritesToActiveCommunities(t *tes
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
-	active, _ := b.createCommunity(t)
+	active := testfactory.Community(ctx, t, b.DB, nil).ID
 
 	t.Run("repeatable read", func(t *testing.T) {
 		for _, level := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
-			tx, err := b.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: level})
+			tx, err := b.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: level})
 			require.NoError(t, err)
-			err = b.serving.GuardTransaction(ctx, tx, active)
+			err = b.Serving.GuardTransaction(ctx, tx, active)
 			require.ErrorIs(t, err, lifecycle.ErrRefused, "level %s", level)
 			requirePgCode(t, err, "25000")
 			require.NoError(t, tx.Rollback(ctx))
@@ -462,27 +344,27 @@ func TestGuardTransactionAdmitsOnlyReadCommittedWritesToActiveCommunities(t *tes
 	})
 
 	t.Run("active", func(t *testing.T) {
-		tx, err := b.pool.Begin(ctx)
+		tx, err := b.Pool.Begin(ctx)
 		require.NoError(t, err)
 		defer tx.Rollback(context.Background())
-		require.NoError(t, b.serving.GuardTransaction(ctx, tx, active))
-		require.NoError(t, fixtureWrite(ctx, tx, active))
+		require.NoError(t, b.Serving.GuardTransaction(ctx, tx, active))
+		require.NoError(t, writeMember(ctx, tx, active))
 		// The guard holds the shared community lock: a transition cannot
 		// take it exclusively until the transaction ends.
 		var locked bool
-		require.NoError(t, b.pool.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(community_deletion_lock_key($1))`, active).Scan(&locked))
+		require.NoError(t, b.Pool.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(community_deletion_lock_key($1))`, active).Scan(&locked))
 		require.False(t, locked)
 		require.NoError(t, tx.Commit(ctx))
 	})
 
-	fenced, _ := b.storeFencedToken(t)
-	quiescing, _ := b.storeQuiescing(t)
-	for name, community := range map[string]uuid.UUID{"fenced": fenced, "quiescing": quiescing, "missing": uuid.New()} {
+	fenced, _ := testfactory.Request(ctx, t, b.DB, &testfactory.RequestOpts{Stage: lifecycle.StageFenced})
+	quiescing, _ := testfactory.Request(ctx, t, b.DB, &testfactory.RequestOpts{Stage: lifecycle.StageApproved, Quiesced: true})
+	for name, community := range map[string]uuid.UUID{"fenced": fenced.CommunityID, "quiescing": quiescing.CommunityID, "missing": uuid.New()} {
 		t.Run(name, func(t *testing.T) {
-			tx, err := b.pool.Begin(ctx)
+			tx, err := b.Pool.Begin(ctx)
 			require.NoError(t, err)
 			defer tx.Rollback(context.Background())
-			err = b.serving.GuardTransaction(ctx, tx, community)
+			err = b.Serving.GuardTransaction(ctx, tx, community)
 			require.ErrorIs(t, err, lifecycle.ErrAccessDenied)
 			require.False(t, lifecycle.IsStaleLease(err))
 			requirePgCode(t, err, "55000")
@@ -496,49 +378,44 @@ func TestGuardTransactionWithServingLeaseAdmitsQuiescingWriteOnlyWithCurrentLeas
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
-	community, request := b.storeApprovedRequest(t)
-	token := b.storeClaim(t, request)
-	lease, err := b.serving.AcquireWriteLease(ctx, community, "upload", "server-1", time.Minute)
-	require.NoError(t, err)
-	spare, err := b.serving.AcquireWriteLease(ctx, community, "upload", "server-2", time.Minute)
-	require.NoError(t, err)
-	require.NoError(t, b.engine.BeginQuiescing(ctx, token))
+	lease := testfactory.ServingLease(ctx, t, b.DB, nil)
+	community := lease.CommunityID
+	spare := testfactory.ServingLease(ctx, t, b.DB, &testfactory.ServingLeaseOpts{CommunityID: community, Owner: "server-2", Expired: true})
+	testfactory.Request(ctx, t, b.DB, &testfactory.RequestOpts{CommunityID: community, Stage: lifecycle.StageApproved, Quiesced: true})
 
 	// Without the lease the write fence refuses the write.
-	err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return fixtureWrite(ctx, tx, community) })
+	err := pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error { return writeMember(ctx, tx, community) })
 	requirePgCode(t, err, "55000")
 
 	// With the current lease it is admitted.
-	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		if err := b.serving.GuardTransactionWithLease(ctx, tx, lease); err != nil {
+	require.NoError(t, pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
+		if err := b.Serving.GuardTransactionWithLease(ctx, tx, lease); err != nil {
 			return err
 		}
-		return fixtureWrite(ctx, tx, community)
+		return writeMember(ctx, tx, community)
 	}))
 	var members int
-	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM fixture_members WHERE community_id = $1", community).Scan(&members))
+	require.NoError(t, b.Pool.QueryRow(ctx, "SELECT count(*) FROM fixture_members WHERE community_id = $1", community).Scan(&members))
 	require.Equal(t, 1, members)
 
 	// Pinned snapshots are refused before anything else.
-	tx, err := b.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	tx, err := b.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
 	require.NoError(t, err)
-	require.ErrorIs(t, b.serving.GuardTransactionWithLease(ctx, tx, lease), lifecycle.ErrRefused)
+	require.ErrorIs(t, b.Serving.GuardTransactionWithLease(ctx, tx, lease), lifecycle.ErrRefused)
 	require.NoError(t, tx.Rollback(ctx))
 
 	// A stale lease is refused: forged, expired or released.
 	forged := *lease
 	forged.Generation = spare.Generation + 1
-	_, err = b.pool.Exec(ctx, "UPDATE community_serving_write_leases SET lease_until = now() - interval '1 second' WHERE id = $1", spare.ID)
-	require.NoError(t, err)
-	released, err := b.serving.ReleaseWriteLease(ctx, lease)
+	released, err := b.Serving.ReleaseWriteLease(ctx, lease)
 	require.NoError(t, err)
 	require.True(t, released)
 	for name, stale := range map[string]*lifecycle.ServingWriteLease{"forged": &forged, "expired": spare, "released": lease} {
 		t.Run(name, func(t *testing.T) {
-			tx, err := b.pool.Begin(ctx)
+			tx, err := b.Pool.Begin(ctx)
 			require.NoError(t, err)
 			defer tx.Rollback(context.Background())
-			err = b.serving.GuardTransactionWithLease(ctx, tx, stale)
+			err = b.Serving.GuardTransactionWithLease(ctx, tx, stale)
 			var staleErr *lifecycle.StaleServingLeaseError
 			require.ErrorAs(t, err, &staleErr)
 			require.ErrorIs(t, err, lifecycle.ErrAccessDenied)
@@ -547,7 +424,7 @@ func TestGuardTransactionWithServingLeaseAdmitsQuiescingWriteOnlyWithCurrentLeas
 	}
 
 	// No new lease is admitted to carry a write while quiescing.
-	fresh, err := b.serving.AcquireWriteLease(ctx, community, "upload", "server-3", time.Minute)
+	fresh, err := b.Serving.AcquireWriteLease(ctx, community, "upload", "server-3", time.Minute)
 	require.ErrorIs(t, err, lifecycle.ErrAccessDenied)
 	require.Nil(t, fresh)
 }
@@ -558,16 +435,14 @@ func TestGuardTransactionWithServingLeaseHoldsTransitionsOff(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
-	community, request := b.storeApprovedRequest(t)
-	token := b.storeClaim(t, request)
-	lease, err := b.serving.AcquireWriteLease(ctx, community, "upload", "server-1", time.Minute)
-	require.NoError(t, err)
-	require.NoError(t, b.engine.BeginQuiescing(ctx, token))
+	lease := testfactory.ServingLease(ctx, t, b.DB, nil)
+	community := lease.CommunityID
+	_, token := testfactory.Request(ctx, t, b.DB, &testfactory.RequestOpts{CommunityID: community, Stage: lifecycle.StageApproved, Quiesced: true})
 
-	writer, err := b.pool.Begin(ctx)
+	writer, err := b.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer writer.Rollback(context.Background())
-	require.NoError(t, b.serving.GuardTransactionWithLease(ctx, writer, lease))
+	require.NoError(t, b.Serving.GuardTransactionWithLease(ctx, writer, lease))
 
 	type fenced struct {
 		generation int64
@@ -575,14 +450,14 @@ func TestGuardTransactionWithServingLeaseHoldsTransitionsOff(t *testing.T) {
 	}
 	done := make(chan fenced, 1)
 	go func() {
-		generation, err := b.engine.EnterFenced(ctx, token)
+		generation, err := b.Engine.EnterFenced(ctx, token)
 		done <- fenced{generation, err}
 	}()
-	b.waitForAdvisoryLockWaiters(t, 1)
+	b.waitForLockWaiters(t, 1, advisoryLock)
 
 	// The side effect makes its final write and releases its lease in the
 	// same transaction; only then does the fence run, and find it drained.
-	require.NoError(t, fixtureWrite(ctx, writer, community))
+	require.NoError(t, writeMember(ctx, writer, community))
 	_, err = writer.Exec(ctx, "DELETE FROM community_serving_write_leases WHERE id = $1", lease.ID)
 	require.NoError(t, err)
 	require.NoError(t, writer.Commit(ctx))
@@ -590,7 +465,7 @@ func TestGuardTransactionWithServingLeaseHoldsTransitionsOff(t *testing.T) {
 	require.NoError(t, result.err)
 	require.EqualValues(t, 1, result.generation)
 	var members int
-	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM fixture_members WHERE community_id = $1", community).Scan(&members))
+	require.NoError(t, b.Pool.QueryRow(ctx, "SELECT count(*) FROM fixture_members WHERE community_id = $1", community).Scan(&members))
 	require.Equal(t, 1, members, "the write committed before the fence")
 }
 
@@ -600,20 +475,20 @@ func TestServingLeaseQueriesUseTheirIndexes(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
-	_, err := b.pool.Exec(ctx, `INSERT INTO communities (host)
+	_, err := b.Pool.Exec(ctx, `INSERT INTO communities (host)
 		SELECT format('explain-%s.example', g) FROM generate_series(1, 200) g`)
 	require.NoError(t, err)
-	_, err = b.pool.Exec(ctx, `INSERT INTO community_serving_write_leases (community_id, operation, owner, fence_generation, lease_until)
+	_, err = b.Pool.Exec(ctx, `INSERT INTO community_serving_write_leases (community_id, operation, owner, fence_generation, lease_until)
 		SELECT c.id, 'upload', format('server-%s', g), 0, now() + ((g % 100) - 5) * interval '30 seconds'
 		FROM communities c CROSS JOIN generate_series(1, 100) g`)
 	require.NoError(t, err)
-	_, err = b.pool.Exec(ctx, "ANALYZE community_serving_write_leases")
+	_, err = b.Pool.Exec(ctx, "ANALYZE community_serving_write_leases")
 	require.NoError(t, err)
 	var rows int
-	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM community_serving_write_leases").Scan(&rows))
+	require.NoError(t, b.Pool.QueryRow(ctx, "SELECT count(*) FROM community_serving_write_leases").Scan(&rows))
 	require.Equal(t, 20000, rows)
 	var community uuid.UUID
-	require.NoError(t, b.pool.QueryRow(ctx, "SELECT id FROM communities ORDER BY host LIMIT 1").Scan(&community))
+	require.NoError(t, b.Pool.QueryRow(ctx, "SELECT id FROM communities ORDER BY host LIMIT 1").Scan(&community))
 
 	const file = "community_serving_write_leases.sql"
 	requireIndexUse(t, b.explainQuery(t, file, "ServingWriteLeaseCountActive", community),
@@ -625,10 +500,10 @@ func TestServingLeaseQueriesUseTheirIndexes(t *testing.T) {
 		"community_serving_write_leases_pkey")
 
 	// And the calls behave on the large table.
-	drained, err := b.engine.ServingWritesDrained(ctx, community)
+	drained, err := b.Engine.ServingWritesDrained(ctx, community)
 	require.NoError(t, err)
 	require.False(t, drained)
-	reaped, err := b.operator.ReapExpiredServingWriteLeases(ctx, 100)
+	reaped, err := b.Operator.ReapExpiredServingWriteLeases(ctx, 100)
 	require.NoError(t, err)
 	require.Equal(t, int64(100), reaped)
 }
