@@ -164,7 +164,7 @@ func TestPurgeKeepsToItsRateCap(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
-	token, c := readyToPurge(t, ctx, b.url, b.pool, 600)
+	token, c := readyToPurge(t, ctx, b.URL, b.Pool, 600)
 	var pauses int
 	started := time.Now()
 	_, err := c.Engine.EnterPostgresPurged(ctx, token, lifecycle.PurgeOptions{
