@@ -1,13 +1,3 @@
-// Package lifecycle is the Go client of the whole-community deletion
-// lifecycle kept in PostgreSQL.
-//
-// A deletion request moves through a fixed sequence of stages (see Stage)
-// without skipping or going back. Approval binds to the digest of a
-// FrozenInventory, the PostgreSQL and object-store state frozen before
-// anything destructive happens; the validators in this package check that
-// inventory's shape and that the persisted object key chunks are exactly the
-// frozen enumeration. Every safety check fails closed with an error matching
-// ErrRefused.
 package lifecycle
 
 import (
