@@ -11,10 +11,19 @@
 //   - single transaction: one DELETE per table, child before parent, and the
 //     'nullify' UPDATE, in one transaction as the authorized executor.
 //
-// It prints one table side by side and checks two targets:
+// During each purge another tenant's traffic runs beside it (single-row
+// INSERTs into a fenced table and primary-key reads, four workers), and the
+// same traffic runs alone on the clone first, for its idle latency. The
+// executor's heap in use is sampled during the batched purge.
 //
-//   - total time of the batched purge <= 1.5x the single transaction
+// It prints the runs side by side and checks four targets:
+//
+//   - total time of the batched purge <= 1.2x the single transaction
 //   - longest batched purge transaction < 250 ms
+//   - the bystander's p99 write and read latency during the batched purge
+//     <= 1.5x its idle p99
+//   - the executor's peak heap in use does not grow with the rows purged
+//     (each quarter of the purge peaks within 2x of the first quarter)
 //
 // Run it with: go run ./bench/purge
 package main
@@ -27,6 +36,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -43,8 +53,11 @@ import (
 
 // The targets.
 const (
-	maxTotalRatio = 1.5
-	maxLongestTx  = 250 * time.Millisecond
+	maxTotalRatio     = 1.2
+	maxLongestTx      = 250 * time.Millisecond
+	maxBystanderRatio = 1.5
+	maxHeapGrowth     = 2.0
+	idleWindow        = 3 * time.Second
 )
 
 // Fixed identities, so every clone names the same community and request.
@@ -80,6 +93,9 @@ var shares = []share{
 type dataset struct {
 	rows, otherRows int
 	rounds          int
+	// load runs the bystander's traffic beside each purge (not part of the
+	// data: it does not change the hash).
+	load bool
 }
 
 func (d dataset) counts(total int) map[string]int {
@@ -285,6 +301,13 @@ type run struct {
 	rows      int64
 	perTable  map[string]tableRun
 	digest    string
+	// idle and busy are the bystander's latencies alone and beside the
+	// purge.
+	idle, busy latencies
+	// heapPeak is the executor's peak heap in use during a batched purge,
+	// and heapByQuarter its peak in each quarter of the rows purged.
+	heapPeak      uint64
+	heapByQuarter [4]uint64
 }
 
 // tableRun is one table's part of a run.
@@ -299,6 +322,7 @@ func main() {
 	flag.IntVar(&d.rows, "rows", 1000000, "rows of the purged community, spread over the fixture tables")
 	flag.IntVar(&d.otherRows, "other-rows", 200000, "rows of the other community, which must survive")
 	flag.IntVar(&d.rounds, "rounds", 10, "insert rounds interleaving the two communities")
+	flag.BoolVar(&d.load, "load", true, "run another tenant's traffic beside each purge and report its latency")
 	repeat := flag.Int("repeat", 1, "runs of each purge on fresh clones (the median is reported)")
 	methods := flag.String("methods", "auto", `batched mechanics to run, comma-separated: auto, keyset, keyset-ctid, keyset-array, community-ctid, tid-range, or "all"`)
 	budget := flag.Duration("tx-budget", lifecycle.DefaultPurgeTxBudget, "PurgeOptions.TxBudget")
@@ -382,7 +406,7 @@ func bench(ctx context.Context, out io.Writer, d dataset, methods []lifecycle.Pu
 		// Alternate which side goes first.
 		sides := []func() error{
 			func() error {
-				r, err := onClone(ctx, clone, runSingle)
+				r, err := onClone(ctx, clone, d.load, runSingle)
 				single = append(single, r)
 				return err
 			},
@@ -390,7 +414,9 @@ func bench(ctx context.Context, out io.Writer, d dataset, methods []lifecycle.Pu
 				for _, m := range methods {
 					o := opts
 					o.Method = m
-					r, err := onClone(ctx, clone, func(ctx context.Context, pool *pgxpool.Pool) (run, error) { return runBatched(ctx, pool, o) })
+					r, err := onClone(ctx, clone, d.load, func(ctx context.Context, pool *pgxpool.Pool) (run, error) {
+						return runBatched(ctx, pool, o, rows)
+					})
 					batched[m] = append(batched[m], r)
 					if err != nil {
 						return err
@@ -445,6 +471,13 @@ func bench(ctx context.Context, out io.Writer, d dataset, methods []lifecycle.Pu
 	w.Flush()
 
 	ok := true
+	check := func(pass bool) string {
+		if pass {
+			return "PASS"
+		}
+		ok = false
+		return "MISS"
+	}
 	fmt.Fprintln(out)
 	for _, m := range methods {
 		r := median(batched[m])
@@ -452,19 +485,63 @@ func bench(ctx context.Context, out io.Writer, d dataset, methods []lifecycle.Pu
 			return false, fmt.Errorf("%s left different surviving data than the single transaction", r.name)
 		}
 		ratio := r.total.Seconds() / base.total.Seconds()
-		check := func(pass bool) string {
-			if pass {
-				return "PASS"
-			}
-			ok = false
-			return "MISS"
-		}
 		fmt.Fprintf(out, "%s: total %.2fx the single transaction (target <= %.1fx) %s; longest transaction %s (target < %s) %s\n",
 			r.name, ratio, maxTotalRatio, check(ratio <= maxTotalRatio),
 			r.longestTx.Round(time.Millisecond), maxLongestTx, check(r.longestTx < maxLongestTx))
 	}
+	if d.load {
+		fmt.Fprintf(out, "\nthe bystander tenant's traffic (%d workers: single-row INSERT into a fenced table, primary-key SELECT), p50 / p99:\n", loadWorkers)
+		w = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(w, "phase	write p50	write p99	read p50	read p99	statements	p99 vs idle (write, read)	")
+		idle := base.idle
+		phase := func(name string, l latencies) {
+			fmt.Fprintf(w, "%s	%s	%s	%s	%s	%d	%.2fx, %.2fx	\n", name,
+				quantile(l.writes, 0.5).Round(time.Microsecond), quantile(l.writes, 0.99).Round(time.Microsecond),
+				quantile(l.reads, 0.5).Round(time.Microsecond), quantile(l.reads, 0.99).Round(time.Microsecond),
+				len(l.writes)+len(l.reads),
+				ratio(quantile(l.writes, 0.99), quantile(idle.writes, 0.99)), ratio(quantile(l.reads, 0.99), quantile(idle.reads, 0.99)))
+		}
+		phase("idle", idle)
+		phase("beside the single transaction", base.busy)
+		for _, m := range methods {
+			r := median(batched[m])
+			phase("beside "+r.name, r.busy)
+		}
+		w.Flush()
+		for _, m := range methods {
+			r := median(batched[m])
+			wr := ratio(quantile(r.busy.writes, 0.99), quantile(r.idle.writes, 0.99))
+			rd := ratio(quantile(r.busy.reads, 0.99), quantile(r.idle.reads, 0.99))
+			fmt.Fprintf(out, "%s: the bystander's p99 beside it %.2fx (writes) and %.2fx (reads) its idle p99 (target <= %.1fx) %s\n",
+				r.name, wr, rd, maxBystanderRatio, check(wr <= maxBystanderRatio && rd <= maxBystanderRatio))
+		}
+	}
+	fmt.Fprintln(out)
+	for _, m := range methods {
+		r := median(batched[m])
+		growth := float64(slices.Max(r.heapByQuarter[:])) / float64(max(r.heapByQuarter[0], 1))
+		fmt.Fprintf(out, "%s: executor heap in use peaked at %.1f MiB; by quarter of the rows purged %s (%.2fx the first; target <= %.1fx) %s\n",
+			r.name, float64(r.heapPeak)/(1<<20), mib(r.heapByQuarter[:]), growth, maxHeapGrowth, check(growth <= maxHeapGrowth))
+	}
 	fmt.Fprintln(out, "surviving data (the other community, the nullified audit rows) is identical after every run")
 	return ok, nil
+}
+
+// ratio is a/b, 0 when b is 0.
+func ratio(a, b time.Duration) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+// mib renders byte counts in MiB.
+func mib(v []uint64) string {
+	parts := make([]string, len(v))
+	for i, b := range v {
+		parts[i] = fmt.Sprintf("%.1f", float64(b)/(1<<20))
+	}
+	return strings.Join(parts, " / ") + " MiB"
 }
 
 func methodName(m lifecycle.PurgeMethod) string {
@@ -491,7 +568,9 @@ func withPool(ctx context.Context, url string, fn func(*pgxpool.Pool) error) err
 }
 
 // onClone runs fn on a fresh clone of the dataset and digests what survives.
-func onClone(ctx context.Context, clone func() (string, func(context.Context) error, error),
+// With load, the bystander's traffic runs alone on the clone first and then
+// beside fn.
+func onClone(ctx context.Context, clone func() (string, func(context.Context) error, error), load bool,
 	fn func(context.Context, *pgxpool.Pool) (run, error)) (run, error) {
 	url, drop, err := clone()
 	if err != nil {
@@ -500,9 +579,31 @@ func onClone(ctx context.Context, clone func() (string, func(context.Context) er
 	defer drop(ctx)
 	var r run
 	err = withPool(ctx, url, func(pool *pgxpool.Pool) error {
+		var idle latencies
+		var traffic *bystanderLoad
+		if load {
+			var err error
+			if idle, err = idleLoad(ctx, pool, idleWindow); err != nil {
+				return err
+			}
+			if traffic, err = startLoad(ctx, pool); err != nil {
+				return err
+			}
+		}
 		var err error
-		if r, err = fn(ctx, pool); err != nil {
+		r, err = fn(ctx, pool)
+		if traffic != nil {
+			r.idle, r.busy = idle, traffic.finish()
+			if r.busy.errors > 0 {
+				return fmt.Errorf("%s: %d bystander statements failed", r.name, r.busy.errors)
+			}
+		}
+		if err != nil {
 			return fmt.Errorf("%s: %w", r.name, err)
+		}
+		// The bystander's own rows go into the digest: drop them first.
+		if _, err := pool.Exec(ctx, "DELETE FROM fixture_activity WHERE community_id = $1 AND kind = 'bystander load'", bystander); err != nil {
+			return err
 		}
 		r.digest, err = survivors(ctx, pool)
 		return err
@@ -531,7 +632,7 @@ func survivors(ctx context.Context, pool *pgxpool.Pool) (string, error) {
 }
 
 // runBatched runs Engine.EnterPostgresPurged.
-func runBatched(ctx context.Context, pool *pgxpool.Pool, opts lifecycle.PurgeOptions) (run, error) {
+func runBatched(ctx context.Context, pool *pgxpool.Pool, opts lifecycle.PurgeOptions, expected int64) (run, error) {
 	r := run{name: "batched (" + methodName(opts.Method) + ")", perTable: map[string]tableRun{}}
 	var token lifecycle.LeaseToken
 	// The clone's lease is as old as the template: renew it.
@@ -547,16 +648,28 @@ func runBatched(ctx context.Context, pool *pgxpool.Pool, opts lifecycle.PurgeOpt
 		return r, err
 	}
 	last := time.Now()
+	var done int64
+	var m runtime.MemStats
 	opts.Progress = func(p lifecycle.PurgeProgress) {
+		if p.Paused != "" {
+			return
+		}
 		now := time.Now()
 		t := r.perTable[p.Table]
+		done += p.Rows - t.rows
 		t.rows, t.batches, t.elapsed = p.Rows, t.batches+1, t.elapsed+now.Sub(last)
 		r.perTable[p.Table] = t
 		last = now
+		runtime.ReadMemStats(&m)
+		q := min(int(4*done/max(expected, 1)), 3)
+		r.heapByQuarter[q] = max(r.heapByQuarter[q], m.HeapInuse)
 	}
+	runtime.GC()
+	heap := sampleHeap()
 	start := time.Now()
 	result, err := engine.EnterPostgresPurged(ctx, token, opts)
 	r.total = time.Since(start)
+	r.heapPeak = heap.finish()
 	if err != nil {
 		return r, err
 	}
