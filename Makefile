@@ -51,3 +51,9 @@ bench-fence:
 # The batched purge against one DELETE per table in a single transaction.
 bench-purge:
 	go run ./bench/purge
+
+.PHONY: bench-storm
+
+# The fence under a storm of 16+16 writers.
+bench-storm:
+	go run ./bench/storm
