@@ -118,6 +118,9 @@ func lockSchemaShared(ctx context.Context, q *dbgen.Queries) error {
 	return nil
 }
 
+// describeTimeout bounds the short transaction that names a lock's holders.
+const describeTimeout = 5 * time.Second
+
 // describeLockWait completes a LockWaitError from a failed transaction: the
 // bound waited and, in a short transaction of its own, who holds the lock
 // now. It is best effort; the error stands without holders.
@@ -134,7 +137,7 @@ func (s *store) describeLockWait(ctx context.Context, err error) error {
 	if lw.community == nil && !lw.schema {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.lockWait)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), describeTimeout)
 	defer cancel()
 	q := dbgen.New(s.pool)
 	var key int64
