@@ -33,11 +33,20 @@ vet:
 
 # test and demo targets go below.
 
-.PHONY: test demo bench-fence bench-purge
+.PHONY: test test-quick demo bench-fence bench-purge
 
-# Every test: the generated code is current, vet is clean, and all packages
-# pass against a real PostgreSQL (started by the tests themselves).
+# Every test: the generated code is current, vet is clean, all packages pass
+# under the race detector against a real PostgreSQL, redis-server and S3
+# gateway (started by the tests themselves), and every fuzz target runs for
+# FUZZTIME (default 10s).
+FUZZTIME ?= 10s
+
 test: sqlc-diff vet
+	go test -race -count=1 -timeout 60m ./...
+	FUZZTIME=$(FUZZTIME) bash .ci/fuzz
+
+# The same tests without the race detector or fuzzing: the quick local loop.
+test-quick: sqlc-diff vet
 	go test -count=1 -timeout 30m ./...
 
 # The main job: migrate a throwaway database and report.
