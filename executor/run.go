@@ -680,7 +680,7 @@ func (j *job) purgePostgres(ctx context.Context) error {
 	}
 	j.setStage(lifecycle.StagePostgresPurged)
 	j.event(slog.LevelInfo, Event{Message: fmt.Sprintf("postgres purged in %d batches", result.Batches), TablesRows: final},
-		slog.Int("batches", result.Batches), slog.Int64("rows", total))
+		slog.Int("batches", result.Batches), slog.Int64("rows", total), slog.Any("rows_by_table", final))
 	return nil
 }
 
