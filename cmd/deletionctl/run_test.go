@@ -466,3 +466,41 @@ func cliEnv(t *testing.T, env map[string]string, args ...string) (int, string, s
 	}
 	return cli(t, args...)
 }
+
+// The log's format and the progress bar follow the terminal and
+// --log-format; the level follows --log-level.
+func TestRunOutput(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		terminal      bool
+		format, level string
+		json, bar     bool
+		debug         bool
+	}{
+		{terminal: false, json: true},
+		{terminal: true, bar: true},
+		{terminal: false, format: "text"},
+		{terminal: true, format: "json", json: true},
+		{terminal: true, format: "text", bar: true, level: "debug", debug: true},
+		{terminal: false, format: "auto", level: "warn", json: true},
+	} {
+		var b bytes.Buffer
+		o := newRunOutput(&b, tc.terminal, config{logFormat: tc.format, logLevel: tc.level})
+		require.Equal(t, tc.bar, o.console != nil, "%+v", tc)
+		require.Equal(t, tc.bar, o.progress() != nil, "%+v", tc)
+		o.log.Info("hello", "k", "v")
+		o.log.Debug("detail")
+		o.finish()
+		out := b.String()
+		if tc.level == "warn" {
+			require.Empty(t, out, "%+v", tc)
+			continue
+		}
+		if tc.json {
+			require.Contains(t, out, `"msg":"hello","k":"v"`, "%+v", tc)
+		} else {
+			require.Contains(t, out, `level=INFO msg=hello k=v`, "%+v", tc)
+		}
+		require.Equal(t, tc.debug, strings.Contains(out, "detail"), "%+v", tc)
+	}
+}
