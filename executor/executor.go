@@ -17,10 +17,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tombstoneworks/communitydeletion/lifecycle"
 )
@@ -87,6 +90,17 @@ type Config struct {
 	// Progress, if not nil, receives the runner's events, synchronously on
 	// the working goroutine: it must return quickly.
 	Progress func(Event)
+	// Logger receives the runner's structured log: a record per event (see
+	// the README's "Running the executor"), each about a claim carrying
+	// request_id, community_id, stage, lease_generation and executor.
+	// Per-chunk and per-batch records are at Debug, stage changes at Info,
+	// retries and lost leases at Warn, blocks at Error. Nil discards them.
+	Logger *slog.Logger
+	// Metrics, if not nil, is where New registers the runner's Prometheus
+	// collectors (named community_deletion_executor_…; see MetricsNamespace).
+	// Each Runner needs a registry of its own, or one wrapped with
+	// prometheus.WrapRegistererWith; nil exports nothing.
+	Metrics prometheus.Registerer
 }
 
 // Event reports the runner's progress on one request.
@@ -107,7 +121,12 @@ type Event struct {
 // Runner drives claimed deletions. It is safe to call RunNext and RunRequest from
 // several goroutines; each call works on its own claim.
 type Runner struct {
-	cfg Config
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics
+
+	mu   sync.Mutex
+	jobs map[*job]struct{} // the claims in flight
 }
 
 // New validates cfg, fills in its defaults and returns a Runner.
@@ -170,7 +189,18 @@ func New(cfg Config) (*Runner, error) {
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("executor: invalid config: %s: %w", strings.Join(problems, "; "), lifecycle.ErrInvalidInput)
 	}
-	return &Runner{cfg: cfg}, nil
+	r := &Runner{cfg: cfg, log: cfg.Logger, jobs: make(map[*job]struct{})}
+	if r.log == nil {
+		r.log = slog.New(slog.DiscardHandler)
+	}
+	r.log = r.log.With(slog.String("executor", cfg.Owner))
+	r.metrics = newMetrics(r)
+	if cfg.Metrics != nil {
+		if err := r.metrics.register(cfg.Metrics); err != nil {
+			return nil, fmt.Errorf("executor: invalid config: %w: %w", err, lifecycle.ErrInvalidInput)
+		}
+	}
+	return r, nil
 }
 
 // Run claims and drives deletions until ctx is done, sleeping PollInterval
@@ -195,6 +225,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		}
 		if err != nil && !errors.Is(err, ErrRetryScheduled) && !errors.Is(err, ErrBlocked) && !lifecycle.IsStaleLease(err) {
 			r.emit(Event{Message: "error: " + oneLine(err)})
+			r.log.LogAttrs(ctx, slog.LevelError, "run failed", slog.String("error", oneLine(err)))
 		}
 		if claimed {
 			continue
@@ -245,6 +276,12 @@ func (r *Runner) run(ctx context.Context, claim func() (*lifecycle.ClaimedDeleti
 	case errors.Is(err, lifecycle.ErrNothingToClaim):
 		return false, nil
 	case errors.As(err, new(*lifecycle.DriftBlockedError)):
+		var drift *lifecycle.DriftBlockedError
+		errors.As(err, &drift)
+		r.metrics.blocks.WithLabelValues(stageUnknown, BlockCatalogDrift).Inc()
+		r.metrics.deletions.WithLabelValues(stageUnknown, OutcomeBlocked).Inc()
+		r.log.LogAttrs(ctx, slog.LevelError, "claim blocked the request on catalog drift",
+			slog.String("request_id", drift.RequestID.String()), slog.String("reason", oneLine(errors.New(drift.Reason))))
 		return false, fmt.Errorf("%w: %w", ErrBlocked, err)
 	default:
 		return false, fmt.Errorf("executor: claim: %w", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"sort"
 	"strconv"
@@ -25,8 +26,17 @@ type job struct {
 	unit     string // the unit in flight, for RecordRetry and Block
 	manifest *lifecycle.StorageManifest
 
-	mu    sync.Mutex
-	token lifecycle.LeaseToken
+	// log is the runner's logger with the claim's request_id, community_id
+	// and lease_generation; every record adds the stage.
+	log *slog.Logger
+
+	mu sync.Mutex
+	// stageName is stage, for the heartbeat goroutine's records.
+	stageName lifecycle.Stage
+	// lastEvent and lastRenewal are when the claim last reported progress
+	// and last renewed its lease (the claim counts as a renewal).
+	lastEvent, lastRenewal time.Time
+	token                  lifecycle.LeaseToken
 	// tokenVersion rises whenever token changes, so the heartbeat can tell a
 	// stale answer to an old token from the loss of the lease.
 	tokenVersion int
@@ -60,12 +70,49 @@ func (j *job) setToken(t lifecycle.LeaseToken) {
 	j.tokenVersion++
 }
 
-func (j *job) emit(ev Event) {
+// setStage records that the request moved to stage.
+func (j *job) setStage(stage lifecycle.Stage) {
+	j.stage = stage
+	j.mu.Lock()
+	j.stageName = stage
+	j.mu.Unlock()
+}
+
+// event reports ev to Config.Progress and logs it at level with attrs,
+// ev.Message being the record's message.
+func (j *job) event(level slog.Level, ev Event, attrs ...slog.Attr) {
 	ev.RequestID = j.req.ID
 	if ev.Stage == "" {
 		ev.Stage = j.stage
 	}
+	j.mu.Lock()
+	j.lastEvent = time.Now()
+	j.mu.Unlock()
 	j.r.emit(ev)
+	j.logAt(level, ev.Stage, ev.Message, attrs...)
+}
+
+// logAt writes one record about the claim at stage.
+func (j *job) logAt(level slog.Level, stage lifecycle.Stage, msg string, attrs ...slog.Attr) {
+	ctx := context.Background()
+	if !j.log.Enabled(ctx, level) {
+		return
+	}
+	j.log.LogAttrs(ctx, level, msg, append([]slog.Attr{slog.String("stage", string(stage))}, attrs...)...)
+}
+
+// renewed records a successful lease renewal.
+func (j *job) renewed() {
+	j.mu.Lock()
+	j.lastRenewal = time.Now()
+	j.mu.Unlock()
+}
+
+// currentStage is the stage as the heartbeat goroutine may read it.
+func (j *job) currentStage() lifecycle.Stage {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.stageName
 }
 
 // refusedf returns a fail-closed refusal (matching lifecycle.ErrRefused).
@@ -85,8 +132,14 @@ func (r *Runner) execute(ctx context.Context, claim *lifecycle.ClaimedDeletion) 
 	if token.FenceGeneration == nil && claim.Request.FenceGeneration != nil {
 		token = token.WithFence(*claim.Request.FenceGeneration)
 	}
-	j := &job{r: r, req: claim.Request, stage: claim.Request.Stage, token: token, manifest: claim.Request.DestructiveStorage}
-	j.emit(Event{Message: fmt.Sprintf("claimed at %s (lease generation %d)", j.stage, token.Generation)})
+	j := &job{r: r, req: claim.Request, stage: claim.Request.Stage, stageName: claim.Request.Stage, token: token,
+		manifest: claim.Request.DestructiveStorage,
+		log: r.log.With(slog.String("request_id", claim.Request.ID.String()),
+			slog.String("community_id", claim.Request.CommunityID.String()), slog.Int64("lease_generation", token.Generation))}
+	defer r.track(j)()
+	r.metrics.claims.Inc()
+	j.event(slog.LevelInfo, Event{Message: fmt.Sprintf("claimed at %s (lease generation %d)", j.stage, token.Generation)},
+		slog.Int("retry_count", int(claim.Request.RetryCount)))
 
 	workCtx, cancelWork := context.WithCancelCause(ctx)
 	defer cancelWork(nil)
@@ -104,7 +157,8 @@ func (r *Runner) execute(ctx context.Context, claim *lifecycle.ClaimedDeletion) 
 	token, _ = j.currentToken()
 
 	if err == nil {
-		j.emit(Event{Message: "completed"})
+		r.metrics.deletions.WithLabelValues(string(j.stage), OutcomeCompleted).Inc()
+		j.event(slog.LevelInfo, Event{Message: "completed"})
 		return nil
 	}
 	if ctx.Err() != nil {
@@ -112,10 +166,11 @@ func (r *Runner) execute(ctx context.Context, claim *lifecycle.ClaimedDeletion) 
 		// transaction, every adapter call idempotent); release the claim.
 		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
 		defer cancel()
+		r.metrics.deletions.WithLabelValues(string(j.stage), OutcomeStopped).Inc()
 		if stopErr := r.cfg.Engine.Stop(stopCtx, lifecycle.StopParams{ExecutorID: r.cfg.Owner, Release: &token}); stopErr != nil {
-			j.emit(Event{Message: "stop executor: " + oneLine(stopErr)})
+			j.event(slog.LevelWarn, Event{Message: "stop executor: " + oneLine(stopErr)}, slog.String("unit", j.unit))
 		} else {
-			j.emit(Event{Message: "stopped; claim released"})
+			j.event(slog.LevelInfo, Event{Message: "stopped; claim released"}, slog.String("unit", j.unit))
 		}
 		return ctx.Err()
 	}
@@ -123,33 +178,66 @@ func (r *Runner) execute(ctx context.Context, claim *lifecycle.ClaimedDeletion) 
 	if cause := context.Cause(workCtx); cause != nil && !errors.Is(cause, context.Canceled) {
 		err, lost = cause, true
 	}
+	stage := string(j.stage)
 	if lost || lifecycle.IsStaleLease(err) {
-		j.emit(Event{Message: "lease lost; dropping the request: " + oneLine(err)})
+		r.metrics.leaseLosses.Inc()
+		r.metrics.deletions.WithLabelValues(stage, OutcomeLeaseLost).Inc()
+		j.event(slog.LevelWarn, Event{Message: "lease lost; dropping the request: " + oneLine(err)},
+			slog.String("unit", j.unit), slog.String("error", oneLine(err)))
 		return fmt.Errorf("executor: deletion %s at %s: %w", j.req.ID, j.stage, err)
 	}
 	var retryable *retryableError
 	if errors.Is(err, lifecycle.ErrRefused) && !errors.As(err, &retryable) {
 		if blockErr := r.cfg.Engine.Block(ctx, token, lifecycle.BlockParams{Stage: j.stage, Unit: j.unit, Err: err.Error()}); blockErr != nil {
+			r.metrics.deletions.WithLabelValues(stage, OutcomeError).Inc()
+			j.logAt(slog.LevelError, j.stage, "could not block the request", slog.String("unit", j.unit),
+				slog.String("error", oneLine(err)), slog.String("block_error", oneLine(blockErr)))
 			return fmt.Errorf("executor: block deletion %s at %s after %v: %w", j.req.ID, j.stage, err, blockErr)
 		}
-		j.emit(Event{Message: "blocked: " + oneLine(err)})
+		r.metrics.blocks.WithLabelValues(stage, BlockRefused).Inc()
+		r.metrics.deletions.WithLabelValues(stage, OutcomeBlocked).Inc()
+		j.event(slog.LevelError, Event{Message: "blocked: " + oneLine(err)},
+			slog.String("unit", j.unit), slog.String("error", oneLine(err)), slog.String("cause", BlockRefused))
 		return fmt.Errorf("%w: deletion %s at %s unit %s: %w", ErrBlocked, j.req.ID, j.stage, j.unit, err)
 	}
 	delay := r.backoff(j)
 	if retryErr := r.cfg.Engine.RecordRetry(ctx, token, lifecycle.RetryParams{Stage: j.stage, Unit: j.unit, Err: err.Error(), After: delay}); retryErr != nil {
+		r.metrics.deletions.WithLabelValues(stage, OutcomeError).Inc()
+		j.logAt(slog.LevelError, j.stage, "could not record the retry", slog.String("unit", j.unit),
+			slog.String("error", oneLine(err)), slog.String("retry_error", oneLine(retryErr)))
 		return fmt.Errorf("executor: record retry of deletion %s at %s after %v: %w", j.req.ID, j.stage, err, retryErr)
 	}
-	j.emit(Event{Message: fmt.Sprintf("retry in %s: %s", delay, oneLine(err))})
+	r.metrics.retries.WithLabelValues(stage).Inc()
+	streak := r.streak(j) + 1
+	if streak >= lifecycle.MaxConsecutiveRetries {
+		// The store blocked the request instead of scheduling another attempt.
+		r.metrics.blocks.WithLabelValues(stage, BlockRetryBudget).Inc()
+		r.metrics.deletions.WithLabelValues(stage, OutcomeBlocked).Inc()
+		j.event(slog.LevelError, Event{Message: fmt.Sprintf("blocked after %d consecutive failures: %s", streak, oneLine(err))},
+			slog.String("unit", j.unit), slog.String("error", oneLine(err)), slog.String("cause", BlockRetryBudget),
+			slog.Int("retry_count", streak))
+	} else {
+		r.metrics.deletions.WithLabelValues(stage, OutcomeRetry).Inc()
+		j.event(slog.LevelWarn, Event{Message: fmt.Sprintf("retry in %s: %s", delay, oneLine(err))},
+			slog.String("unit", j.unit), slog.String("error", oneLine(err)), slog.Duration("retry_in", delay),
+			slog.Int("retry_count", streak))
+	}
 	return fmt.Errorf("%w: deletion %s at %s unit %s: %w", ErrRetryScheduled, j.req.ID, j.stage, j.unit, err)
+}
+
+// streak is the number of consecutive failures recorded at the job's stage
+// before this run: the claim's retry count if it failed at this stage.
+func (r *Runner) streak(j *job) int {
+	if j.req.RetryStage != nil && *j.req.RetryStage == j.stage {
+		return int(j.req.RetryCount)
+	}
+	return 0
 }
 
 // backoff is RetryBase*2^retry_count capped at RetryMax, with equal jitter
 // (a uniformly random point in its upper half).
 func (r *Runner) backoff(j *job) time.Duration {
-	count := 0
-	if j.req.RetryStage != nil && *j.req.RetryStage == j.stage {
-		count = int(j.req.RetryCount)
-	}
+	count := r.streak(j)
 	d := r.cfg.RetryBase
 	for i := 0; i < count && d < r.cfg.RetryMax; i++ {
 		d *= 2
@@ -182,6 +270,9 @@ func (r *Runner) heartbeat(ctx context.Context, j *job, cancelWork context.Cance
 			err := r.cfg.Engine.Heartbeat(ctx, token, r.cfg.LeaseDuration)
 			if err == nil {
 				lastOK = time.Now()
+				j.renewed()
+				r.metrics.renewals.Inc()
+				j.logAt(slog.LevelDebug, j.currentStage(), "lease renewed", slog.Duration("lease", r.cfg.LeaseDuration))
 				break
 			}
 			if ctx.Err() != nil {
@@ -197,6 +288,9 @@ func (r *Runner) heartbeat(ctx context.Context, j *job, cancelWork context.Cance
 				cancelWork(err)
 				return
 			}
+			r.metrics.renewalFailures.Inc()
+			j.logAt(slog.LevelWarn, j.currentStage(), "lease renewal failed", slog.String("error", oneLine(err)),
+				slog.Duration("since_renewal", time.Since(lastOK)))
 			if time.Since(lastOK) >= r.cfg.LeaseDuration {
 				cancelWork(fmt.Errorf("no successful heartbeat for a whole lease: %w", err))
 				return
@@ -216,6 +310,7 @@ func (j *job) drive(ctx context.Context) error {
 			return err
 		}
 		var err error
+		from, began := j.stage, time.Now()
 		switch j.stage {
 		case lifecycle.StageApproved:
 			err = j.quiesceAndFence(ctx)
@@ -243,12 +338,16 @@ func (j *job) drive(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if j.stage != from {
+			j.r.metrics.stageDuration.WithLabelValues(string(from)).Observe(time.Since(began).Seconds())
+		}
 	}
 }
 
-func (j *job) advance(to lifecycle.Stage, message string) {
-	j.stage = to
-	j.emit(Event{Message: message})
+// advance records that the request moved to stage to and reports it.
+func (j *job) advance(to lifecycle.Stage, message string, attrs ...slog.Attr) {
+	j.setStage(to)
+	j.event(slog.LevelInfo, Event{Message: message}, attrs...)
 }
 
 func (j *job) quiesceAndFence(ctx context.Context) error {
@@ -258,7 +357,8 @@ func (j *job) quiesceAndFence(ctx context.Context) error {
 	if err := store.BeginQuiescing(ctx, token); err != nil {
 		return err
 	}
-	j.emit(Event{Message: "quiescing"})
+	quiesced := time.Now()
+	j.event(slog.LevelInfo, Event{Message: "quiescing"})
 	j.unit = "drain_serving_writes"
 	deadline := time.Now().Add(j.r.cfg.DrainTimeout)
 	poll := min(max(j.r.cfg.DrainTimeout/20, 10*time.Millisecond), time.Second)
@@ -290,7 +390,10 @@ func (j *job) quiesceAndFence(ctx context.Context) error {
 	}
 	j.setToken(token.WithFence(generation))
 	j.setFencing(false)
-	j.advance(lifecycle.StageFenced, fmt.Sprintf("fenced at generation %d", generation))
+	wait := time.Since(quiesced)
+	j.r.metrics.fenceWait.Observe(wait.Seconds())
+	j.advance(lifecycle.StageFenced, fmt.Sprintf("fenced at generation %d", generation),
+		slog.Int64("fence_generation", generation), slog.Duration("fence_wait", wait))
 	return nil
 }
 
@@ -369,7 +472,8 @@ func (j *job) enumerate(ctx context.Context) error {
 				return err
 			}
 			chunkNo++
-			j.emit(Event{Message: fmt.Sprintf("listed chunk %d of %s (%d keys)", chunk.ChunkNo, prefix, len(keys)), ChunksTotal: chunkNo})
+			j.event(slog.LevelDebug, Event{Message: fmt.Sprintf("listed chunk %d of %s (%d keys)", chunk.ChunkNo, prefix, len(keys)), ChunksTotal: chunkNo},
+				slog.Int64("chunk_no", chunk.ChunkNo), slog.String("prefix", prefix), slog.Int("keys", len(keys)))
 			return nil
 		})
 		if err != nil {
@@ -380,7 +484,12 @@ func (j *job) enumerate(ctx context.Context) error {
 			return err
 		}
 		j.manifest = &manifest
-		j.emit(Event{Message: fmt.Sprintf("destructive manifest frozen: %d chunks", chunkNo), ChunksTotal: chunkNo})
+		var objects uint64
+		for _, p := range manifest.Prefixes {
+			objects += p.ObjectCount
+		}
+		j.event(slog.LevelInfo, Event{Message: fmt.Sprintf("destructive manifest frozen: %d chunks", chunkNo), ChunksTotal: chunkNo},
+			slog.Int64("chunks_total", chunkNo), slog.Uint64("objects", objects))
 	}
 	j.unit = "drain"
 	if err := store.EnterDrained(ctx, token); err != nil {
@@ -390,8 +499,8 @@ func (j *job) enumerate(ctx context.Context) error {
 	if err != nil {
 		total = 0
 	}
-	j.stage = lifecycle.StageDrained
-	j.emit(Event{Message: "drained", ChunksTotal: total})
+	j.setStage(lifecycle.StageDrained)
+	j.event(slog.LevelInfo, Event{Message: "drained", ChunksTotal: total}, slog.Int64("chunks_total", total))
 	return nil
 }
 
@@ -504,13 +613,17 @@ func (j *job) deleteObjects(ctx context.Context) error {
 			return err
 		}
 		done++
-		j.emit(Event{Message: fmt.Sprintf("chunk %d deleted (%d keys)", chunk.ChunkNo, len(chunk.Keys)), ChunksDone: done, ChunksTotal: total})
+		j.r.metrics.chunksDeleted.Inc()
+		j.r.metrics.objectsDeleted.Add(float64(len(chunk.Keys)))
+		j.event(slog.LevelDebug, Event{Message: fmt.Sprintf("chunk %d deleted (%d keys)", chunk.ChunkNo, len(chunk.Keys)), ChunksDone: done, ChunksTotal: total},
+			slog.Int64("chunk_no", chunk.ChunkNo), slog.Int("keys", len(chunk.Keys)), slog.Int64("chunks_done", done), slog.Int64("chunks_total", total))
 	}
 	j.unit = "bindings_removed"
 	if err := store.EnterBindingsRemoved(ctx, token, map[string]any{"chunks": total, "objects": objects, "bytes": bytes}); err != nil {
 		return err
 	}
-	j.advance(lifecycle.StageBindingsRemoved, fmt.Sprintf("object bindings removed: %d objects", objects))
+	j.advance(lifecycle.StageBindingsRemoved, fmt.Sprintf("object bindings removed: %d objects", objects),
+		slog.Uint64("objects", objects), slog.Uint64("bytes", bytes), slog.Int64("chunks_total", total))
 	return nil
 }
 
@@ -519,9 +632,23 @@ func (j *job) purgePostgres(ctx context.Context) error {
 	j.unit = "purge"
 	opts := j.r.cfg.Purge
 	userProgress := opts.Progress
+	// counted holds, per table, the rows already counted in rows_purged_total:
+	// what earlier runs recorded, then what this one reported.
+	counted := make(map[string]int64)
+	earlier, err := j.r.cfg.Engine.PurgeProgress(ctx, j.req.ID)
+	if err != nil {
+		return err
+	}
+	for _, t := range earlier {
+		counted[t.Table] = t.Rows
+	}
 	rows := make(map[string]int64)
 	opts.Progress = func(p lifecycle.PurgeProgress) {
 		rows[p.Table] = p.Rows
+		if delta := p.Rows - counted[p.Table]; delta > 0 {
+			j.r.metrics.rowsPurged.WithLabelValues(p.Table).Add(float64(delta))
+			counted[p.Table] = p.Rows
+		}
 		snapshot := make(map[string]int64, len(rows))
 		for k, v := range rows {
 			snapshot[k] = v
@@ -530,7 +657,8 @@ func (j *job) purgePostgres(ctx context.Context) error {
 		if p.Done {
 			msg += " (table done)"
 		}
-		j.emit(Event{Message: msg, TablesRows: snapshot})
+		j.event(slog.LevelDebug, Event{Message: msg, TablesRows: snapshot},
+			slog.String("table", p.Table), slog.Int64("rows", p.Rows), slog.Bool("table_done", p.Done))
 		if userProgress != nil {
 			userProgress(p)
 		}
@@ -546,8 +674,13 @@ func (j *job) purgePostgres(ctx context.Context) error {
 	for k, v := range result.Nullified {
 		final[k] = v
 	}
-	j.stage = lifecycle.StagePostgresPurged
-	j.emit(Event{Message: fmt.Sprintf("postgres purged in %d batches", result.Batches), TablesRows: final})
+	var total int64
+	for _, v := range final {
+		total += v
+	}
+	j.setStage(lifecycle.StagePostgresPurged)
+	j.event(slog.LevelInfo, Event{Message: fmt.Sprintf("postgres purged in %d batches", result.Batches), TablesRows: final},
+		slog.Int("batches", result.Batches), slog.Int64("rows", total), slog.Any("rows_by_table", final))
 	return nil
 }
 
@@ -558,10 +691,11 @@ func (j *job) purgeCache(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	j.r.metrics.cacheKeys.Add(float64(n))
 	if err := j.r.cfg.Engine.EnterCachePurged(ctx, token, map[string]int64{"keys": n}); err != nil {
 		return err
 	}
-	j.advance(lifecycle.StageCachePurged, fmt.Sprintf("cache purged: %d keys", n))
+	j.advance(lifecycle.StageCachePurged, fmt.Sprintf("cache purged: %d keys", n), slog.Int64("keys", n))
 	return nil
 }
 

@@ -5,38 +5,54 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/tombstoneworks/communitydeletion/executor/storeurl"
 	"github.com/tombstoneworks/communitydeletion/internal/cliflag"
 	"github.com/tombstoneworks/communitydeletion/lifecycle"
+)
+
+// Environment variables that stand in for flags not given (a flag always
+// wins), for the commands that take the flag.
+const (
+	envDatabaseURL = "DATABASE_URL"
+	envObjects     = "DELETIONCTL_OBJECTS"      // --objects
+	envCache       = "DELETIONCTL_CACHE"        // --cache
+	envMetricsAddr = "DELETIONCTL_METRICS_ADDR" // --metrics-addr
+	envLogLevel    = "DELETIONCTL_LOG_LEVEL"    // --log-level
+	envLogFormat   = "DELETIONCTL_LOG_FORMAT"   // --log-format
 )
 
 const usage = `usage: deletionctl [--database-url URL] <command> [flags]
 
 Operates the whole-community deletion lifecycle: submits, inventories,
 approves, lists, inspects, aborts and unblocks deletion requests, reports
-and reaps serving write leases, and runs the executor. Every command but run
-is one short transaction; a refusal changes nothing.
+and reaps serving write leases, checks the deletion control plane's health,
+and runs the executor. Every command but run is one short transaction; a
+refusal changes nothing.
 
 Commands:
   submit --host HOST --by NAME [--reason TEXT]
         request the deletion of the active community HOST; prints
         "<request id> <stage>"
-  inventory --request ID [--prefix PREFIX ...] [--objects-dir DIR]
+  inventory --request ID [--prefix PREFIX ...] [--objects URL | --objects-dir DIR]
         build the schema inventory of the request's community and freeze it
         with a storage manifest of one summary per --prefix (default
         "media/<community id>/"); prints "<request id> <stage> <digest>".
-        With --objects-dir, each prefix is listed in the filesystem object
-        store rooted at DIR and its object count, bytes and keys digest are
-        frozen (executor.SummarizeStorage). Without it every prefix is frozen
-        EMPTY: the command asserts that no prefix holds objects. (The
-        approval binds the prefixes: run deletes whatever they hold when it
-        fences the community, and blocks a request whose prefixes are not
-        the community's)
+        With an object store (--objects, --objects-dir DIR as file:///DIR,
+        or $DELETIONCTL_OBJECTS), each prefix is listed in it and its object
+        count, bytes and keys digest are frozen (executor.SummarizeStorage).
+        Without one every prefix is frozen EMPTY: the command asserts that
+        no prefix holds objects. (The approval binds the prefixes: run
+        deletes whatever they hold when it fences the community, and blocks
+        a request whose prefixes are not the community's)
   approve --request ID --by NAME [--note TEXT]
         approve the frozen inventory; NAME must not be the requester
   list [--stage STAGE] [--blocked[=false]] [--limit N] [--after CURSOR] [--json]
@@ -45,7 +61,11 @@ Commands:
         unblocked) ones when asked; "next: CURSOR" (or "next" in JSON) names
         the following page for --after
   inspect --request ID [--json]
-        show a request, its approval, checkpoints and chunk progress
+        show a request, its approval, checkpoints, and its progress per
+        destructive stage (objects: chunks and keys deleted of the frozen
+        manifest; purge: rows per table of the frozen inventory; cache) with
+        an estimate of the time left from the rate of the last minute of
+        progress (none without a rate)
   abort --request ID --by NAME --reason TEXT
         cancel a request that is submitted, inventoried, approved or fenced
   unblock --request ID --by NAME --reason TEXT
@@ -53,33 +73,63 @@ Commands:
   leases [--reap N]
         show serving write lease statistics; with --reap, delete up to N
         (1 to 10000) expired leases and print how many
-  run --objects-dir DIR [--once] [--request ID] [--owner NAME] [--lease D]
-      [--chunk-size N]
+  health [--json]
+        print what community_deletion_health() (prepared transactions
+        holding an advisory lock) and community_deletion_catalog_drift()
+        report; exit 3 when either reports anything
+  run --objects URL --cache URL [--once] [--request ID] [--owner NAME]
+      [--lease D] [--chunk-size N] [--metrics-addr HOST:PORT]
+      [--log-level LEVEL] [--log-format FORMAT]
         execute approved deletions (the executor loop): fence, freeze the
         destructive manifest, delete the objects, purge PostgreSQL and the
-        cache, verify and complete. The object store is the filesystem one
-        rooted at DIR (required: this command has no S3 client; services
-        embed executor.Runner with their own ObjectStore and Cache adapters).
-        The cache is an in-memory one, empty in a fresh process, so its purge
-        and verification trivially pass. --owner is the executor identity
-        (default "deletionctl-<hostname>-<pid>"), --lease the claim length
-        (default 60s), --chunk-size the keys per manifest chunk (default
-        1000, at most 10000). With --once, process one request (--request
-        ID, or the next claimable one) and exit: 0 when it completed or
-        nothing was claimable ("nothing to claim"), 3 with one stderr line saying
-        why when it was blocked or a retry was scheduled. Without --once,
-        run until SIGINT or SIGTERM, then release any claim and exit 0.
-        Progress goes to stdout: a self-rewriting progress bar on a
-        terminal, otherwise one line per event (at most one per purge batch)
+        cache, verify and complete.
+        --objects is the object store: s3://BUCKET[/ROOT/][?endpoint=URL&
+        region=R&path_style=true&max_attempts=N&max_backoff=D&profile=P&
+        content_md5=true] (credentials from the AWS SDK's default chain) or
+        file:///DIR; --objects-dir DIR is file:///DIR.
+        --cache is the cache: redis://[USER:PASSWORD@]HOST:PORT[/DB]?pattern=
+        P[&pattern=P…] (rediss:// over TLS, redis+cluster://HOST:PORT,HOST:
+        PORT… for a cluster; each pattern a key family, e.g.
+        app:{community}:*), or memory: for a service without a cache (an
+        empty in-process cache: its purge and verification trivially pass).
+        Both are required: a forgotten cache would be verified empty.
+        --owner is the executor identity (default
+        "deletionctl-<hostname>-<pid>"), --lease the claim length (default
+        60s), --chunk-size the keys per manifest chunk (default 1000, at most
+        10000). --metrics-addr serves Prometheus metrics at /metrics and a
+        health check at /healthz (200 "ok", or 503 naming the problem: the
+        database did not answer within 2s, or a claim's lease was last
+        renewed more than two heartbeat intervals ago).
+        With --once, process one request (--request ID, or the next
+        claimable one) and exit: 0 when it completed or nothing was
+        claimable ("nothing to claim"), 3 with one stderr line saying why
+        when it was blocked or a retry was scheduled. Without --once, run
+        until SIGINT or SIGTERM, then release any claim and exit 0.
+        The run's log goes to stdout, each record carrying request_id,
+        community_id, stage, lease_generation and executor: JSON lines when
+        stdout is not a terminal; on a terminal text lines with a
+        self-rewriting progress bar for listing, chunk deletion and the
+        purge (--log-format json or text forces one). --log-level (default
+        info) shows per-chunk and per-batch records at debug. stderr gets
+        only the final one-line error, if any
 
 Global flag (before or after the command):
   --database-url URL   PostgreSQL URL or key=value string; default
                        $DATABASE_URL; if empty, pgx uses the PG* variables
 
+Environment (a flag given wins):
+  DATABASE_URL               --database-url
+  DELETIONCTL_OBJECTS        --objects (run, inventory)
+  DELETIONCTL_CACHE          --cache (run)
+  DELETIONCTL_METRICS_ADDR   --metrics-addr (run)
+  DELETIONCTL_LOG_LEVEL      --log-level (run)
+  DELETIONCTL_LOG_FORMAT     --log-format (run)
+
 Exit codes:
-  0 success, 1 failure, 2 usage error, 3 refused (a lifecycle safety
-  refusal, access denied, stale lease, or a run --once that blocked the
-  request or scheduled a retry), 4 not found, 5 invalid input
+  0 success, 1 failure, 2 usage error (also a store URL that cannot be
+  opened), 3 refused (a lifecycle safety refusal, access denied, stale
+  lease, a run --once that blocked the request or scheduled a retry, or a
+  health finding), 4 not found, 5 invalid input
 `
 
 // defaultListLimit is list's page size without --limit.
@@ -105,11 +155,15 @@ type config struct {
 
 	reap int // 0: no reaping
 
-	objectsDir string        // run, inventory: root of the filesystem object store
-	once       bool          // run: one request, then exit
-	owner      string        // run: executor identity; "" means the default
-	lease      time.Duration // run: claim length; 0 means the executor default
-	chunkSize  int           // run: keys per manifest chunk; 0 means the executor default
+	objects     string        // run, inventory: object-store URL (storeurl.ParseObjects); "" none
+	cache       string        // run: cache URL (storeurl.ParseCache)
+	metricsAddr string        // run: address of the /metrics and /healthz server; "" none
+	logLevel    string        // run: debug, info, warn or error; "" means info
+	logFormat   string        // run: auto, json or text; "" means auto
+	once        bool          // run: one request, then exit
+	owner       string        // run: executor identity; "" means the default
+	lease       time.Duration // run: claim length; 0 means the executor default
+	chunkSize   int           // run: keys per manifest chunk; 0 means the executor default
 }
 
 // usageError is a malformed command line (exit code 2).
@@ -135,26 +189,31 @@ func (l *stringList) Set(v string) error {
 // --database-url, and which of them are required.
 var commandFlags = map[string]struct{ accepted, required []string }{
 	"submit":    {[]string{"host", "by", "reason"}, []string{"host", "by"}},
-	"inventory": {[]string{"request", "prefix", "objects-dir"}, []string{"request"}},
+	"inventory": {[]string{"request", "prefix", "objects", "objects-dir"}, []string{"request"}},
 	"approve":   {[]string{"request", "by", "note"}, []string{"request", "by"}},
 	"list":      {[]string{"stage", "blocked", "limit", "after", "json"}, nil},
 	"inspect":   {[]string{"request", "json"}, []string{"request"}},
 	"abort":     {[]string{"request", "by", "reason"}, []string{"request", "by", "reason"}},
 	"unblock":   {[]string{"request", "by", "reason"}, []string{"request", "by", "reason"}},
 	"leases":    {[]string{"reap"}, nil},
-	"run":       {[]string{"request", "once", "owner", "objects-dir", "lease", "chunk-size"}, []string{"objects-dir"}},
+	"health":    {[]string{"json"}, nil},
+	"run": {[]string{"request", "once", "owner", "objects", "objects-dir", "cache", "metrics-addr", "log-level", "log-format",
+		"lease", "chunk-size"}, nil},
 }
 
-// parseArgs parses the command line; getenv supplies DATABASE_URL. Flags may
-// come before or after the command.
+// parseArgs parses the command line; getenv supplies DATABASE_URL and the
+// DELETIONCTL_* variables of flags not given. Flags may come before or after
+// the command. Store URLs are parsed (not opened) here, so a malformed one is
+// a usage error before anything connects.
 func parseArgs(args []string, getenv func(string) string) (config, error) {
 	cfg := config{limit: defaultListLimit}
 	var (
-		blocked  bool
-		request  string
-		stage    string
-		after    string
-		prefixes stringList
+		blocked    bool
+		request    string
+		stage      string
+		after      string
+		prefixes   stringList
+		objectsDir string
 	)
 	fs := flag.NewFlagSet("deletionctl", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -172,7 +231,12 @@ func parseArgs(args []string, getenv func(string) string) (config, error) {
 	fs.StringVar(&after, "after", "", "")
 	fs.BoolVar(&cfg.json, "json", false, "")
 	fs.IntVar(&cfg.reap, "reap", 0, "")
-	fs.StringVar(&cfg.objectsDir, "objects-dir", "", "")
+	fs.StringVar(&cfg.objects, "objects", "", "")
+	fs.StringVar(&objectsDir, "objects-dir", "", "")
+	fs.StringVar(&cfg.cache, "cache", "", "")
+	fs.StringVar(&cfg.metricsAddr, "metrics-addr", "", "")
+	fs.StringVar(&cfg.logLevel, "log-level", "", "")
+	fs.StringVar(&cfg.logFormat, "log-format", "", "")
 	fs.BoolVar(&cfg.once, "once", false, "")
 	fs.StringVar(&cfg.owner, "owner", "", "")
 	fs.DurationVar(&cfg.lease, "lease", 0, "")
@@ -207,7 +271,7 @@ func parseArgs(args []string, getenv func(string) string) (config, error) {
 			return config{}, usagef("%s needs --%s", cfg.command, name)
 		}
 	}
-	for _, name := range []string{"host", "by", "reason", "objects-dir"} {
+	for _, name := range []string{"host", "by", "reason"} {
 		if set[name] && slices.Contains(spec.required, name) && strings.TrimSpace(fs.Lookup(name).Value.String()) == "" {
 			return config{}, usagef("%s: --%s must not be empty", cfg.command, name)
 		}
@@ -250,8 +314,8 @@ func parseArgs(args []string, getenv func(string) string) (config, error) {
 		return config{}, usagef("leases: --reap must be between 1 and %d, got %d", lifecycle.MaxServingLeaseReapBatch, cfg.reap)
 	}
 
-	if set["objects-dir"] && strings.TrimSpace(cfg.objectsDir) == "" {
-		return config{}, usagef("%s: --objects-dir must not be empty", cfg.command)
+	if err := cfg.storeFlags(set, objectsDir, getenv); err != nil {
+		return config{}, err
 	}
 	if set["owner"] {
 		cfg.owner = strings.TrimSpace(cfg.owner)
@@ -267,9 +331,82 @@ func parseArgs(args []string, getenv func(string) string) (config, error) {
 	}
 
 	if cfg.databaseURL == "" {
-		cfg.databaseURL = getenv("DATABASE_URL")
+		cfg.databaseURL = getenv(envDatabaseURL)
 	}
 	return cfg, nil
+}
+
+// fromEnv fills *value from the environment variable env when the command
+// takes flag but it was not given.
+func (cfg *config) fromEnv(set map[string]bool, flag string, value *string, env string, getenv func(string) string) {
+	if !set[flag] && slices.Contains(commandFlags[cfg.command].accepted, flag) {
+		*value = getenv(env)
+	}
+}
+
+// storeFlags checks the store, metrics and log settings of run and
+// inventory, each from its flag or else its environment variable.
+// --objects-dir DIR is --objects file://ABSOLUTE-DIR.
+func (cfg *config) storeFlags(set map[string]bool, objectsDir string, getenv func(string) string) error {
+	if set["objects-dir"] {
+		if set["objects"] {
+			return usagef("%s: give --objects or --objects-dir, not both", cfg.command)
+		}
+		if strings.TrimSpace(objectsDir) == "" {
+			return usagef("%s: --objects-dir must not be empty", cfg.command)
+		}
+		abs, err := filepath.Abs(objectsDir)
+		if err != nil {
+			return usagef("%s: --objects-dir: %v", cfg.command, err)
+		}
+		cfg.objects = (&url.URL{Scheme: storeurl.SchemeFile, Path: abs}).String()
+	}
+	if !set["objects-dir"] {
+		cfg.fromEnv(set, "objects", &cfg.objects, envObjects, getenv)
+	}
+	cfg.fromEnv(set, "cache", &cfg.cache, envCache, getenv)
+	cfg.fromEnv(set, "metrics-addr", &cfg.metricsAddr, envMetricsAddr, getenv)
+	cfg.fromEnv(set, "log-level", &cfg.logLevel, envLogLevel, getenv)
+	cfg.fromEnv(set, "log-format", &cfg.logFormat, envLogFormat, getenv)
+
+	if cfg.objects != "" || set["objects"] {
+		if _, err := storeurl.ParseObjects(cfg.objects); err != nil {
+			return usagef("%s: --objects: %v", cfg.command, err)
+		}
+	}
+	if cfg.cache != "" || set["cache"] {
+		if _, err := storeurl.ParseCache(cfg.cache); err != nil {
+			return usagef("%s: --cache: %v", cfg.command, err)
+		}
+	}
+	if cfg.command == "run" {
+		if cfg.objects == "" {
+			return usagef("run needs --objects URL (s3://BUCKET/ROOT/?…, file:///DIR; or --objects-dir DIR, or $%s)", envObjects)
+		}
+		if cfg.cache == "" {
+			return usagef("run needs --cache URL (redis://HOST:PORT/DB?pattern=…, or memory: for a service without a cache; or $%s)", envCache)
+		}
+	}
+	if cfg.metricsAddr != "" || set["metrics-addr"] {
+		if _, _, err := net.SplitHostPort(cfg.metricsAddr); err != nil {
+			return usagef("run: --metrics-addr must be HOST:PORT (e.g. :9464), got %q", cfg.metricsAddr)
+		}
+	}
+	if cfg.logLevel != "" || set["log-level"] {
+		level := strings.ToLower(cfg.logLevel)
+		if !slices.Contains([]string{"debug", "info", "warn", "error"}, level) {
+			return usagef("run: --log-level must be debug, info, warn or error, got %q", cfg.logLevel)
+		}
+		cfg.logLevel = level
+	}
+	if cfg.logFormat != "" || set["log-format"] {
+		format := strings.ToLower(cfg.logFormat)
+		if !slices.Contains([]string{"auto", "json", "text"}, format) {
+			return usagef("run: --log-format must be auto, json or text, got %q", cfg.logFormat)
+		}
+		cfg.logFormat = format
+	}
+	return nil
 }
 
 // encodeCursor renders a list position as an opaque string: base64url of

@@ -78,6 +78,8 @@ func dispatch(ctx context.Context, store *lifecycle.Operator, cfg config, stdout
 		return nil
 	case "leases":
 		return leases(ctx, store, cfg, stdout)
+	case "health":
+		return health(ctx, store, cfg, stdout)
 	}
 	return usagef("unknown command %q", cfg.command)
 }
@@ -92,11 +94,11 @@ func submit(ctx context.Context, store *lifecycle.Operator, cfg config, stdout i
 }
 
 // inventory freezes the request's schema inventory with a storage manifest
-// of its prefixes. With --objects-dir it lists each prefix in that
-// filesystem object store and freezes the summaries (executor.SummarizeStorage,
-// KeyStreamDigest) of what it found, as a real service does with its object
-// store; without it, it can only assert that each prefix is empty, and the
-// executor's destructive storage manifest must then agree.
+// of its prefixes. With an object store (--objects, --objects-dir or
+// DELETIONCTL_OBJECTS) it lists each prefix in it and freezes the summaries
+// (executor.SummarizeStorage, KeyStreamDigest) of what it found; without
+// one, it can only assert that each prefix is empty, and the executor's
+// destructive storage manifest must then agree.
 func inventory(ctx context.Context, store *lifecycle.Operator, cfg config, stdout io.Writer) error {
 	op := fmt.Sprintf("inventory of request %s", cfg.requestID)
 	r, err := store.Get(ctx, cfg.requestID)
@@ -113,8 +115,8 @@ func inventory(ctx context.Context, store *lifecycle.Operator, cfg config, stdou
 	}
 	slices.Sort(prefixes)
 	storage := lifecycle.StorageManifest{Version: lifecycle.StorageManifestVersion}
-	if cfg.objectsDir != "" {
-		objects, err := openObjects(cfg.objectsDir)
+	if cfg.objects != "" {
+		objects, err := openObjects(ctx, cfg.objects)
 		if err != nil {
 			return err
 		}
@@ -181,6 +183,7 @@ type inspectReport struct {
 	Checkpoints   []checkpointView `json:"checkpoints"`
 	ChunksTotal   int64            `json:"chunks_total"`
 	ChunksDeleted int64            `json:"chunks_deleted"`
+	Progress      progressView     `json:"progress"`
 }
 
 type approvalView struct {
@@ -261,11 +264,16 @@ func inspect(ctx context.Context, store *lifecycle.Operator, cfg config, stdout 
 	if err != nil {
 		return fmt.Errorf("inspect of request %s: %w", cfg.requestID, err)
 	}
+	progress, err := store.Progress(ctx, cfg.requestID)
+	if err != nil {
+		return fmt.Errorf("inspect of request %s: %w", cfg.requestID, err)
+	}
 	rep := inspectReport{
 		Request:       viewRequest(in.Request, true),
 		Checkpoints:   []checkpointView{},
 		ChunksTotal:   in.ChunksTotal,
 		ChunksDeleted: in.ChunksDeleted,
+		Progress:      buildProgress(in, progress),
 	}
 	if a := in.Approval; a != nil {
 		rep.Approval = &approvalView{InventoryDigest: a.InventoryDigest, ApprovedBy: a.ApprovedBy, Note: a.Note, ApprovedAt: a.ApprovedAt}
@@ -338,6 +346,9 @@ func writeInspection(w io.Writer, rep inspectReport) error {
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("inspect: write: %w", err)
 	}
+	if err := writeProgress(w, rep.Progress); err != nil {
+		return err
+	}
 	fmt.Fprintf(w, "checkpoints: %d\n", len(rep.Checkpoints))
 	if len(rep.Checkpoints) == 0 {
 		return nil
@@ -368,6 +379,64 @@ func leases(ctx context.Context, store *lifecycle.Operator, cfg config, stdout i
 		return fmt.Errorf("serving write lease stats: %w", err)
 	}
 	fmt.Fprintf(stdout, "active: %d\nexpired: %d\ndead tuples: %d\n", st.Active, st.Expired, st.DeadTuples)
+	return nil
+}
+
+// healthReport is the JSON output of health --json.
+type healthReport struct {
+	Healthy  bool            `json:"healthy"`
+	Findings []healthFinding `json:"findings"`
+	Drift    []driftFinding  `json:"drift"`
+}
+
+type healthFinding struct {
+	Subject string `json:"subject"`
+	Problem string `json:"problem"`
+	Detail  string `json:"detail"`
+}
+
+type driftFinding struct {
+	Table   string `json:"table"`
+	Problem string `json:"problem"`
+}
+
+// health prints what community_deletion_health() and the catalog drift
+// report find, and refuses (exit 3) when either finds anything.
+func health(ctx context.Context, store *lifecycle.Operator, cfg config, stdout io.Writer) error {
+	rep, err := store.Health(ctx)
+	if err != nil {
+		return err
+	}
+	if cfg.json {
+		out := healthReport{Healthy: rep.Healthy(), Findings: []healthFinding{}, Drift: []driftFinding{}}
+		for _, f := range rep.Findings {
+			out.Findings = append(out.Findings, healthFinding(f))
+		}
+		for _, d := range rep.Drift {
+			out.Drift = append(out.Drift, driftFinding(d))
+		}
+		if err := writeJSON(stdout, out); err != nil {
+			return err
+		}
+	} else {
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		for _, f := range rep.Findings {
+			fmt.Fprintf(tw, "health\t%s\t%s\t%s\n", f.Problem, f.Subject, oneLine(f.Detail))
+		}
+		for _, d := range rep.Drift {
+			fmt.Fprintf(tw, "drift\t%s\t%s\t\n", d.Problem, d.Table)
+		}
+		if err := tw.Flush(); err != nil {
+			return fmt.Errorf("health: write: %w", err)
+		}
+		if rep.Healthy() {
+			fmt.Fprintln(stdout, "healthy: no prepared transaction holds an advisory lock, no catalog drift")
+		}
+	}
+	if !rep.Healthy() {
+		return fmt.Errorf("health: %d health findings and %d catalog drift rows (listed on stdout): %w",
+			len(rep.Findings), len(rep.Drift), lifecycle.ErrRefused)
+	}
 	return nil
 }
 

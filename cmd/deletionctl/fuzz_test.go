@@ -40,7 +40,8 @@ func fzRender(cfg config, flagsFirst bool) []string {
 	}
 	for _, f := range []struct{ name, value string }{
 		{"host", cfg.host}, {"by", cfg.by}, {"reason", cfg.reason}, {"note", cfg.note},
-		{"objects-dir", cfg.objectsDir}, {"owner", cfg.owner},
+		{"objects", cfg.objects}, {"cache", cfg.cache}, {"metrics-addr", cfg.metricsAddr},
+		{"log-level", cfg.logLevel}, {"log-format", cfg.logFormat}, {"owner", cfg.owner},
 	} {
 		if accepts(f.name) && (f.value != "" || required(f.name)) {
 			add(f.name, f.value)
@@ -105,8 +106,16 @@ func FuzzParseArgs(f *testing.F) {
 		{"inspect", "--json", "--request", id},
 		{"abort", "--request", id, "--by", "carol", "--reason", "mistake"},
 		{"unblock", "--request", id, "--by", "carol", "--reason", "fixed"},
-		{"run", "--once", "--request", id, "--owner", " ops-1 ", "--objects-dir=/o", "--lease", "90s", "--chunk-size", "500"},
-		{"run", "--objects-dir", "/o", "--lease", "2562047h47m16.854775807s"},
+		{"run", "--once", "--request", id, "--owner", " ops-1 ", "--objects-dir=/o", "--cache", "memory:", "--lease", "90s", "--chunk-size", "500"},
+		{"run", "--objects-dir", "/o", "--cache=memory:", "--lease", "2562047h47m16.854775807s"},
+		{"run", "--objects", "s3://media/t/?endpoint=http://127.0.0.1:9000&region=us-east-1&path_style=true",
+			"--cache", "redis://:pw@127.0.0.1:6379/0?pattern=app:{community}:*", "--metrics-addr", ":9464", "--log-level", "DEBUG", "--log-format", "json"},
+		{"run", "--objects", "file:///srv", "--objects-dir", "/srv", "--cache", "memory:"},
+		{"run", "--objects", "ftp://x", "--cache", "memory:"},
+		{"run", "--objects", "file:///srv", "--cache", "memory://"},
+		{"run", "--objects", "file:///srv", "--cache", "memory:", "--metrics-addr", "9464"},
+		{"inventory", "--request", id, "--objects", "s3://media"},
+		{"health", "--json"},
 		{"help"},
 		{"approve", "-h"},
 		{"list", "--limit", "many"},

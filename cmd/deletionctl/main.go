@@ -1,48 +1,59 @@
 // Command deletionctl is the operator CLI of the whole-community deletion
 // lifecycle. It submits deletion requests, freezes their inventories,
 // approves them (a second person must), lists and inspects them, aborts and
-// unblocks them, reports and reaps serving write leases, through package
-// lifecycle.Operator, and runs the executor through lifecycle.Engine. Every
-// command but run is one transaction: a refused command changes nothing. The
-// login of --database-url must be a member of community_deletion_operator
-// (run: community_deletion_executor).
+// unblocks them, reports and reaps serving write leases and checks the
+// control plane's health, through package lifecycle.Operator, and runs the
+// executor through lifecycle.Engine. Every command but run is one
+// transaction: a refused command changes nothing. The login of
+// --database-url must be a member of community_deletion_operator (run:
+// community_deletion_executor).
 //
 // Usage:
 //
 //	deletionctl [--database-url URL] <command> [flags]
 //
 // The commands are submit, inventory, approve, list, inspect, abort,
-// unblock, leases and run; "deletionctl -h" prints the full usage, flags and
-// exit codes.
+// unblock, leases, health and run; "deletionctl -h" prints the full usage,
+// flags, environment variables and exit codes.
+//
+// Object stores and caches are named by URL (package executor/storeurl):
+// --objects s3://BUCKET/ROOT/?endpoint=…&region=… or file:///DIR
+// (--objects-dir DIR is file:///DIR), --cache redis://…, rediss://…,
+// redis+cluster://… or memory:, or DELETIONCTL_OBJECTS and
+// DELETIONCTL_CACHE. A malformed URL, or one that cannot be opened, is a
+// usage error (exit 2).
 //
 // inventory freezes the schema inventory with a storage manifest of every
-// given prefix (default "media/<community id>/"). With --objects-dir DIR it
-// lists each prefix in the filesystem object store rooted at DIR and freezes
-// what it found (executor.SummarizeStorage: object count, bytes and
-// KeyStreamDigest). Without it every prefix is declared EMPTY
-// (lifecycle.EmptyKeysDigest, no objects, no bytes). The approval binds the
-// prefixes, not their keys: run deletes whatever the approved prefixes hold
-// when it fences the community, and blocks a request whose prefixes do not
-// each name its community.
+// given prefix (default "media/<community id>/"). With an object store it
+// lists each prefix there and freezes what it found (executor.SummarizeStorage:
+// object count, bytes and KeyStreamDigest). Without one every prefix is
+// declared EMPTY (lifecycle.EmptyKeysDigest, no objects, no bytes). The
+// approval binds the prefixes, not their keys: run deletes whatever the
+// approved prefixes hold when it fences the community, and blocks a request
+// whose prefixes do not each name its community.
 //
-// run executes approved deletions with an executor.Runner over the
-// filesystem object store rooted at --objects-dir (required: the CLI has no
-// S3 client; services embed executor.Runner with their own ObjectStore and
-// Cache adapters) and an in-memory cache, which is empty in a fresh process,
-// so the cache purge and its verification trivially pass. With --once it
-// processes one request (--request ID, or the next claimable one) and
-// exits: 0 when it completed or nothing was claimable ("nothing to claim"),
-// 3 when the request was blocked (executor.ErrBlocked) or a retry was
-// scheduled (executor.ErrRetryScheduled). Without --once it runs until
-// SIGINT or SIGTERM and exits 0. Progress goes to stdout: on a terminal, a
-// line per stage change and a one-line progress bar rewritten with \r for
-// chunk deletion and the purge; otherwise one plain line per event.
+// inspect adds, per destructive step (objects, purge, cache), what is done
+// and what is left against the frozen inventory, and for the step in
+// progress an estimate of the time left from the rate between the last
+// progress and the latest progress point at least a minute older (chunk
+// stamps; the purge's per-table updates), with no estimate without a rate.
+//
+// run executes approved deletions with an executor.Runner over the stores
+// --objects and --cache name; both are required (memory: is an empty
+// in-process cache for a service that has none). With --once it processes
+// one request (--request ID, or the next claimable one) and exits: 0 when
+// it completed or nothing was claimable, 3 when the request was blocked
+// (executor.ErrBlocked) or a retry was scheduled (executor.ErrRetryScheduled).
+// Without --once it runs until SIGINT or SIGTERM and exits 0. Its log goes
+// to stdout (log/slog): JSON lines off a terminal, text on one with a
+// one-line progress bar between the records; --metrics-addr serves
+// Prometheus metrics at /metrics and a health check at /healthz.
 //
 // Exit codes: 0 success, 1 failure, 2 usage error, 3 refused (a lifecycle
-// safety refusal, an access denial, a stale lease, or a run --once that
-// blocked the request or scheduled a retry), 4 not found, 5 invalid input.
-// Every error is one line on stderr naming the operation and the
-// lifecycle's reason.
+// safety refusal, an access denial, a stale lease, a run --once that
+// blocked the request or scheduled a retry, or a health finding), 4 not
+// found, 5 invalid input. Every error is one line on stderr naming the
+// operation and the lifecycle's reason.
 package main
 
 import (

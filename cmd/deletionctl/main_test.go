@@ -24,7 +24,10 @@ import (
 // database test gets its own database cloned from a migrated template.
 var server *ephemeralpg.Server
 
-func TestMain(m *testing.M) { ephemeralpg.RunTests(m, ephemeralpg.Options{}, &server) }
+func TestMain(m *testing.M) {
+	// A prepared transaction holds a lock in the health test.
+	ephemeralpg.RunTests(m, ephemeralpg.Options{ExtraConfig: map[string]string{"max_prepared_transactions": "4"}}, &server)
+}
 
 func env(vars map[string]string) func(string) string {
 	return func(k string) string { return vars[k] }
@@ -82,12 +85,32 @@ func TestParseArgs(t *testing.T) {
 			config{command: "abort", requestID: id, by: "carol", reason: "mistake", limit: 50}},
 		{"unblock", []string{"unblock", "--request", id.String(), "--by", "carol", "--reason", "fixed"}, nil,
 			config{command: "unblock", requestID: id, by: "carol", reason: "fixed", limit: 50}},
-		{"inventory objects dir", []string{"inventory", "--request", id.String(), "--objects-dir", "/srv/objects"}, nil,
-			config{command: "inventory", requestID: id, objectsDir: "/srv/objects", limit: 50}},
-		{"run", []string{"run", "--objects-dir", "/srv/objects"}, nil,
-			config{command: "run", objectsDir: "/srv/objects", limit: 50}},
-		{"run once", []string{"run", "--once", "--request", id.String(), "--owner", " ops-1 ", "--objects-dir=/o", "--lease", "90s", "--chunk-size", "500"}, nil,
-			config{command: "run", requestID: id, once: true, owner: "ops-1", objectsDir: "/o", lease: 90 * time.Second, chunkSize: 500, limit: 50}},
+		{"inventory objects dir", []string{"inventory", "--request", id.String(), "--objects-dir", "/srv/objects/"}, nil,
+			config{command: "inventory", requestID: id, objects: "file:///srv/objects", limit: 50}},
+		{"inventory objects dir with a space", []string{"inventory", "--request", id.String(), "--objects-dir", "/srv/a b"}, nil,
+			config{command: "inventory", requestID: id, objects: "file:///srv/a%20b", limit: 50}},
+		{"inventory objects from env", []string{"inventory", "--request", id.String()}, map[string]string{"DELETIONCTL_OBJECTS": "s3://media/t/"},
+			config{command: "inventory", requestID: id, objects: "s3://media/t/", limit: 50}},
+		{"inventory ignores the run-only variables", []string{"inventory", "--request", id.String()},
+			map[string]string{"DELETIONCTL_CACHE": "memory:", "DELETIONCTL_METRICS_ADDR": ":1", "DELETIONCTL_LOG_LEVEL": "debug"},
+			config{command: "inventory", requestID: id, limit: 50}},
+		{"run", []string{"run", "--objects-dir", "/srv/objects", "--cache", "memory:"}, nil,
+			config{command: "run", objects: "file:///srv/objects", cache: "memory:", limit: 50}},
+		{"run once", []string{"run", "--once", "--request", id.String(), "--owner", " ops-1 ", "--objects-dir=/o", "--cache=memory:",
+			"--lease", "90s", "--chunk-size", "500"}, nil,
+			config{command: "run", requestID: id, once: true, owner: "ops-1", objects: "file:///o", cache: "memory:", lease: 90 * time.Second, chunkSize: 500, limit: 50}},
+		{"run from env", []string{"run"}, map[string]string{
+			"DELETIONCTL_OBJECTS": "s3://media/t/?region=eu-west-1", "DELETIONCTL_CACHE": "redis://:pw@r:6379/1?pattern=app:{community}:*",
+			"DELETIONCTL_METRICS_ADDR": ":9464", "DELETIONCTL_LOG_LEVEL": "Warn", "DELETIONCTL_LOG_FORMAT": "JSON"},
+			config{command: "run", objects: "s3://media/t/?region=eu-west-1", cache: "redis://:pw@r:6379/1?pattern=app:{community}:*",
+				metricsAddr: ":9464", logLevel: "warn", logFormat: "json", limit: 50}},
+		{"run flags beat env", []string{"run", "--objects", "file:///a", "--cache", "memory:", "--metrics-addr", "127.0.0.1:0", "--log-level", "debug", "--log-format", "text"},
+			map[string]string{"DELETIONCTL_OBJECTS": "s3://media/t/", "DELETIONCTL_CACHE": "redis://r:6379?pattern=a:{community}",
+				"DELETIONCTL_METRICS_ADDR": ":9464", "DELETIONCTL_LOG_LEVEL": "warn", "DELETIONCTL_LOG_FORMAT": "json"},
+			config{command: "run", objects: "file:///a", cache: "memory:", metricsAddr: "127.0.0.1:0", logLevel: "debug", logFormat: "text", limit: 50}},
+		{"objects-dir beats env", []string{"run", "--objects-dir", "/a"}, map[string]string{"DELETIONCTL_OBJECTS": "s3://media/t/", "DELETIONCTL_CACHE": "memory:"},
+			config{command: "run", objects: "file:///a", cache: "memory:", limit: 50}},
+		{"health", []string{"health", "--json"}, nil, config{command: "health", json: true, limit: 50}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -109,13 +132,27 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{nil, "missing command"},
 		{[]string{"destroy"}, `unknown command "destroy"`},
-		{[]string{"run"}, "run needs --objects-dir"},
-		{[]string{"run", "--once"}, "run needs --objects-dir"},
-		{[]string{"run", "--objects-dir", ""}, "run: --objects-dir must not be empty"},
-		{[]string{"run", "--objects-dir", "/tmp", "--lease", "0s"}, "--lease must be positive"},
-		{[]string{"run", "--objects-dir", "/tmp", "--chunk-size", "0"}, "--chunk-size must be between 1 and 10000, got 0"},
-		{[]string{"run", "--objects-dir", "/tmp", "--owner", " "}, "--owner must not be empty"},
-		{[]string{"run", "--objects-dir", "/tmp", "--json"}, "run does not take --json"},
+		{[]string{"run"}, "run needs --objects URL"},
+		{[]string{"run", "--once", "--cache", "memory:"}, "run needs --objects URL (s3://BUCKET/ROOT/?…, file:///DIR; or --objects-dir DIR, or $DELETIONCTL_OBJECTS)"},
+		{[]string{"run", "--objects-dir", "/tmp"}, "run needs --cache URL (redis://HOST:PORT/DB?pattern=…, or memory: for a service without a cache; or $DELETIONCTL_CACHE)"},
+		{[]string{"run", "--objects-dir", "", "--cache", "memory:"}, "run: --objects-dir must not be empty"},
+		{[]string{"run", "--objects", "", "--cache", "memory:"}, "run: --objects: parse objects URL: no scheme"},
+		{[]string{"run", "--objects", "file:///a", "--objects-dir", "/a", "--cache", "memory:"}, "give --objects or --objects-dir, not both"},
+		{[]string{"run", "--objects", "ftp://host/x", "--cache", "memory:"}, `run: --objects: parse objects URL: scheme "ftp" is not s3 or file`},
+		{[]string{"run", "--objects", "s3://AKIA:supersecret@media/", "--cache", "memory:"}, "has user information"},
+		{[]string{"run", "--objects-dir", "/tmp", "--cache", "memory"}, "run: --cache: parse cache URL: no scheme"},
+		{[]string{"run", "--objects-dir", "/tmp", "--cache", "redis://:supersecret@h:x?pattern=a:{community}"}, "run: --cache: parse cache URL: rediscache: invalid URL"},
+		{[]string{"run", "--objects-dir", "/tmp", "--cache", "redis://h:6379"}, "pattern"},
+		{[]string{"run", "--objects-dir", "/tmp", "--cache", "memory:", "--metrics-addr", "9464"}, `--metrics-addr must be HOST:PORT (e.g. :9464), got "9464"`},
+		{[]string{"run", "--objects-dir", "/tmp", "--cache", "memory:", "--log-level", "loud"}, `--log-level must be debug, info, warn or error, got "loud"`},
+		{[]string{"run", "--objects-dir", "/tmp", "--cache", "memory:", "--log-format", "xml"}, `--log-format must be auto, json or text, got "xml"`},
+		{[]string{"run", "--objects-dir", "/tmp", "--cache", "memory:", "--lease", "0s"}, "--lease must be positive"},
+		{[]string{"run", "--objects-dir", "/tmp", "--cache", "memory:", "--chunk-size", "0"}, "--chunk-size must be between 1 and 10000, got 0"},
+		{[]string{"run", "--objects-dir", "/tmp", "--cache", "memory:", "--owner", " "}, "--owner must not be empty"},
+		{[]string{"run", "--objects-dir", "/tmp", "--cache", "memory:", "--json"}, "run does not take --json"},
+		{[]string{"inventory", "--request", id, "--cache", "memory:"}, "inventory does not take --cache"},
+		{[]string{"inventory", "--request", id, "--objects", "memory:"}, `scheme "memory" is not s3 or file`},
+		{[]string{"health", "--request", id}, "health does not take --request"},
 		{[]string{"inspect", "--request", id, "--objects-dir", "/tmp"}, "inspect does not take --objects-dir"},
 		{[]string{"list", "extra"}, `list takes no arguments, got "extra"`},
 		{[]string{"submit", "--by", "alice"}, "submit needs --host"},
@@ -145,6 +182,7 @@ func TestUsageErrors(t *testing.T) {
 			require.Equal(t, exitUsage, code, stderr)
 			require.Empty(t, stdout)
 			requireOneLine(t, stderr, "deletionctl: ", tc.want, "deletionctl -h")
+			require.NotContains(t, stderr, "supersecret")
 		})
 	}
 }

@@ -5,28 +5,63 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
+	"net"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tombstoneworks/communitydeletion/executor"
+	"github.com/tombstoneworks/communitydeletion/executor/storeurl"
 	"github.com/tombstoneworks/communitydeletion/lifecycle"
 )
 
-// openObjects returns the filesystem object store rooted at dir, which must
-// be an existing directory.
-func openObjects(dir string) (*executor.FileObjectStore, error) {
-	info, err := os.Stat(dir)
+// healthTimeout bounds the database check of /healthz.
+const healthTimeout = 2 * time.Second
+
+// openObjects opens the object store at the URL raw. The URL was parsed
+// with the command line; one that still cannot be opened (a missing
+// directory, an unusable AWS configuration) is a usage error.
+func openObjects(ctx context.Context, raw string) (executor.ObjectStore, error) {
+	store, err := storeurl.OpenObjects(ctx, raw)
 	if err != nil {
-		return nil, usagef("--objects-dir: %v", err)
+		return nil, usagef("--objects: %v", err)
 	}
-	if !info.IsDir() {
-		return nil, usagef("--objects-dir: %q is not a directory", dir)
+	return store, nil
+}
+
+// openCache opens the cache at the URL raw, likewise.
+func openCache(raw string) (storeurl.ClosableCache, error) {
+	cache, err := storeurl.OpenCache(raw)
+	if err != nil {
+		return nil, usagef("--cache: %v", err)
 	}
-	return executor.NewFileObjectStore(dir), nil
+	return cache, nil
+}
+
+// shown is a store URL as the log shows it: without a password.
+func shown(raw string, cache bool) string {
+	if cache {
+		c, err := storeurl.ParseCache(raw)
+		if err != nil {
+			return "(unparsable)"
+		}
+		return c.String()
+	}
+	o, err := storeurl.ParseObjects(raw)
+	if err != nil {
+		return "(unparsable)"
+	}
+	return o.String()
 }
 
 // defaultOwner is run's executor identity without --owner.
@@ -48,34 +83,110 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && info.Mode()&os.ModeCharDevice != 0
 }
 
+// runOutput is where run writes: its log on stdout, JSON lines off a
+// terminal (or with --log-format json), text on one (or with --log-format
+// text), and on a terminal with text the console's progress bar between the
+// records.
+type runOutput struct {
+	log     *slog.Logger
+	console *console // nil: no progress bar
+}
+
+func newRunOutput(stdout io.Writer, terminal bool, cfg config) runOutput {
+	level := slog.LevelInfo
+	switch cfg.logLevel {
+	case "debug":
+		level = slog.LevelDebug
+	case "warn":
+		level = slog.LevelWarn
+	case "error":
+		level = slog.LevelError
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	text := cfg.logFormat == "text" || ((cfg.logFormat == "" || cfg.logFormat == "auto") && terminal)
+	if !text {
+		return runOutput{log: slog.New(slog.NewJSONHandler(stdout, opts))}
+	}
+	if !terminal {
+		return runOutput{log: slog.New(slog.NewTextHandler(stdout, opts))}
+	}
+	c := &console{w: stdout}
+	return runOutput{log: slog.New(slog.NewTextHandler(c, opts)), console: c}
+}
+
+// progress is the runner's Progress callback: the console's bar, or none.
+func (o runOutput) progress() func(executor.Event) {
+	if o.console == nil {
+		return nil
+	}
+	return o.console.event
+}
+
+// finish leaves the console on a fresh line.
+func (o runOutput) finish() {
+	if o.console != nil {
+		o.console.finish()
+	}
+}
+
 // runExecutor is the run command: it drives approved deletions with an
-// executor.Runner over the filesystem object store and an in-memory cache.
+// executor.Runner over the stores the URLs name, logging to stdout and
+// serving /metrics and /healthz when asked.
 func runExecutor(ctx context.Context, engine *lifecycle.Engine, cfg config, stdout io.Writer) error {
-	objects, err := openObjects(cfg.objectsDir)
+	objects, err := openObjects(ctx, cfg.objects)
 	if err != nil {
 		return err
 	}
+	cache, err := openCache(cfg.cache)
+	if err != nil {
+		return err
+	}
+	defer cache.Close()
 	owner := cfg.owner
 	if owner == "" {
 		owner = defaultOwner()
 	}
-	p := newProgress(stdout, isTerminal(stdout))
+	out := newRunOutput(stdout, isTerminal(stdout), cfg)
+	defer out.finish()
+	log := out.log.With(slog.String("executor", owner))
+
+	var (
+		registry *prometheus.Registry
+		metrics  prometheus.Registerer
+	)
+	if cfg.metricsAddr != "" {
+		registry = prometheus.NewRegistry()
+		registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		metrics = registry
+	}
 	runner, err := executor.New(executor.Config{
 		Engine:        engine,
 		Objects:       objects,
-		Cache:         executor.NewMemoryCache(),
+		Cache:         cache,
 		Owner:         owner,
 		LeaseDuration: cfg.lease,
 		ChunkSize:     cfg.chunkSize,
-		Progress:      p.event,
+		Progress:      out.progress(),
+		Logger:        out.log,
+		Metrics:       metrics,
 	})
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
+	if registry != nil {
+		stop, err := serveMetrics(cfg.metricsAddr, registry, runner.Health, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	log.LogAttrs(ctx, slog.LevelInfo, "executor started", slog.String("objects", shown(cfg.objects, false)),
+		slog.String("cache", shown(cfg.cache, true)), slog.Bool("once", cfg.once))
+
 	if !cfg.once {
 		err := runner.Run(ctx)
-		p.finish()
 		if err != nil && ctx.Err() != nil {
+			log.LogAttrs(context.WithoutCancel(ctx), slog.LevelInfo, "executor stopped")
 			return nil // SIGINT or SIGTERM: a clean stop
 		}
 		if err != nil {
@@ -92,31 +203,70 @@ func runExecutor(ctx context.Context, engine *lifecycle.Engine, cfg config, stdo
 		op = fmt.Sprintf("run of request %s", cfg.requestID)
 		claimed, err = runner.RunRequest(ctx, cfg.requestID)
 	}
-	p.finish()
 	switch {
 	case err != nil:
 		return fmt.Errorf("%s: %w", op, err)
 	case !claimed && cfg.requestID != uuid.Nil:
-		fmt.Fprintf(stdout, "nothing to claim: request %s is not claimable now\n", cfg.requestID)
+		log.LogAttrs(ctx, slog.LevelInfo, "nothing to claim: request "+cfg.requestID.String()+" is not claimable now",
+			slog.String("request_id", cfg.requestID.String()))
 	case !claimed:
-		fmt.Fprintln(stdout, "nothing to claim")
+		log.LogAttrs(ctx, slog.LevelInfo, "nothing to claim")
 	}
 	return nil
 }
 
-// progress prints a runner's events: plain lines, one per event, or, on a
-// terminal, a line per stage change and a one-line progress bar that
-// rewrites itself for chunk deletion and the purge.
-type progress struct {
-	w        io.Writer
-	terminal bool
-	stage    lifecycle.Stage
-	bar      bool // a progress bar is on the current line
-	barLen   int  // its length, to blank the rest on rewrite
+// serveMetrics serves registry at /metrics and health at /healthz on addr
+// until the returned stop is called.
+func serveMetrics(addr string, registry *prometheus.Registry, health func(context.Context) error, log *slog.Logger) (func(), error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("run: --metrics-addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{Registry: registry}))
+	mux.Handle("/healthz", healthHandler(health))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.LogAttrs(context.Background(), slog.LevelError, "metrics server failed", slog.String("error", err.Error()))
+		}
+	}()
+	log.LogAttrs(context.Background(), slog.LevelInfo, "serving /metrics and /healthz", slog.String("addr", ln.Addr().String()))
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-done
+	}, nil
 }
 
-func newProgress(w io.Writer, terminal bool) *progress {
-	return &progress{w: w, terminal: terminal}
+// healthHandler answers 200 "ok" when check passes within healthTimeout,
+// else 503 with check's error on one line.
+func healthHandler(check func(context.Context) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
+		defer cancel()
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		if err := check(ctx); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, oneLine(err.Error()))
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+}
+
+// console is a terminal shared by the text log and a one-line progress bar
+// that rewrites itself (\r) for listing, chunk deletion and the purge. A log
+// record first ends the bar's line, so the two never overwrite each other.
+type console struct {
+	mu     sync.Mutex
+	w      io.Writer
+	bar    bool // a progress bar is on the current line
+	barLen int  // its length, to blank the rest on rewrite
 }
 
 // barWidth is the width of the progress bar's [###...] part; maxLine caps
@@ -126,71 +276,56 @@ const (
 	maxLine  = 120
 )
 
-func (p *progress) event(e executor.Event) {
-	if !p.terminal {
-		p.plain(e)
-		return
-	}
-	if e.Stage != p.stage {
-		p.endBar()
-		fmt.Fprintf(p.w, "%s: %s\n", e.RequestID, e.Stage)
-		p.stage = e.Stage
-	}
-	switch {
-	case e.TablesRows != nil:
-		p.drawBar(fmt.Sprintf("purge: %s", formatRows(e.TablesRows)))
-	case e.ChunksDone > 0 && e.ChunksTotal > 0:
-		filled := int(e.ChunksDone * barWidth / e.ChunksTotal)
-		p.drawBar(fmt.Sprintf("deleting [%s%s] %d/%d chunks", strings.Repeat("#", filled),
-			strings.Repeat(".", barWidth-filled), e.ChunksDone, e.ChunksTotal))
-	case e.ChunksTotal > 0 && e.Stage == lifecycle.StageFenced:
-		// Enumeration: one event per listed chunk, rewritten in place.
-		p.drawBar(oneLine(e.Message))
-	default:
-		p.endBar()
-		fmt.Fprintf(p.w, "  %s\n", oneLine(e.Message))
-	}
+// Write writes one log record on a line of its own.
+func (c *console) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.endBar()
+	return c.w.Write(p)
 }
 
-// plain prints e as one line.
-func (p *progress) plain(e executor.Event) {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s [%s] %s", e.RequestID, e.Stage, oneLine(e.Message))
-	if e.ChunksTotal > 0 {
-		fmt.Fprintf(&b, " chunks=%d/%d", e.ChunksDone, e.ChunksTotal)
+// event draws the progress events of e as the bar; the log tells the rest.
+func (c *console) event(e executor.Event) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case e.TablesRows != nil && e.Stage == lifecycle.StageBindingsRemoved:
+		c.drawBar(fmt.Sprintf("purge: %s", formatRows(e.TablesRows)))
+	case e.ChunksDone > 0 && e.ChunksTotal > 0:
+		filled := int(min(e.ChunksDone, e.ChunksTotal) * barWidth / e.ChunksTotal)
+		c.drawBar(fmt.Sprintf("deleting [%s%s] %d/%d chunks", strings.Repeat("#", filled),
+			strings.Repeat(".", barWidth-filled), e.ChunksDone, e.ChunksTotal))
+	case e.ChunksTotal > 0 && e.Stage == lifecycle.StageFenced:
+		c.drawBar(fmt.Sprintf("listing: %d chunks", e.ChunksTotal))
 	}
-	if e.TablesRows != nil {
-		fmt.Fprintf(&b, " rows: %s", formatRows(e.TablesRows))
-	}
-	fmt.Fprintln(p.w, b.String())
 }
 
 // drawBar rewrites the current line with s.
-func (p *progress) drawBar(s string) {
+func (c *console) drawBar(s string) {
 	if len(s) > maxLine {
 		s = s[:maxLine-3] + "..."
 	}
 	pad := ""
-	if n := p.barLen - len(s); n > 0 {
+	if n := c.barLen - len(s); n > 0 {
 		pad = strings.Repeat(" ", n)
 	}
-	fmt.Fprintf(p.w, "\r%s%s", s, pad)
-	p.bar, p.barLen = true, len(s)
+	fmt.Fprintf(c.w, "\r%s%s", s, pad)
+	c.bar, c.barLen = true, len(s)
 }
 
 // endBar ends the progress bar's line, if one is drawn.
-func (p *progress) endBar() {
-	if p.bar {
-		fmt.Fprintln(p.w)
-		p.bar, p.barLen = false, 0
+func (c *console) endBar() {
+	if c.bar {
+		fmt.Fprintln(c.w)
+		c.bar, c.barLen = false, 0
 	}
 }
 
-// finish ends the output, leaving the cursor on a fresh line.
-func (p *progress) finish() {
-	if p.terminal {
-		p.endBar()
-	}
+// finish leaves the cursor on a fresh line.
+func (c *console) finish() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.endBar()
 }
 
 // formatRows renders rows per table as "table=n ..." in table order.

@@ -43,7 +43,7 @@ func deleteTarget(ctx context.Context, out io.Writer, r *roles, w *world) (*dele
 	if err != nil {
 		return nil, err
 	}
-	storage, err := executor.SummarizeStorage(ctx, w.objects, t.prefixes())
+	storage, err := executor.SummarizeStorage(ctx, w.stores.objects, t.prefixes())
 	if err != nil {
 		return nil, err
 	}

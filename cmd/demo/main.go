@@ -2,19 +2,28 @@
 // deletion, end to end, on a throwaway PostgreSQL (DATABASE_URL or
 // TEST_DATABASE_URL if set, else Docker, else the local PostgreSQL binaries):
 // it runs the migration job, registers the fixture tenant tables, creates
-// three communities with rows, files in a filesystem object store and cache
-// entries, keeps a writer running against each, and deletes one of them with
-// the executor runtime — submitted by one operator, approved by another. It
+// three communities with rows, files in an object store and cache entries,
+// keeps a writer running against each, and deletes one of them with the
+// executor runtime — submitted by one operator, approved by another. It
 // prints the progress stage by stage and a final report, and exits 0 only if
-// the target is gone everywhere, the other two communities' rows and files
-// are unchanged, their writers kept succeeding, and the target's writer was
-// refused from the fence on.
+// the target is gone everywhere, the other two communities' rows, files and
+// cache entries are unchanged, their writers kept succeeding, and the
+// target's writer was refused from the fence on.
+//
+// The stores are opened from URLs, as deletionctl run opens them. When
+// Versity's S3 gateway (versitygw) is installed the objects live in a real
+// S3 server over HTTP, else in a temporary directory (file://); when
+// redis-server is installed the cache is a real Redis, else in-process
+// (memory:). Both servers are throwaway processes the demo stops (a watchdog
+// stops them even if it dies); the output says which stores it used.
+// -stores local forces the stand-ins, -stores services the servers.
 //
 // Run it with: go run ./cmd/demo
 package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -33,15 +42,21 @@ import (
 )
 
 func main() {
+	mode := flag.String("stores", storesAuto, "which stores: auto (the servers that are installed), local (file store, in-process cache) or services (versitygw and redis-server)")
+	flag.Parse()
+	if *mode != storesAuto && *mode != storesLocal && *mode != storesServices {
+		fmt.Fprintf(os.Stderr, "demo: -stores must be auto, local or services, got %q\n", *mode)
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Stdout); err != nil {
+	if err := run(ctx, os.Stdout, *mode); err != nil {
 		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, out io.Writer) error {
+func run(ctx context.Context, out io.Writer, mode string) error {
 	started := time.Now()
 	if url := os.Getenv("DATABASE_URL"); url != "" && os.Getenv(ephemeralpg.EnvDatabaseURL) == "" {
 		os.Setenv(ephemeralpg.EnvDatabaseURL, url)
@@ -76,12 +91,12 @@ func run(ctx context.Context, out io.Writer) error {
 	}
 	defer roles.close()
 
-	root, err := os.MkdirTemp("", "demo-objects-")
+	st, err := openStores(ctx, out, mode)
 	if err != nil {
-		return fmt.Errorf("object store directory: %w", err)
+		return err
 	}
-	defer os.RemoveAll(root)
-	w, err := buildWorld(ctx, pool, root)
+	defer st.close()
+	w, err := buildWorld(ctx, pool, st)
 	if err != nil {
 		return err
 	}
@@ -210,8 +225,8 @@ func (r *roles) close() {
 func newRunner(engine *lifecycle.Engine, w *world, progress func(executor.Event)) (*executor.Runner, error) {
 	return executor.New(executor.Config{
 		Engine:            engine,
-		Objects:           w.objects,
-		Cache:             w.cache,
+		Objects:           w.stores.objects,
+		Cache:             w.stores.cache,
 		Owner:             "demo-executor",
 		LeaseDuration:     30 * time.Second,
 		HeartbeatInterval: 5 * time.Second,

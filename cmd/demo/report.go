@@ -75,14 +75,18 @@ func report(ctx context.Context, out io.Writer, pool *pgxpool.Pool, w *world, d 
 	check(left == 0, "no row of %s is left in any registered table (%d left)", t.host, left)
 	anyFiles := false
 	for _, prefix := range t.prefixes() {
-		found, err := w.objects.Any(ctx, prefix)
+		found, err := w.stores.objects.Any(ctx, prefix)
 		if err != nil {
 			return err
 		}
 		anyFiles = anyFiles || found
 	}
-	check(!anyFiles, "no file of %s is left in the object store", t.host)
-	check(w.cache.Len(t.id) == 0, "the cache holds nothing of %s", t.host)
+	check(!anyFiles, "no file of %s is left in the object store (%s)", t.host, w.stores.objectsKind)
+	cacheLeft, err := w.stores.cacheLen(ctx, t.id)
+	if err != nil {
+		return fmt.Errorf("count cache entries: %w", err)
+	}
+	check(cacheLeft == 0, "the cache holds nothing of %s (%s)", t.host, w.stores.cacheKind)
 	for _, c := range w.communities[1:] {
 		check(before.rows[c.id] == after.rows[c.id], "%s: every row unchanged", c.host)
 		check(before.files[c.id] == after.files[c.id] && after.count[c.id] == filesEach, "%s: all %d files unchanged", c.host, filesEach)

@@ -5,14 +5,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tombstoneworks/communitydeletion/executor"
 	"github.com/tombstoneworks/communitydeletion/internal/fixture"
 )
 
@@ -40,8 +37,7 @@ func (c *community) prefixes() []string {
 // world is the demo's three communities and their stores.
 type world struct {
 	pool        *pgxpool.Pool
-	objects     *executor.FileObjectStore
-	cache       *executor.MemoryCache
+	stores      *stores
 	communities []*community
 	target      *community
 	rowsEach    int64
@@ -49,8 +45,9 @@ type world struct {
 
 // buildWorld creates three communities with rows in every fixture table,
 // files under their prefixes and cache entries.
-func buildWorld(ctx context.Context, pool *pgxpool.Pool, root string) (*world, error) {
-	w := &world{pool: pool, objects: executor.NewFileObjectStore(root), cache: executor.NewMemoryCache()}
+func buildWorld(ctx context.Context, pool *pgxpool.Pool, st *stores) (*world, error) {
+	w := &world{pool: pool, stores: st}
+	var keys []string
 	for _, name := range []string{"alpha", "beta", "gamma"} {
 		c := &community{id: uuid.New(), host: name + ".demo.example"}
 		if _, err := pool.Exec(ctx, "INSERT INTO communities (id, host, signing_key, icon) VALUES ($1, $2, 'signing-key', 'icon.png')",
@@ -63,19 +60,17 @@ func buildWorld(ctx context.Context, pool *pgxpool.Pool, root string) (*world, e
 		}
 		w.rowsEach = rows
 		for i := range filesEach {
-			key := fmt.Sprintf("%sfile-%04d.bin", c.prefixes()[i%2], i)
-			path := filepath.Join(root, filepath.FromSlash(key))
-			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-				return nil, fmt.Errorf("object store: %w", err)
-			}
-			if err := os.WriteFile(path, []byte(key), 0o644); err != nil {
-				return nil, fmt.Errorf("object store: %w", err)
-			}
+			keys = append(keys, fmt.Sprintf("%sfile-%04d.bin", c.prefixes()[i%2], i))
 		}
 		for i := range cacheEach {
-			w.cache.Put(c.id, fmt.Sprintf("session-%d", i))
+			if err := st.cachePut(ctx, c.id, fmt.Sprintf("session-%d", i)); err != nil {
+				return nil, fmt.Errorf("cache: %w", err)
+			}
 		}
 		w.communities = append(w.communities, c)
+	}
+	if err := st.putAll(ctx, keys); err != nil {
+		return nil, err
 	}
 	w.target = w.communities[0]
 	return w, nil
@@ -166,7 +161,7 @@ func (w *world) snapshot(ctx context.Context) (*snapshot, error) {
 		s.rows[c.id] = hex.EncodeToString(sum.Sum(nil))
 		files := sha256.New()
 		for _, prefix := range c.prefixes() {
-			if err := w.objects.List(ctx, prefix, func(key string, size int64) error {
+			if err := w.stores.objects.List(ctx, prefix, func(key string, size int64) error {
 				fmt.Fprintf(files, "%s %d\n", key, size)
 				s.count[c.id]++
 				return nil
@@ -175,7 +170,11 @@ func (w *world) snapshot(ctx context.Context) (*snapshot, error) {
 			}
 		}
 		s.files[c.id] = hex.EncodeToString(files.Sum(nil))
-		s.cache[c.id] = w.cache.Len(c.id)
+		n, err := w.stores.cacheLen(ctx, c.id)
+		if err != nil {
+			return nil, fmt.Errorf("count cache entries: %w", err)
+		}
+		s.cache[c.id] = n
 	}
 	return s, nil
 }

@@ -201,9 +201,25 @@ type Querier interface {
 	// Clears a block after an operator's remediation: the retry streak, the last
 	// error and any expired lease go, and the request is due now.
 	DeletionRequestUnblock(ctx context.Context, id uuid.UUID) (CommunityDeletionRequest, error)
+	// community_deletion_health(): prepared transactions holding an advisory
+	// lock of the database, one row each.
+	// (sqlc does not see the RETURNS TABLE columns, sqlc-dev/sqlc#3391: the
+	// alias list names them and the casts type them.)
+	HealthFindings(ctx context.Context) ([]HealthFindingsRow, error)
 	// The sessions and prepared transactions that hold an advisory lock key, for
 	// a lifecycle step whose lock wait timed out to name them.
 	LockHoldersList(ctx context.Context, lockKey int64) ([]LockHoldersListRow, error)
+	// When each manifest key chunk of a request was stamped deleted, oldest
+	// first (the chunks are dropped at logical verification).
+	ProgressChunkStamps(ctx context.Context, requestID uuid.UUID) ([]ProgressChunkStampsRow, error)
+	// The database clock, which every progress timestamp is on.
+	ProgressDatabaseNow(ctx context.Context) (time.Time, error)
+	// Read-only progress and health reports for operators (lifecycle/progress.go):
+	// what inspect estimates from, and what deletionctl health prints.
+	// The purge's working progress of a request, one row per unit
+	// ('purge:<table>' or 'nullify:<table>'): rows so far, whether the table is
+	// done, and when the row was last written, oldest first.
+	ProgressPurgeUnits(ctx context.Context, requestID uuid.UUID) ([]ProgressPurgeUnitsRow, error)
 	// The partitions of registered 'delete' tables, partitioned LIST
 	// (community_id), whose bound holds exactly this community: they go by
 	// DETACH PARTITION and DROP TABLE instead of row deletes, where the purging
