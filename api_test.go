@@ -14,7 +14,7 @@ import (
 // method takes more than four parameters besides its context. Longer ones
 // take a *Params or *Opts struct.
 func TestExportedCallsTakeAtMostFourParameters(t *testing.T) {
-	for _, dir := range []string{"lifecycle", "executor", "executor/s3store", "executor/rediscache", "migration"} {
+	for _, dir := range []string{"lifecycle", "executor", "executor/s3store", "executor/rediscache", "executor/storeurl", "migration"} {
 		entries, err := os.ReadDir(dir)
 		if err != nil {
 			t.Fatal(err)

@@ -196,7 +196,7 @@ func TestMetricsOfRetriesAndBlocks(t *testing.T) {
 	r := b.runner(t, cfg)
 	deadline := time.Now().Add(time.Minute)
 	for {
-		request, err := b.operator.Get(t.Context(), id)
+		request, err := b.Operator.Get(t.Context(), id)
 		require.NoError(t, err)
 		if request.Blocked() {
 			break
@@ -292,7 +292,7 @@ func TestHealthReportsAStuckLease(t *testing.T) {
 
 	// Hold the request row: every heartbeat waits for it (up to the lock
 	// wait bound) and the last renewal ages.
-	tx, err := b.pool.Begin(t.Context())
+	tx, err := b.Pool.Begin(t.Context())
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // on failure too, or the pool never closes
 	_, err = tx.Exec(t.Context(), "SELECT 1 FROM community_deletion_requests WHERE id = $1 FOR UPDATE", id)
@@ -315,7 +315,7 @@ func TestHealthReportsAStuckLease(t *testing.T) {
 func TestHealthReportsAnUnreachableDatabase(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	pool := fixture.RolePool(t, b.url, fixture.RoleExecutor)
+	pool := fixture.RolePool(t, b.URL, fixture.RoleExecutor)
 	engine, err := lifecycle.NewEngine(t.Context(), pool, nil)
 	require.NoError(t, err)
 	cfg := b.config("executor-1")
@@ -370,7 +370,7 @@ func TestEveryLogRecordCarriesTheClaim(t *testing.T) {
 	claimed, err := b.runner(t, cfg).RunRequest(t.Context(), id)
 	require.NoError(t, err)
 	require.True(t, claimed)
-	request, err := b.operator.Get(t.Context(), id)
+	request, err := b.Operator.Get(t.Context(), id)
 	require.NoError(t, err)
 
 	records := logRecords(t, &out.buf)
