@@ -113,6 +113,9 @@ type Event struct {
 	Message string
 	// TablesRows are the rows purged so far per table, during the purge.
 	TablesRows map[string]int64
+	// Paused, when not empty, says why the purge waits before its next
+	// batch (a replica's lag, a wraparound vacuum, the rate cap).
+	Paused string
 	// ChunksDone and ChunksTotal count the manifest key chunks deleted and
 	// persisted, while deleting objects.
 	ChunksDone, ChunksTotal int64

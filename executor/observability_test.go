@@ -423,3 +423,52 @@ func TestEveryLogRecordCarriesTheClaim(t *testing.T) {
 }
 
 func itoa(n int64) string { b, _ := json.Marshal(n); return string(b) }
+
+// A purge held back by its rate cap reports each pause: an event saying
+// why, a Debug record with the cause, and a count per pause in
+// purge_pauses_total{cause="rate_cap"}; no Info record, since the cap holds
+// back nearly every batch.
+func TestAPurgeHeldByItsRateCapReportsThePauses(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	target := b.createCommunity(t, 1)
+	id := b.approve(t, target)
+
+	var out syncBuffer
+	reg := prometheus.NewRegistry()
+	cfg := b.config("executor-1")
+	cfg.Metrics = reg
+	cfg.Logger = slog.New(slog.NewJSONHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	cfg.Purge.MaxRowsPerSecond = 40
+	var mu sync.Mutex
+	var paused []string
+	cfg.Progress = func(ev executor.Event) {
+		if ev.Paused != "" {
+			mu.Lock()
+			paused = append(paused, ev.Paused)
+			mu.Unlock()
+		}
+	}
+	claimed, err := b.runner(t, cfg).RunRequest(t.Context(), id)
+	require.NoError(t, err)
+	require.True(t, claimed)
+	b.requireDeleted(t, id, target)
+
+	mu.Lock()
+	require.NotEmpty(t, paused)
+	require.Equal(t, "rate cap of 40 rows/s", paused[0])
+	mu.Unlock()
+	pauses := metric(t, reg, "community_deletion_executor_purge_pauses_total", "cause", "rate_cap")
+	require.Equal(t, float64(len(paused)), pauses, "one count per pause")
+	var records int
+	for _, rec := range logRecords(t, &out.buf) {
+		if rec["msg"] == "purge paused: rate cap of 40 rows/s" {
+			records++
+			require.Equal(t, "DEBUG", rec["level"], rec)
+			require.Equal(t, []any{"rate_cap"}, rec["causes"], rec)
+			require.Equal(t, "bindings_removed", rec["stage"], rec)
+		}
+		require.NotEqual(t, "purge resumed", rec["msg"], "the rate cap's pauses are routine")
+	}
+	require.Equal(t, len(paused), records)
+}

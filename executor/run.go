@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -643,7 +644,25 @@ func (j *job) purgePostgres(ctx context.Context) error {
 		counted[t.Table] = t.Rows
 	}
 	rows := make(map[string]int64)
+	var pausedFor []lifecycle.PurgePauseCause // the causes of the pause under way
+	var pausedAt time.Time
 	opts.Progress = func(p lifecycle.PurgeProgress) {
+		if p.Paused != "" {
+			j.purgePaused(p, pausedFor)
+			if pausedFor == nil {
+				pausedAt = time.Now()
+			}
+			pausedFor = p.PausedFor
+			if userProgress != nil {
+				userProgress(p)
+			}
+			return
+		}
+		if pausedFor != nil && !onlyRateCap(pausedFor) {
+			j.logAt(slog.LevelInfo, j.stage, "purge resumed", slog.String("table", p.Table),
+				slog.Duration("paused", time.Since(pausedAt)))
+		}
+		pausedFor = nil
 		rows[p.Table] = p.Rows
 		if delta := p.Rows - counted[p.Table]; delta > 0 {
 			j.r.metrics.rowsPurged.WithLabelValues(p.Table).Add(float64(delta))
@@ -682,6 +701,34 @@ func (j *job) purgePostgres(ctx context.Context) error {
 	j.event(slog.LevelInfo, Event{Message: fmt.Sprintf("postgres purged in %d batches", result.Batches), TablesRows: final},
 		slog.Int("batches", result.Batches), slog.Int64("rows", total), slog.Any("rows_by_table", final))
 	return nil
+}
+
+// purgePaused reports a pause of the purge, before its causes: an event,
+// and a log record when a cause is new (at Info, or at Debug for the rate
+// cap alone, which holds back nearly every batch); each new cause counts
+// once in purge_pauses_total. The polls of a pause under way log nothing.
+func (j *job) purgePaused(p lifecycle.PurgeProgress, before []lifecycle.PurgePauseCause) {
+	var fresh []string
+	for _, cause := range p.PausedFor {
+		if !slices.Contains(before, cause) {
+			j.r.metrics.purgePauses.WithLabelValues(string(cause)).Inc()
+			fresh = append(fresh, string(cause))
+		}
+	}
+	level := slog.LevelInfo
+	switch {
+	case len(fresh) == 0:
+		level = slog.LevelDebug - 4
+	case onlyRateCap(p.PausedFor):
+		level = slog.LevelDebug
+	}
+	j.event(level, Event{Message: "purge paused: " + p.Paused, Paused: p.Paused},
+		slog.String("table", p.Table), slog.Any("causes", fresh))
+}
+
+// onlyRateCap reports whether causes is the rate cap alone.
+func onlyRateCap(causes []lifecycle.PurgePauseCause) bool {
+	return len(causes) == 1 && causes[0] == lifecycle.PauseRateCap
 }
 
 func (j *job) purgeCache(ctx context.Context) error {

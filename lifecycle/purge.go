@@ -159,10 +159,26 @@ type PurgeProgress struct {
 	// again.)
 	Done bool
 	// Paused, when not empty, says why the purge is waiting before its next
-	// batch of Table (replication lag, wraparound vacuum, the rate cap);
-	// Rows is then unchanged.
-	Paused string
+	// batch of Table, and PausedFor names the causes; Rows is then
+	// unchanged.
+	Paused    string
+	PausedFor []PurgePauseCause
 }
+
+// PurgePauseCause names why a purge waits before a batch.
+type PurgePauseCause string
+
+// The causes of a purge's pause.
+const (
+	// PauseRateCap: PurgeOptions.MaxRowsPerSecond holds the next batch back.
+	PauseRateCap PurgePauseCause = "rate_cap"
+	// PauseReplicationLag: a streaming replica's replay lag is above
+	// PurgeOptions.MaxReplicationLag.
+	PauseReplicationLag PurgePauseCause = "replication_lag"
+	// PauseWraparoundVacuum: an anti-wraparound autovacuum works on a
+	// table the purge deletes from.
+	PauseWraparoundVacuum PurgePauseCause = "wraparound_vacuum"
+)
 
 // PurgeResult describes a completed purge.
 type PurgeResult struct {
@@ -1043,7 +1059,7 @@ func (r *purgeRun) yield(ctx context.Context, t *purgeTable) error {
 	if r.opts.MaxRowsPerSecond > 0 {
 		due := r.started.Add(time.Duration(float64(r.rows) / r.opts.MaxRowsPerSecond * float64(time.Second)))
 		if wait := time.Until(due); wait > 0 {
-			r.paused(t, fmt.Sprintf("rate cap of %g rows/s", r.opts.MaxRowsPerSecond))
+			r.paused(t, fmt.Sprintf("rate cap of %g rows/s", r.opts.MaxRowsPerSecond), []PurgePauseCause{PauseRateCap})
 			if err := sleepCtx(ctx, wait); err != nil {
 				return err
 			}
@@ -1064,11 +1080,14 @@ func (r *purgeRun) yield(ctx context.Context, t *purgeTable) error {
 			return fmt.Errorf("read purge pressure: %w", err)
 		}
 		var reasons []string
+		var causes []PurgePauseCause
 		if lag := time.Duration(p.ReplayLagSeconds * float64(time.Second)); maxLag > 0 && lag > maxLag {
 			reasons = append(reasons, fmt.Sprintf("replication lag %s above %s", lag.Round(time.Millisecond), maxLag))
+			causes = append(causes, PauseReplicationLag)
 		}
 		if len(p.WraparoundTables) > 0 {
 			reasons = append(reasons, "autovacuum preventing wraparound on "+strings.Join(p.WraparoundTables, ", "))
+			causes = append(causes, PauseWraparoundVacuum)
 		}
 		if len(reasons) == 0 {
 			return nil
@@ -1077,7 +1096,7 @@ func (r *purgeRun) yield(ctx context.Context, t *purgeTable) error {
 		if waited := time.Since(start); waited > maxPause {
 			return &PurgePausedError{Reason: reason, Paused: waited}
 		}
-		r.paused(t, reason)
+		r.paused(t, reason, causes)
 		if err := sleepCtx(ctx, purgePausePoll); err != nil {
 			return err
 		}
@@ -1085,9 +1104,9 @@ func (r *purgeRun) yield(ctx context.Context, t *purgeTable) error {
 }
 
 // paused reports a pause before the next batch of t.
-func (r *purgeRun) paused(t *purgeTable, reason string) {
+func (r *purgeRun) paused(t *purgeTable, reason string, causes []PurgePauseCause) {
 	if r.opts.Progress != nil {
-		r.opts.Progress(PurgeProgress{Table: t.name, Rows: t.rows, Paused: reason})
+		r.opts.Progress(PurgeProgress{Table: t.name, Rows: t.rows, Paused: reason, PausedFor: causes})
 	}
 }
 

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -82,11 +82,13 @@ func TestPurgeWaitsForAReplicaThatFallsBehind(t *testing.T) {
 	opts := lifecycle.PurgeOptions{MaxRowsPerTx: 200, MaxReplicationLag: 500 * time.Millisecond, MaxPause: 3 * time.Second}
 	var mu sync.Mutex
 	var pauses []string
+	var causes []lifecycle.PurgePauseCause
 	opts.Progress = func(p lifecycle.PurgeProgress) {
 		mu.Lock()
 		defer mu.Unlock()
 		if p.Paused != "" {
 			pauses = append(pauses, p.Paused)
+			causes = append(causes, p.PausedFor...)
 		}
 	}
 	// Write while replay is paused, so the replica has WAL to fall behind on.
@@ -102,6 +104,7 @@ func TestPurgeWaitsForAReplicaThatFallsBehind(t *testing.T) {
 	mu.Lock()
 	require.NotEmpty(t, pauses, "the pause is reported through Progress")
 	require.Contains(t, pauses[0], "above 500ms")
+	require.Equal(t, lifecycle.PauseReplicationLag, causes[0])
 	mu.Unlock()
 	_, err = pool.Exec(ctx, "DROP TABLE lag_maker")
 	require.NoError(t, err)
@@ -170,7 +173,8 @@ func TestPurgeKeepsToItsRateCap(t *testing.T) {
 	_, err := c.Engine.EnterPostgresPurged(ctx, token, lifecycle.PurgeOptions{
 		MaxRowsPerTx: 100, MaxRowsPerSecond: 300,
 		Progress: func(p lifecycle.PurgeProgress) {
-			if strings.Contains(p.Paused, "rate cap") {
+			if slices.Contains(p.PausedFor, lifecycle.PauseRateCap) {
+				require.Contains(t, p.Paused, "rate cap of 300 rows/s")
 				pauses++
 			}
 		},

@@ -289,6 +289,8 @@ func (c *console) event(e executor.Event) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
+	case e.Paused != "":
+		c.drawBar("purge paused: " + e.Paused)
 	case e.TablesRows != nil && e.Stage == lifecycle.StageBindingsRemoved:
 		c.drawBar(fmt.Sprintf("purge: %s", formatRows(e.TablesRows)))
 	case e.ChunksDone > 0 && e.ChunksTotal > 0:
