@@ -142,7 +142,11 @@ func TestSoakTwoExecutorsClaimOneRequest(t *testing.T) {
 	for i := range n {
 		var claims [2]*lifecycle.ClaimedDeletion
 		errs := race(
-			func() error { c, err := db.Engine.ClaimRequest(ctx, request.ID, "executor-a", time.Minute); claims[0] = c; return err },
+			func() error {
+				c, err := db.Engine.ClaimRequest(ctx, request.ID, "executor-a", time.Minute)
+				claims[0] = c
+				return err
+			},
 			func() error { c, err := other.ClaimNext(ctx, "executor-b", time.Minute); claims[1] = c; return err },
 		)
 		var winner *lifecycle.ClaimedDeletion
