@@ -7,11 +7,12 @@
 // and disk conditions. A third table with an empty PL/pgSQL statement
 // trigger gives the floor any statement-level PL/pgSQL fence pays. It prints
 // one table, the unfenced baseline beside the fenced figure and what the
-// fence adds per unit of work, and checks three targets:
+// fence adds per unit of work, and checks these targets:
 //
-//   - durable, single-row write transactions: fenced keeps >= 95% of unfenced throughput
-//   - fsync off, single-row write transactions: fenced keeps >= 75%
-//   - fsync off, one 10,000-row INSERT: fenced costs <= 1.10x unfenced
+//   - durable, single-row INSERT, UPDATE and DELETE transactions: fenced keeps >= 92% of unfenced throughput
+//   - fsync off, single-row INSERT transactions: fenced keeps >= 85%
+//   - fsync off, single-row UPDATE and DELETE transactions: fenced keeps >= 88%
+//   - fsync off, one 10,000-row INSERT: fenced costs <= 1.05x unfenced
 //
 // Run it with: go run ./bench/fence
 package main
@@ -161,8 +162,20 @@ func measure(ctx context.Context, cfg config, s settings) ([]row, error) {
 			return err
 		}
 	}
+	// Each DELETE removes one row the INSERTs wrote (there are warm-up plus
+	// txns of them), so every statement finds its row.
+	deleteRow := func(table string) func(i int) error {
+		sql := fmt.Sprintf("DELETE FROM %s WHERE id = $1", table)
+		return func(i int) error {
+			tag, err := conn.Exec(ctx, sql, int64(i+1))
+			if err == nil && tag.RowsAffected() != 1 {
+				err = fmt.Errorf("deleted %d rows, not one", tag.RowsAffected())
+			}
+			return err
+		}
+	}
 	// Warm the tables and the plan caches.
-	if _, err := compareThroughput(insert, insertTables, 1000); err != nil {
+	if _, err := compareThroughput(insert, insertTables, warmUp); err != nil {
 		return nil, fmt.Errorf("warm up: %w", err)
 	}
 
@@ -174,9 +187,14 @@ func measure(ctx context.Context, cfg config, s settings) ([]row, error) {
 	if err != nil {
 		return nil, fmt.Errorf("single-row inserts: %w", err)
 	}
-	updateRow, err := compareThroughput(update, []string{unfencedTable, fencedTable}, txns)
+	writeTables := []string{unfencedTable, fencedTable}
+	updateRow, err := compareThroughput(update, writeTables, txns)
 	if err != nil {
 		return nil, fmt.Errorf("single-row updates: %w", err)
+	}
+	deleteRows, err := compareThroughput(deleteRow, writeTables, txns)
+	if err != nil {
+		return nil, fmt.Errorf("single-row deletes: %w", err)
 	}
 	bulk := func(table string) func() error {
 		sql := fmt.Sprintf("INSERT INTO %s (community_id, body) SELECT $1, 'hello world' FROM generate_series(1, $2::int)", table)
@@ -185,22 +203,42 @@ func measure(ctx context.Context, cfg config, s settings) ([]row, error) {
 			return err
 		}
 	}
-	bulkRow, err := compareDuration(bulk, s)
+	bulkRow, err := compareDuration(bulk, insertTables, s)
 	if err != nil {
 		return nil, fmt.Errorf("bulk insert: %w", err)
 	}
 
-	insertTarget, bulkTarget := 0.95, 0.0
-	if !cfg.fsync {
-		insertTarget, bulkTarget = 0.75, 1.10
+	t := targetsFsyncOff
+	if cfg.fsync {
+		t = targetsDurable
 	}
+	bulkName := fmt.Sprintf("%d-row INSERT", s.bulkRows)
 	return []row{
-		{config: cfg.name, workload: "single-row INSERT txns", unit: "txn/s", unfenced: insertRow[0], fenced: insertRow[1], higherIsBetter: true, target: insertTarget},
+		{config: cfg.name, workload: "single-row INSERT txns", unit: "txn/s", unfenced: insertRow[0], fenced: insertRow[1], higherIsBetter: true, target: t.insert},
 		{config: cfg.name, workload: "floor: an empty trigger", unit: "txn/s", unfenced: insertRow[0], fenced: insertRow[2], higherIsBetter: true},
-		{config: cfg.name, workload: "single-row UPDATE txns", unit: "txn/s", unfenced: updateRow[0], fenced: updateRow[1], higherIsBetter: true},
-		{config: cfg.name, workload: fmt.Sprintf("%d-row INSERT", s.bulkRows), unit: "ms", unfenced: bulkRow[0], fenced: bulkRow[1], target: bulkTarget},
+		{config: cfg.name, workload: "single-row UPDATE txns", unit: "txn/s", unfenced: updateRow[0], fenced: updateRow[1], higherIsBetter: true, target: t.update},
+		{config: cfg.name, workload: "single-row DELETE txns", unit: "txn/s", unfenced: deleteRows[0], fenced: deleteRows[1], higherIsBetter: true, target: t.update},
+		{config: cfg.name, workload: bulkName, unit: "ms", unfenced: bulkRow[0], fenced: bulkRow[1], target: t.bulk},
+		{config: cfg.name, workload: "floor: " + bulkName + ", empty trigger", unit: "ms", unfenced: bulkRow[0], fenced: bulkRow[2]},
 	}, nil
 }
+
+// warmUp is the single-row INSERTs per table that warm the tables and the
+// plan caches before anything is timed.
+const warmUp = 1000
+
+// targets bound fenced/unfenced per workload in one configuration; 0 makes
+// a row informational.
+type targets struct{ insert, update, bulk float64 }
+
+// The targets of issues 8 and 11: the fence's admitted path keeps durable
+// single-row writes at >= 0.92 of unfenced; with fsync off (the trigger's
+// own cost) INSERT at >= 0.85, UPDATE and DELETE at >= 0.88, and a
+// 10,000-row INSERT at <= 1.05.
+var (
+	targetsDurable  = targets{insert: 0.92, update: 0.92}
+	targetsFsyncOff = targets{insert: 0.85, update: 0.88, bulk: 1.05}
+)
 
 // The benchmark's tables: identical tenant tables, one with the write fence
 // attached and one with an empty statement trigger.
@@ -246,46 +284,63 @@ func setup(ctx context.Context, pool *pgxpool.Pool, n int) ([]uuid.UUID, error) 
 // compareThroughput runs single-statement transactions against each table,
 // interleaved one by one (the table that goes first rotates), so that all see
 // the same server and disk conditions, and returns transactions per second
-// for each table in order.
+// for each table in order. The transactions run in blocks and each table's
+// figure is its median over the blocks: a burst of noise from a neighbour
+// on a shared machine, which slows the server's share of the work (the
+// fence's) more than the client's, then spoils one block, not the figure.
 func compareThroughput(workload func(table string) func(i int) error, tables []string, txns int) ([]float64, error) {
 	ops := make([]func(int) error, len(tables))
 	for k, table := range tables {
 		ops[k] = workload(table)
 	}
-	elapsed := make([]time.Duration, len(tables))
-	for i := range txns {
-		for k := range tables {
-			idx := (k + i) % len(tables)
-			start := time.Now()
-			if err := ops[idx](i); err != nil {
-				return nil, fmt.Errorf("%s: %w", tables[idx], err)
+	blocks := min(throughputBlocks, txns)
+	samples := make([][]float64, len(tables))
+	for b := range blocks {
+		from, to := b*txns/blocks, (b+1)*txns/blocks
+		elapsed := make([]time.Duration, len(tables))
+		for i := from; i < to; i++ {
+			for k := range tables {
+				idx := (k + i) % len(tables)
+				start := time.Now()
+				if err := ops[idx](i); err != nil {
+					return nil, fmt.Errorf("%s: %w", tables[idx], err)
+				}
+				elapsed[idx] += time.Since(start)
 			}
-			elapsed[idx] += time.Since(start)
+		}
+		for k := range tables {
+			samples[k] = append(samples[k], float64(to-from)/elapsed[k].Seconds())
 		}
 	}
 	perSecond := make([]float64, len(tables))
 	for k := range tables {
-		perSecond[k] = float64(txns) / elapsed[k].Seconds()
+		perSecond[k] = median(samples[k])
 	}
 	return perSecond, nil
 }
 
-// compareDuration times one statement against both tables, alternating, and
-// returns the median in milliseconds for [unfenced, fenced].
-func compareDuration(workload func(table string) func() error, s settings) ([2]float64, error) {
-	tables := [2]string{unfencedTable, fencedTable}
-	var samples [2][]float64
+// throughputBlocks is the blocks a throughput comparison is cut into.
+const throughputBlocks = 9
+
+// compareDuration times one statement against each table, rotating which
+// goes first, and returns the median in milliseconds per table in order.
+func compareDuration(workload func(table string) func() error, tables []string, s settings) ([]float64, error) {
+	samples := make([][]float64, len(tables))
 	for round := range s.bulkRounds {
-		for k := range 2 {
-			idx := (k + round) % 2
+		for k := range tables {
+			idx := (k + round) % len(tables)
 			start := time.Now()
 			if err := workload(tables[idx])(); err != nil {
-				return [2]float64{}, fmt.Errorf("%s: %w", tables[idx], err)
+				return nil, fmt.Errorf("%s: %w", tables[idx], err)
 			}
 			samples[idx] = append(samples[idx], float64(time.Since(start).Microseconds())/1000)
 		}
 	}
-	return [2]float64{median(samples[0]), median(samples[1])}, nil
+	medians := make([]float64, len(tables))
+	for k := range tables {
+		medians[k] = median(samples[k])
+	}
+	return medians, nil
 }
 
 func median(v []float64) float64 {
