@@ -43,6 +43,12 @@ type testBundle struct {
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
+	return setupOn(t, server)
+}
+
+// setupOn is setup on a server of the test's own.
+func setupOn(t *testing.T, server *ephemeralpg.Server) *testBundle {
+	t.Helper()
 	url, pool := fixture.NewTestPool(t, server)
 	root := t.TempDir()
 	return &testBundle{DB: testfactory.NewDB(t, url, pool), root: root, files: executor.NewFileObjectStore(root), cache: executor.NewMemoryCache()}

@@ -39,7 +39,7 @@ type metrics struct {
 	deletions       *prometheus.CounterVec   // stage, outcome
 	stageDuration   *prometheus.HistogramVec // stage
 	rowsPurged      *prometheus.CounterVec   // table
-	purgePauses     *prometheus.CounterVec   // cause
+	pauses          *prometheus.CounterVec   // activity, cause
 	objectsDeleted  prometheus.Counter
 	chunksDeleted   prometheus.Counter
 	cacheKeys       prometheus.Counter
@@ -81,8 +81,8 @@ func newMetrics(r *Runner) *metrics {
 		}, []string{"stage"}),
 		rowsPurged: counterVec("rows_purged_total",
 			"Rows this runner deleted (or, for a nullify table, cleared) by registered table.", "table"),
-		purgePauses: counterVec("purge_pauses_total",
-			"Pauses of a purge before a batch, by cause (replication_lag, wraparound_vacuum, rate_cap); a pause that gains a cause counts again for it.", "cause"),
+		pauses: counterVec("pauses_total",
+			"Pauses before a write to the database, by activity (listing, object_deletion, purge) and cause (replication_lag, wraparound_vacuum, rate_cap); a pause that gains a cause counts again for it.", "activity", "cause"),
 		objectsDeleted: counter("objects_deleted_total", "Object-store keys in manifest chunks this runner deleted and stamped."),
 		chunksDeleted:  counter("manifest_chunks_deleted_total", "Manifest key chunks this runner deleted and stamped."),
 		cacheKeys:      counter("cache_keys_deleted_total", "Cache keys the cache purges of this runner removed."),
@@ -110,7 +110,7 @@ func newMetrics(r *Runner) *metrics {
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{
-		m.claims, m.deletions, m.stageDuration, m.rowsPurged, m.purgePauses, m.objectsDeleted, m.chunksDeleted, m.cacheKeys,
+		m.claims, m.deletions, m.stageDuration, m.rowsPurged, m.pauses, m.objectsDeleted, m.chunksDeleted, m.cacheKeys,
 		m.retries, m.blocks, m.renewals, m.renewalFailures, m.leaseLosses, m.fenceWait, m.inFlight, m.sinceProgress,
 	}
 }

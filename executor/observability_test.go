@@ -426,7 +426,7 @@ func itoa(n int64) string { b, _ := json.Marshal(n); return string(b) }
 
 // A purge held back by its rate cap reports each pause: an event saying
 // why, a Debug record with the cause, and a count per pause in
-// purge_pauses_total{cause="rate_cap"}; no Info record, since the cap holds
+// pauses_total{activity="purge",cause="rate_cap"}; no Info record, since the cap holds
 // back nearly every batch.
 func TestAPurgeHeldByItsRateCapReportsThePauses(t *testing.T) {
 	t.Parallel()
@@ -458,7 +458,7 @@ func TestAPurgeHeldByItsRateCapReportsThePauses(t *testing.T) {
 	require.NotEmpty(t, paused)
 	require.Equal(t, "rate cap of 40 rows/s", paused[0])
 	mu.Unlock()
-	pauses := metric(t, reg, "community_deletion_executor_purge_pauses_total", "cause", "rate_cap")
+	pauses := metric(t, reg, "community_deletion_executor_pauses_total", "activity", "purge", "cause", "rate_cap")
 	require.Equal(t, float64(len(paused)), pauses, "one count per pause")
 	var records int
 	for _, rec := range logRecords(t, &out.buf) {

@@ -469,6 +469,9 @@ func (j *job) enumerate(ctx context.Context) error {
 		var chunkNo int64
 		manifest, err := summarize(ctx, j.r.cfg.Objects, prefixes, j.r.cfg.ChunkSize, func(prefix string, keys []string) error {
 			chunk := lifecycle.ManifestKeyChunk{ChunkNo: chunkNo, Prefix: prefix, Keys: keys}
+			if err := j.awaitHeadroom(ctx, activityListing); err != nil {
+				return err
+			}
 			if err := store.AppendManifestChunk(ctx, token, chunk); err != nil {
 				return err
 			}
@@ -607,6 +610,9 @@ func (j *job) deleteObjects(ctx context.Context) error {
 				return refusedf("manifest chunk %d key %q is outside its prefix %q", chunk.ChunkNo, key, chunk.Prefix)
 			}
 		}
+		if err := j.awaitHeadroom(ctx, activityObjectDeletion); err != nil {
+			return err
+		}
 		if err := j.r.cfg.Objects.Delete(ctx, chunk.Keys); err != nil {
 			return err
 		}
@@ -648,7 +654,7 @@ func (j *job) purgePostgres(ctx context.Context) error {
 	var pausedAt time.Time
 	opts.Progress = func(p lifecycle.PurgeProgress) {
 		if p.Paused != "" {
-			j.purgePaused(p, pausedFor)
+			j.paused(activityPurge, p.Paused, p.PausedFor, pausedFor, slog.String("table", p.Table))
 			if pausedFor == nil {
 				pausedAt = time.Now()
 			}
@@ -659,7 +665,7 @@ func (j *job) purgePostgres(ctx context.Context) error {
 			return
 		}
 		if pausedFor != nil && !onlyRateCap(pausedFor) {
-			j.logAt(slog.LevelInfo, j.stage, "purge resumed", slog.String("table", p.Table),
+			j.logAt(slog.LevelInfo, j.stage, activityPurge+" resumed", slog.String("table", p.Table),
 				slog.Duration("paused", time.Since(pausedAt)))
 		}
 		pausedFor = nil
@@ -703,15 +709,23 @@ func (j *job) purgePostgres(ctx context.Context) error {
 	return nil
 }
 
-// purgePaused reports a pause of the purge, before its causes: an event,
-// and a log record when a cause is new (at Info, or at Debug for the rate
-// cap alone, which holds back nearly every batch); each new cause counts
-// once in purge_pauses_total. The polls of a pause under way log nothing.
-func (j *job) purgePaused(p lifecycle.PurgeProgress, before []lifecycle.PurgePauseCause) {
+// Activities that pause for the database's headroom, as metric labels and
+// in log messages.
+const (
+	activityListing        = "listing"
+	activityObjectDeletion = "object_deletion"
+	activityPurge          = "purge"
+)
+
+// paused reports a pause of activity, before its causes: an event, and a
+// log record when a cause is new (at Info, or at Debug for the rate cap
+// alone, which holds back nearly every purge batch); each new cause counts
+// once in pauses_total. The polls of a pause under way log nothing.
+func (j *job) paused(activity, reason string, causes, before []lifecycle.PurgePauseCause, attrs ...slog.Attr) {
 	var fresh []string
-	for _, cause := range p.PausedFor {
+	for _, cause := range causes {
 		if !slices.Contains(before, cause) {
-			j.r.metrics.purgePauses.WithLabelValues(string(cause)).Inc()
+			j.r.metrics.pauses.WithLabelValues(activity, string(cause)).Inc()
 			fresh = append(fresh, string(cause))
 		}
 	}
@@ -719,11 +733,34 @@ func (j *job) purgePaused(p lifecycle.PurgeProgress, before []lifecycle.PurgePau
 	switch {
 	case len(fresh) == 0:
 		level = slog.LevelDebug - 4
-	case onlyRateCap(p.PausedFor):
+	case onlyRateCap(causes):
 		level = slog.LevelDebug
 	}
-	j.event(level, Event{Message: "purge paused: " + p.Paused, Paused: p.Paused},
-		slog.String("table", p.Table), slog.Any("causes", fresh))
+	msg := strings.ReplaceAll(activity, "_", " ") + " paused: " + reason
+	j.event(level, Event{Message: msg, Paused: reason}, append(attrs, slog.Any("causes", fresh))...)
+}
+
+// awaitHeadroom waits, before activity writes to the database, while a
+// replica lags or a wraparound vacuum runs (Config.Purge's bounds),
+// reporting the pause.
+func (j *job) awaitHeadroom(ctx context.Context, activity string) error {
+	var before []lifecycle.PurgePauseCause
+	var since time.Time
+	err := j.r.cfg.Engine.AwaitHeadroom(ctx, lifecycle.HeadroomOpts{
+		MaxReplicationLag: j.r.cfg.Purge.MaxReplicationLag,
+		MaxPause:          j.r.cfg.Purge.MaxPause,
+		Paused: func(reason string, causes []lifecycle.PurgePauseCause) {
+			if before == nil {
+				since = time.Now()
+			}
+			j.paused(activity, reason, causes, before)
+			before = causes
+		},
+	})
+	if err == nil && before != nil {
+		j.logAt(slog.LevelInfo, j.stage, strings.ReplaceAll(activity, "_", " ")+" resumed", slog.Duration("paused", time.Since(since)))
+	}
+	return err
 }
 
 // onlyRateCap reports whether causes is the rate cap alone.

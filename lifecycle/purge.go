@@ -1065,19 +1065,51 @@ func (r *purgeRun) yield(ctx context.Context, t *purgeTable) error {
 			}
 		}
 	}
-	maxLag := r.opts.MaxReplicationLag
+	return r.store.awaitHeadroom(ctx, HeadroomOpts{
+		MaxReplicationLag: r.opts.MaxReplicationLag,
+		MaxPause:          r.opts.MaxPause,
+		Paused: func(reason string, causes []PurgePauseCause) {
+			r.paused(t, reason, causes)
+		},
+	})
+}
+
+// HeadroomOpts bounds a wait for the database's headroom.
+type HeadroomOpts struct {
+	// MaxReplicationLag is the replay lag of a streaming replica to wait
+	// out; zero means DefaultMaxReplicationLag, negative disables the check.
+	MaxReplicationLag time.Duration
+	// MaxPause bounds the wait; zero means DefaultMaxPause.
+	MaxPause time.Duration
+	// Paused, if not nil, is called on every look that finds a reason to
+	// wait, with the reason and its causes.
+	Paused func(reason string, causes []PurgePauseCause)
+}
+
+// AwaitHeadroom returns once no streaming replica's replay lag is above
+// opts.MaxReplicationLag and no anti-wraparound autovacuum works on a
+// registered table (community_deletion_purge_pressure()), looking again
+// every 200ms. A wait longer than opts.MaxPause ends with a
+// *PurgePausedError, which is not a refusal: retry later. The executor calls
+// it before each batch of the purge and each manifest chunk it writes.
+func (e *Engine) AwaitHeadroom(ctx context.Context, opts HeadroomOpts) error {
+	return e.awaitHeadroom(ctx, opts)
+}
+
+func (s *store) awaitHeadroom(ctx context.Context, opts HeadroomOpts) error {
+	maxLag := opts.MaxReplicationLag
 	if maxLag == 0 {
 		maxLag = DefaultMaxReplicationLag
 	}
-	maxPause := r.opts.MaxPause
+	maxPause := opts.MaxPause
 	if maxPause == 0 {
 		maxPause = DefaultMaxPause
 	}
 	start := time.Now()
 	for {
-		p, err := dbgen.New(r.store.pool).PurgePressure(ctx)
+		p, err := dbgen.New(s.pool).PurgePressure(ctx)
 		if err != nil {
-			return fmt.Errorf("read purge pressure: %w", err)
+			return fmt.Errorf("read the database's pressure: %w", err)
 		}
 		var reasons []string
 		var causes []PurgePauseCause
@@ -1096,7 +1128,9 @@ func (r *purgeRun) yield(ctx context.Context, t *purgeTable) error {
 		if waited := time.Since(start); waited > maxPause {
 			return &PurgePausedError{Reason: reason, Paused: waited}
 		}
-		r.paused(t, reason, causes)
+		if opts.Paused != nil {
+			opts.Paused(reason, causes)
+		}
 		if err := sleepCtx(ctx, purgePausePoll); err != nil {
 			return err
 		}

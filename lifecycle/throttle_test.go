@@ -94,7 +94,7 @@ func TestPurgeWaitsForAReplicaThatFallsBehind(t *testing.T) {
 	// Write while replay is paused, so the replica has WAL to fall behind on.
 	_, err = pool.Exec(ctx, "CREATE TABLE lag_maker AS SELECT g FROM generate_series(1, 10000) g")
 	require.NoError(t, err)
-	waitForLag(t, pool, opts.MaxReplicationLag)
+	require.NoError(t, replica.WaitReplayLag(ctx, opts.MaxReplicationLag))
 	_, err = c.Engine.EnterPostgresPurged(ctx, token, opts)
 	var paused *lifecycle.PurgePausedError
 	require.ErrorAs(t, err, &paused)
@@ -141,23 +141,6 @@ func TestPurgeWaitsForAReplicaThatFallsBehind(t *testing.T) {
 	var stage string
 	require.NoError(t, pool.QueryRow(ctx, "SELECT stage FROM community_deletion_requests WHERE id = $1", token.RequestID).Scan(&stage))
 	require.Equal(t, "postgres_purged", stage)
-}
-
-// waitForLag waits until the primary reports a replay lag above bound (the
-// replica reports its replay position about every second).
-func waitForLag(t *testing.T, pool *pgxpool.Pool, bound time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var lag float64
-		require.NoError(t, pool.QueryRow(t.Context(),
-			"SELECT coalesce(max(extract(epoch FROM replay_lag)), 0) FROM pg_stat_replication").Scan(&lag))
-		if time.Duration(lag*float64(time.Second)) > bound {
-			return
-		}
-		require.True(t, time.Now().Before(deadline), "the replica never reported a replay lag above %s", bound)
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // MaxRowsPerSecond caps the purge's average rate: 600 rows at 300 rows/s

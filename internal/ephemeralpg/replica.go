@@ -309,6 +309,32 @@ func (r *Replica) waitCaughtUp(ctx context.Context) error {
 	}, func() string { return "replay up to " + target + " (replayed up to " + replayed + ")" })
 }
 
+// WaitReplayLag returns once the primary's pg_stat_replication reports this
+// replica's replay lag above bound. Pause replay and write on the primary
+// first: the replica reports its position about once a second, and an idle
+// one reports no lag at all.
+func (r *Replica) WaitReplayLag(ctx context.Context, bound time.Duration) error {
+	primary, err := r.primary.connectAdmin(ctx)
+	if err != nil {
+		return fmt.Errorf("ephemeralpg: replica %s: primary: %w", r.name, err)
+	}
+	defer primary.Close(context.WithoutCancel(ctx))
+	var lag float64
+	err = poll(ctx, func() (bool, error) {
+		err := primary.QueryRow(ctx,
+			"SELECT coalesce(max(extract(epoch FROM replay_lag)), 0)::float8 FROM pg_stat_replication WHERE application_name = $1",
+			r.name).Scan(&lag)
+		if err != nil {
+			return false, fmt.Errorf("read pg_stat_replication: %w", err)
+		}
+		return time.Duration(lag*float64(time.Second)) > bound, nil
+	}, func() string { return fmt.Sprintf("a replay lag above %s (last %.3fs)", bound, lag) })
+	if err != nil {
+		return fmt.Errorf("ephemeralpg: replica %s: wait for lag: %w", r.name, err)
+	}
+	return nil
+}
+
 // Close stops the replica, removes its directory and drops its replication
 // slot on the primary. Close is idempotent.
 func (r *Replica) Close(ctx context.Context) error {
