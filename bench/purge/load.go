@@ -2,9 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
-	"runtime"
+	"os"
+	"os/exec"
+	"runtime/metrics"
 	"slices"
 	"sync"
 	"time"
@@ -35,16 +40,23 @@ func (l latencies) String() string {
 		len(l.writes), len(l.reads))
 }
 
-// bystanderLoad is traffic of another tenant beside a purge: each worker
-// alternates a single-row INSERT into a fenced tenant table and a
-// primary-key SELECT of one of the tenant's messages, with a short pause
-// between (a closed loop at a modest rate, so that the load itself does not
-// saturate a small machine).
+// bystanderLoad is traffic of another tenant beside a purge, in a child
+// process of its own (this program, with bystanderEnv set), as another
+// service's would be: the executor's garbage collector and the heap
+// sampling do not touch its latencies. Each of its workers alternates a
+// single-row INSERT into a fenced tenant table and a primary-key SELECT of
+// one of the tenant's messages, with a short pause between (a closed loop at
+// a modest rate, so that the load itself does not saturate a small
+// machine).
 type bystanderLoad struct {
-	stop chan struct{}
-	wg   sync.WaitGroup
-	mu   sync.Mutex
-	l    latencies
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	result chan loadResult
+}
+
+type loadResult struct {
+	l   latencies
+	err error
 }
 
 // loadWorkers and loadPause shape the bystander's traffic.
@@ -53,30 +65,140 @@ const (
 	loadPause   = 2 * time.Millisecond
 )
 
-// startLoad starts the bystander's traffic on pool.
-func startLoad(ctx context.Context, pool *pgxpool.Pool) (*bystanderLoad, error) {
+// startLoad starts the bystander's traffic on the database at url and
+// returns once it runs.
+func startLoad(ctx context.Context, url string) (*bystanderLoad, error) {
+	cmd := exec.CommandContext(ctx, os.Args[0])
+	cmd.Env = append(os.Environ(), bystanderEnv+"="+url)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start the bystander: %w", err)
+	}
+	b := &bystanderLoad{cmd: cmd, stdin: stdin, result: make(chan loadResult, 1)}
+	ready := make(chan error, 1)
+	go func() {
+		dec := json.NewDecoder(stdout)
+		var hello string
+		if err := dec.Decode(&hello); err != nil || hello != "ready" {
+			ready <- fmt.Errorf("the bystander did not start: %v", err)
+			b.result <- loadResult{err: errors.New("the bystander did not start")}
+			return
+		}
+		ready <- nil
+		var report loadReport
+		err := dec.Decode(&report)
+		if waitErr := cmd.Wait(); err == nil {
+			err = waitErr
+		}
+		b.result <- loadResult{l: report.latencies(), err: err}
+	}()
+	if err := <-ready; err != nil {
+		_ = cmd.Wait()
+		return nil, err
+	}
+	return b, nil
+}
+
+// finish stops the traffic and returns its latencies.
+func (b *bystanderLoad) finish() (latencies, error) {
+	b.stdin.Close()
+	r := <-b.result
+	if r.err != nil {
+		return latencies{}, fmt.Errorf("bystander: %w", r.err)
+	}
+	return r.l, nil
+}
+
+// idleLoad measures the bystander's traffic alone for d.
+func idleLoad(ctx context.Context, url string, d time.Duration) (latencies, error) {
+	b, err := startLoad(ctx, url)
+	if err != nil {
+		return latencies{}, err
+	}
+	time.Sleep(d)
+	return b.finish()
+}
+
+// loadReport is what the bystander process writes when its stdin closes.
+type loadReport struct {
+	Writes, Reads []int64 // nanoseconds
+	Errors        int
+}
+
+func (r loadReport) latencies() latencies {
+	l := latencies{errors: r.Errors}
+	for _, w := range r.Writes {
+		l.writes = append(l.writes, time.Duration(w))
+	}
+	for _, rd := range r.Reads {
+		l.reads = append(l.reads, time.Duration(rd))
+	}
+	return l
+}
+
+// bystanderEnv, set to a database URL, makes this program (or its test
+// binary) the bystander process.
+const bystanderEnv = "BENCH_PURGE_BYSTANDER"
+
+// runIfBystander runs the bystander process and exits when bystanderEnv is
+// set; otherwise it returns.
+func runIfBystander() {
+	url := os.Getenv(bystanderEnv)
+	if url == "" {
+		return
+	}
+	if err := runBystander(url); err != nil {
+		fmt.Fprintf(os.Stderr, "bystander: %v\n", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// runBystander is the bystander process: it runs the traffic on the
+// database at url, writes "ready" once it runs and, when stdin closes, its
+// latencies, all as JSON on stdout.
+func runBystander(url string) error {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
 	var ids []int64
 	rows, err := pool.Query(ctx, "SELECT id FROM fixture_messages WHERE community_id = $1 ORDER BY id LIMIT 10000", bystander)
 	if err != nil {
-		return nil, fmt.Errorf("list bystander messages: %w", err)
+		return fmt.Errorf("list bystander messages: %w", err)
 	}
 	for rows.Next() {
 		var id int64
 		if err := rows.Scan(&id); err != nil {
-			return nil, err
+			return err
 		}
 		ids = append(ids, id)
 	}
 	if err := rows.Err(); err != nil || len(ids) == 0 {
-		return nil, fmt.Errorf("list bystander messages: %v (%d found)", err, len(ids))
+		return fmt.Errorf("list bystander messages: %v (%d found)", err, len(ids))
 	}
-	b := &bystanderLoad{stop: make(chan struct{})}
+	stop := make(chan struct{})
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		report loadReport
+	)
 	for w := range loadWorkers {
-		b.wg.Go(func() {
+		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(w), 7))
 			for {
 				select {
-				case <-b.stop:
+				case <-stop:
 					return
 				default:
 				}
@@ -87,39 +209,30 @@ func startLoad(ctx context.Context, pool *pgxpool.Pool) (*bystanderLoad, error) 
 				var body string
 				rerr := pool.QueryRow(ctx, "SELECT body FROM fixture_messages WHERE id = $1", ids[rng.IntN(len(ids))]).Scan(&body)
 				read := time.Since(start)
-				b.mu.Lock()
+				mu.Lock()
 				if err != nil || rerr != nil {
-					b.l.errors++
+					report.Errors++
 				} else {
-					b.l.writes = append(b.l.writes, write)
-					b.l.reads = append(b.l.reads, read)
+					report.Writes = append(report.Writes, int64(write))
+					report.Reads = append(report.Reads, int64(read))
 				}
-				b.mu.Unlock()
+				mu.Unlock()
 				time.Sleep(loadPause)
 			}
 		})
 	}
-	return b, nil
-}
-
-// finish stops the traffic and returns its latencies.
-func (b *bystanderLoad) finish() latencies {
-	close(b.stop)
-	b.wg.Wait()
-	return b.l
-}
-
-// idleLoad measures the bystander's traffic alone for d.
-func idleLoad(ctx context.Context, pool *pgxpool.Pool, d time.Duration) (latencies, error) {
-	b, err := startLoad(ctx, pool)
-	if err != nil {
-		return latencies{}, err
+	enc := json.NewEncoder(os.Stdout)
+	if err := enc.Encode("ready"); err != nil {
+		return err
 	}
-	time.Sleep(d)
-	return b.finish(), nil
+	_, _ = io.Copy(io.Discard, os.Stdin) // until the parent closes it
+	close(stop)
+	wg.Wait()
+	return enc.Encode(report)
 }
 
-// heapSampler tracks the process's peak heap in use while it runs.
+// heapSampler tracks the process's peak heap in use while it runs, read
+// through runtime/metrics, which does not stop the world.
 type heapSampler struct {
 	stop chan struct{}
 	done chan struct{}
@@ -132,10 +245,8 @@ func sampleHeap() *heapSampler {
 		defer close(h.done)
 		ticker := time.NewTicker(20 * time.Millisecond)
 		defer ticker.Stop()
-		var m runtime.MemStats
 		for {
-			runtime.ReadMemStats(&m)
-			h.peak = max(h.peak, m.HeapInuse)
+			h.peak = max(h.peak, heapInUse())
 			select {
 			case <-h.stop:
 				return
@@ -151,4 +262,16 @@ func (h *heapSampler) finish() uint64 {
 	close(h.stop)
 	<-h.done
 	return h.peak
+}
+
+// heapInUse is the heap's bytes in in-use spans (runtime.MemStats'
+// HeapInuse): its live and not yet swept objects and the free space in
+// their spans.
+func heapInUse() uint64 {
+	samples := []metrics.Sample{
+		{Name: "/memory/classes/heap/objects:bytes"},
+		{Name: "/memory/classes/heap/unused:bytes"},
+	}
+	metrics.Read(samples)
+	return samples[0].Value.Uint64() + samples[1].Value.Uint64()
 }

@@ -318,6 +318,7 @@ type tableRun struct {
 }
 
 func main() {
+	runIfBystander()
 	var d dataset
 	flag.IntVar(&d.rows, "rows", 1000000, "rows of the purged community, spread over the fixture tables")
 	flag.IntVar(&d.otherRows, "other-rows", 200000, "rows of the other community, which must survive")
@@ -493,19 +494,21 @@ func bench(ctx context.Context, out io.Writer, d dataset, methods []lifecycle.Pu
 		fmt.Fprintf(out, "\nthe bystander tenant's traffic (%d workers: single-row INSERT into a fenced table, primary-key SELECT), p50 / p99:\n", loadWorkers)
 		w = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(w, "phase	write p50	write p99	read p50	read p99	statements	p99 vs idle (write, read)	")
-		idle := base.idle
-		phase := func(name string, l latencies) {
+		// Each phase against the idle traffic measured on its own clone just
+		// before it.
+		phase := func(name string, l, idle latencies) {
 			fmt.Fprintf(w, "%s	%s	%s	%s	%s	%d	%.2fx, %.2fx	\n", name,
 				quantile(l.writes, 0.5).Round(time.Microsecond), quantile(l.writes, 0.99).Round(time.Microsecond),
 				quantile(l.reads, 0.5).Round(time.Microsecond), quantile(l.reads, 0.99).Round(time.Microsecond),
 				len(l.writes)+len(l.reads),
 				ratio(quantile(l.writes, 0.99), quantile(idle.writes, 0.99)), ratio(quantile(l.reads, 0.99), quantile(idle.reads, 0.99)))
 		}
-		phase("idle", idle)
-		phase("beside the single transaction", base.busy)
+		phase("idle", base.idle, base.idle)
+		phase("beside the single transaction", base.busy, base.idle)
 		for _, m := range methods {
 			r := median(batched[m])
-			phase("beside "+r.name, r.busy)
+			phase("idle before "+r.name, r.idle, r.idle)
+			phase("beside "+r.name, r.busy, r.idle)
 		}
 		w.Flush()
 		for _, m := range methods {
@@ -583,17 +586,21 @@ func onClone(ctx context.Context, clone func() (string, func(context.Context) er
 		var traffic *bystanderLoad
 		if load {
 			var err error
-			if idle, err = idleLoad(ctx, pool, idleWindow); err != nil {
+			if idle, err = idleLoad(ctx, url, idleWindow); err != nil {
 				return err
 			}
-			if traffic, err = startLoad(ctx, pool); err != nil {
+			if traffic, err = startLoad(ctx, url); err != nil {
 				return err
 			}
 		}
 		var err error
 		r, err = fn(ctx, pool)
 		if traffic != nil {
-			r.idle, r.busy = idle, traffic.finish()
+			busy, loadErr := traffic.finish()
+			if loadErr != nil {
+				return loadErr
+			}
+			r.idle, r.busy = idle, busy
 			if r.busy.errors > 0 {
 				return fmt.Errorf("%s: %d bystander statements failed", r.name, r.busy.errors)
 			}
@@ -649,7 +656,6 @@ func runBatched(ctx context.Context, pool *pgxpool.Pool, opts lifecycle.PurgeOpt
 	}
 	last := time.Now()
 	var done int64
-	var m runtime.MemStats
 	opts.Progress = func(p lifecycle.PurgeProgress) {
 		if p.Paused != "" {
 			return
@@ -660,9 +666,8 @@ func runBatched(ctx context.Context, pool *pgxpool.Pool, opts lifecycle.PurgeOpt
 		t.rows, t.batches, t.elapsed = p.Rows, t.batches+1, t.elapsed+now.Sub(last)
 		r.perTable[p.Table] = t
 		last = now
-		runtime.ReadMemStats(&m)
 		q := min(int(4*done/max(expected, 1)), 3)
-		r.heapByQuarter[q] = max(r.heapByQuarter[q], m.HeapInuse)
+		r.heapByQuarter[q] = max(r.heapByQuarter[q], heapInUse())
 	}
 	runtime.GC()
 	heap := sampleHeap()

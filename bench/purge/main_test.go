@@ -2,12 +2,19 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/tombstoneworks/communitydeletion/lifecycle"
 )
+
+// TestMain lets the test binary be the bystander process too.
+func TestMain(m *testing.M) {
+	runIfBystander()
+	os.Exit(m.Run())
+}
 
 // Every batched purge mechanic runs end to end on a small dataset and leaves
 // exactly the surviving data the single-transaction baseline leaves (bench
