@@ -192,8 +192,10 @@ type PurgeResult struct {
 	// Batches is the batch transactions this call committed.
 	Batches int
 	// LongestTx is the longest transaction this call ran, the final one
-	// included, waits for locks included.
-	LongestTx time.Duration
+	// included, waits for locks included, and LongestTxWork says what it
+	// did (e.g. "batch of messages", "sweep of messages", "final proof").
+	LongestTx     time.Duration
+	LongestTxWork string
 }
 
 // EnterPostgresPurged purges the community of a request at StageBindingsRemoved
@@ -388,7 +390,7 @@ func purgeTx(ctx context.Context, s *store, fn func(tx pgx.Tx, q *dbgen.Queries)
 // then the token proven current at bindings_removed under its fence
 // generation; then the executor settings. It records the transaction's
 // duration.
-func (r *purgeRun) tx(ctx context.Context, validate bool, fn func(tx pgx.Tx, q *dbgen.Queries) error) (time.Duration, error) {
+func (r *purgeRun) tx(ctx context.Context, work string, validate bool, fn func(tx pgx.Tx, q *dbgen.Queries) error) (time.Duration, error) {
 	start := time.Now()
 	err := purgeTx(ctx, r.store, func(tx pgx.Tx, q *dbgen.Queries) error {
 		if err := lockSchemaShared(ctx, q); err != nil {
@@ -408,8 +410,15 @@ func (r *purgeRun) tx(ctx context.Context, validate bool, fn func(tx pgx.Tx, q *
 		return fn(tx, q)
 	})
 	elapsed := time.Since(start)
-	r.result.LongestTx = max(r.result.LongestTx, elapsed)
+	r.noteTx(work, elapsed)
 	return elapsed, err
+}
+
+// noteTx keeps the longest transaction's duration and work.
+func (r *purgeRun) noteTx(work string, elapsed time.Duration) {
+	if elapsed > r.result.LongestTx {
+		r.result.LongestTx, r.result.LongestTxWork = elapsed, work
+	}
 }
 
 // purgeValidateCatalog refuses when the live catalog differs from the
@@ -435,7 +444,7 @@ func purgeValidateCatalog(ctx context.Context, q *dbgen.Queries) error {
 // checkpoints' done marks (a later pass).
 func (r *purgeRun) plan(ctx context.Context, recheck bool) (*purgePlan, error) {
 	plan := &purgePlan{}
-	_, err := r.tx(ctx, true, func(tx pgx.Tx, q *dbgen.Queries) error {
+	_, err := r.tx(ctx, "plan", true, func(tx pgx.Tx, q *dbgen.Queries) error {
 		shapes, err := q.PurgeTableShapes(ctx)
 		if err != nil {
 			return fmt.Errorf("list registered tables: %w", err)
@@ -674,7 +683,7 @@ func (b *purgeBatcher) sweep(ctx context.Context) (bool, error) {
 				}
 				return err
 			})
-		b.run.result.LongestTx = max(b.run.result.LongestTx, time.Since(start))
+		b.run.noteTx("sweep of "+t.name, time.Since(start))
 		if err != nil {
 			return false, fmt.Errorf("sweep %s: %w", t.name, err)
 		}
@@ -748,7 +757,7 @@ func (b *purgeBatcher) batch(ctx context.Context) (bool, error) {
 	var rows int64
 	var done bool
 	var stmt time.Duration
-	elapsed, err := r.tx(ctx, false, func(tx pgx.Tx, q *dbgen.Queries) error {
+	elapsed, err := r.tx(ctx, "batch of "+b.table.name, false, func(tx pgx.Tx, q *dbgen.Queries) error {
 		start := time.Now()
 		var err error
 		rows, done, err = b.statement(ctx, tx)
@@ -1006,7 +1015,7 @@ func (r *purgeRun) dropPartition(ctx context.Context, t *purgeTable, p dbgen.Pur
 	}
 	var err error
 	for range purgeDDLAttempts {
-		_, err = r.tx(ctx, false, func(tx pgx.Tx, q *dbgen.Queries) error {
+		_, err = r.tx(ctx, "detach of "+p.PartitionName, false, func(tx pgx.Tx, q *dbgen.Queries) error {
 			if err := q.PurgeLockTimeoutSet(ctx, purgeDDLLockTimeout); err != nil {
 				return fmt.Errorf("set lock_timeout: %w", err)
 			}
@@ -1181,7 +1190,7 @@ func (r *purgeRun) finish(ctx context.Context) ([]string, error) {
 	var remaining []string
 	deleted := map[string]int64{}
 	nullified := map[string]int64{}
-	_, err := r.tx(ctx, true, func(tx pgx.Tx, q *dbgen.Queries) error {
+	_, err := r.tx(ctx, "final proof", true, func(tx pgx.Tx, q *dbgen.Queries) error {
 		shapes, err := q.PurgeTableShapes(ctx)
 		if err != nil {
 			return fmt.Errorf("list registered tables: %w", err)
