@@ -38,16 +38,22 @@ vet:
 # Every test: the generated code is current, vet is clean, all packages pass
 # under the race detector against a real PostgreSQL, redis-server and S3
 # gateway (started by the tests themselves), and every fuzz target runs for
-# FUZZTIME (default 10s).
+# FUZZTIME (default 10s). The crash suite and the soaks run verbosely after
+# the rest, so that their counts (kill points survived, iterations, the
+# seed) show in CI's log.
 FUZZTIME ?= 10s
+LOUD = ./integration/crash ./integration/soak
+QUIET = $(filter-out $(addprefix $(shell go list -m)/,$(LOUD:./%=%)),$(shell go list ./...))
 
 test: sqlc-diff vet
-	go test -race -count=1 -timeout 60m ./...
+	go test -race -count=1 -timeout 60m $(QUIET)
+	go test -race -count=1 -timeout 30m -v $(LOUD)
 	FUZZTIME=$(FUZZTIME) bash .ci/fuzz
 
 # The same tests without the race detector or fuzzing: the quick local loop.
 test-quick: sqlc-diff vet
-	go test -count=1 -timeout 30m ./...
+	go test -count=1 -timeout 30m $(QUIET)
+	go test -count=1 -timeout 30m -v $(LOUD)
 
 # The main job: migrate a throwaway database and report.
 demo:
