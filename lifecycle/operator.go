@@ -730,38 +730,32 @@ func lockRequestForOperator(ctx context.Context, q *dbgen.Queries, id uuid.UUID)
 // unexpired lease on it. A missing request matches ErrNotFound.
 func lockRequestWithLease(ctx context.Context, q *dbgen.Queries, id uuid.UUID) (dbgen.DeletionRequestGetForOperatorRow, error) {
 	locked, err := q.DeletionRequestGetForOperator(ctx, id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return locked, notFoundf("deletion %s", id)
-	}
-	if err != nil {
-		return locked, fmt.Errorf("lock deletion %s: %w", id, err)
-	}
-	return locked, nil
+	return locked, requestReadErr(err, "lock", id)
 }
 
 // lockRequestRow locks request id FOR UPDATE, or returns an error matching
 // ErrNotFound.
 func lockRequestRow(ctx context.Context, q *dbgen.Queries, id uuid.UUID) (dbgen.CommunityDeletionRequest, error) {
 	row, err := q.DeletionRequestGetForUpdate(ctx, id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return row, notFoundf("deletion %s", id)
-	}
-	if err != nil {
-		return row, fmt.Errorf("lock deletion %s: %w", id, err)
-	}
-	return row, nil
+	return row, requestReadErr(err, "lock", id)
 }
 
 // getRequestRow reads request id or returns an error matching ErrNotFound.
 func getRequestRow(ctx context.Context, q *dbgen.Queries, id uuid.UUID) (dbgen.CommunityDeletionRequest, error) {
 	row, err := q.DeletionRequestGet(ctx, id)
+	return row, requestReadErr(err, "read", id)
+}
+
+// requestReadErr maps the error of reading request id: no row matches
+// ErrNotFound; another error is wrapped with what was done (verb).
+func requestReadErr(err error, verb string, id uuid.UUID) error {
 	if errors.Is(err, pgx.ErrNoRows) {
-		return row, notFoundf("deletion %s", id)
+		return notFoundf("deletion %s", id)
 	}
 	if err != nil {
-		return row, fmt.Errorf("read deletion %s: %w", id, err)
+		return fmt.Errorf("%s deletion %s: %w", verb, id, err)
 	}
-	return row, nil
+	return nil
 }
 
 // requestsFromRows converts stored rows, failing closed on the first bad one.
