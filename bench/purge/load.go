@@ -33,6 +33,15 @@ func quantile(d []time.Duration, q float64) time.Duration {
 	return s[min(int(q*float64(len(s))), len(s)-1)]
 }
 
+// plus is l and m pooled.
+func (l latencies) plus(m latencies) latencies {
+	return latencies{
+		writes: append(slices.Clone(l.writes), m.writes...),
+		reads:  append(slices.Clone(l.reads), m.reads...),
+		errors: l.errors + m.errors,
+	}
+}
+
 func (l latencies) String() string {
 	return fmt.Sprintf("write p50 %s p99 %s, read p50 %s p99 %s (%d writes, %d reads)",
 		quantile(l.writes, 0.5).Round(time.Microsecond), quantile(l.writes, 0.99).Round(time.Microsecond),
