@@ -705,7 +705,8 @@ func (j *job) purgePostgres(ctx context.Context) error {
 	}
 	j.setStage(lifecycle.StagePostgresPurged)
 	j.event(slog.LevelInfo, Event{Message: fmt.Sprintf("postgres purged in %d batches", result.Batches), TablesRows: final},
-		slog.Int("batches", result.Batches), slog.Int64("rows", total), slog.Any("rows_by_table", final))
+		slog.Int("batches", result.Batches), slog.Int64("rows", total), slog.Any("rows_by_table", final),
+		slog.Duration("longest_tx", result.LongestTx), slog.String("longest_tx_work", result.LongestTxWork))
 	return nil
 }
 

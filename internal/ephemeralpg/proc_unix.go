@@ -10,6 +10,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 )
 
@@ -47,6 +48,10 @@ func postgresUser() (attr *syscall.SysProcAttr, chown func(path string) error, e
 // directory.
 const watchdogScript = `read x; "$1" stop -D "$2" -m immediate -s >/dev/null 2>&1; rm -rf "$3"`
 
+// watchdogPipes holds the write end of every watchdog's pipe until its
+// release.
+var watchdogPipes sync.Map
+
 // startWatchdog starts a process that stops the cluster and removes its
 // directory when this process exits, however it exits (a panicking test,
 // go test's timeout, SIGKILL): it waits for EOF on a pipe whose write end
@@ -54,6 +59,11 @@ const watchdogScript = `read x; "$1" stop -D "$2" -m immediate -s >/dev/null 2>&
 // at this process leaves it alone. The returned func ends the watchdog in
 // an orderly way and waits for it, which also stops and removes the
 // cluster.
+//
+// The write ends are held in watchdogPipes until released: an *os.File that
+// nothing references is closed by its finalizer, and a Server or Replica
+// its caller dropped without Close would otherwise stop under a running
+// test at the next garbage collection.
 func startWatchdog(c *cluster) (release func() error, err error) {
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -74,7 +84,9 @@ func startWatchdog(c *cluster) (release func() error, err error) {
 		_ = w.Close()
 		return nil, fmt.Errorf("start watchdog: %w", err)
 	}
+	watchdogPipes.Store(w, struct{}{})
 	return func() error {
+		watchdogPipes.Delete(w)
 		_ = w.Close()
 		if err := cmd.Wait(); err != nil {
 			return fmt.Errorf("watchdog: %w", err)
