@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -468,6 +469,53 @@ func TestAStuckLockHolderBlocksDurablyNamingIt(t *testing.T) {
 	_, err = b.Operator.Unblock(ctx, id, "carol", "rolled back the forgotten prepared transaction")
 	require.NoError(t, err)
 	claimed, err := b.runner(t, b.config("executor-2")).RunRequest(ctx, id)
+	require.NoError(t, err)
+	require.True(t, claimed)
+	b.requireDeleted(t, id, target)
+}
+
+// messageSignal is a slog handler that closes seen when a record with its
+// message arrives.
+type messageSignal struct {
+	message string
+	once    sync.Once
+	seen    chan struct{}
+}
+
+func (m *messageSignal) Enabled(context.Context, slog.Level) bool { return true }
+func (m *messageSignal) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == m.message {
+		m.once.Do(func() { close(m.seen) })
+	}
+	return nil
+}
+func (m *messageSignal) WithAttrs([]slog.Attr) slog.Handler { return m }
+func (m *messageSignal) WithGroup(string) slog.Handler      { return m }
+
+// The final step releases the lease, so a heartbeat that lands after it
+// commits, before the run ends, finds the lease stale: that is the step's
+// own doing, and the run completes. (The runner holds the run at the final
+// event until such a heartbeat has happened.)
+func TestAHeartbeatAfterTheFinalStepDoesNotFailTheRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	target := b.createCommunity(t, 1)
+	id := b.approve(t, target)
+
+	signal := &messageSignal{message: "heartbeat inconclusive: a step in flight changes the lease", seen: make(chan struct{})}
+	cfg := b.config("executor-1")
+	cfg.HeartbeatInterval = time.Millisecond
+	cfg.Logger = slog.New(signal)
+	cfg.Progress = func(ev executor.Event) {
+		if ev.Stage == lifecycle.StageRetentionPending {
+			select {
+			case <-signal.seen:
+			case <-time.After(10 * time.Second):
+				t.Error("no heartbeat after the final step")
+			}
+		}
+	}
+	claimed, err := b.runner(t, cfg).RunRequest(t.Context(), id)
 	require.NoError(t, err)
 	require.True(t, claimed)
 	b.requireDeleted(t, id, target)

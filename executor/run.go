@@ -41,21 +41,23 @@ type job struct {
 	// tokenVersion rises whenever token changes, so the heartbeat can tell a
 	// stale answer to an old token from the loss of the lease.
 	tokenVersion int
-	// fencing is set while Fence is in flight: a stale answer to the
-	// pre-fence token may then be the fence's own doing.
-	fencing bool
+	// changingLease is set while a step that changes the lease is in
+	// flight (the fence, which re-issues the token, and the final step,
+	// which releases the lease): a stale answer to a heartbeat may then be
+	// the step's own doing.
+	changingLease bool
 }
 
-func (j *job) setFencing(on bool) {
+func (j *job) setChangingLease(on bool) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.fencing = on
+	j.changingLease = on
 }
 
-func (j *job) isFencing() bool {
+func (j *job) isChangingLease() bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return j.fencing
+	return j.changingLease
 }
 
 func (j *job) currentToken() (lifecycle.LeaseToken, int) {
@@ -253,6 +255,10 @@ func (r *Runner) backoff(j *job) time.Duration {
 	return d
 }
 
+// heartbeatInconclusive is the log message of a heartbeat that found the
+// lease changed while a step that changes it was in flight.
+const heartbeatInconclusive = "heartbeat inconclusive: a step in flight changes the lease"
+
 // heartbeat renews the lease every HeartbeatInterval until ctx is done. A
 // stale answer to the current token cancels the work at once, as does going a
 // whole lease without a successful renewal.
@@ -283,8 +289,10 @@ func (r *Runner) heartbeat(ctx context.Context, j *job, cancelWork context.Cance
 				if _, now := j.currentToken(); now != version {
 					continue // the token moved on (fenced) meanwhile: renew with the new one
 				}
-				if j.isFencing() {
-					break // inconclusive while the fence commits; the next tick tells
+				if j.isChangingLease() {
+					// Inconclusive while the step commits; the next tick tells.
+					j.logAt(slog.LevelDebug, j.currentStage(), heartbeatInconclusive)
+					break
 				}
 				cancelWork(err)
 				return
@@ -328,7 +336,13 @@ func (j *job) drive(ctx context.Context) error {
 		case lifecycle.StageLogicallyVerified:
 			j.unit = "retention_pending"
 			token, _ := j.currentToken()
+			// Once it commits the lease is gone: every later heartbeat
+			// answers stale, and the run is done.
+			j.setChangingLease(true)
 			err = j.r.cfg.Engine.EnterRetentionPending(ctx, token, map[string]string{"executor": j.r.cfg.Owner})
+			if err != nil {
+				j.setChangingLease(false)
+			}
 			if err == nil {
 				j.advance(lifecycle.StageRetentionPending, "retention pending")
 			}
@@ -383,14 +397,14 @@ func (j *job) quiesceAndFence(ctx context.Context) error {
 		}
 	}
 	j.unit = "fence"
-	j.setFencing(true)
+	j.setChangingLease(true)
 	generation, err := store.EnterFenced(ctx, token)
 	if err != nil {
-		j.setFencing(false)
+		j.setChangingLease(false)
 		return markNotDrainedRetryable(err)
 	}
 	j.setToken(token.WithFence(generation))
-	j.setFencing(false)
+	j.setChangingLease(false)
 	wait := time.Since(quiesced)
 	j.r.metrics.fenceWait.Observe(wait.Seconds())
 	j.advance(lifecycle.StageFenced, fmt.Sprintf("fenced at generation %d", generation),
