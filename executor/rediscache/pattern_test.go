@@ -247,7 +247,10 @@ func FuzzParseURL(f *testing.F) {
 			if strings.ContainsAny(text, "\r\n") || len(text) > 600 {
 				t.Fatalf("error text not one bounded line: %q", text)
 			}
-			if pw := password(raw); len(pw) >= 6 && strings.Contains(text, pw) {
+			// A password that is also written elsewhere in the URL (say, as
+			// the pattern the error quotes) may show through that other place.
+			if pw := password(raw); len(pw) >= 6 && strings.Contains(text, pw) &&
+				!strings.Contains(strings.Replace(raw, ":"+pw+"@", ":@", 1), pw) {
 				t.Fatalf("error %q shows the password %q", text, pw)
 			}
 			return
