@@ -5,8 +5,6 @@ package main
 // go test ./cmd/deletionctl -run '^$' -fuzz '^FuzzParseArgs$'.
 
 import (
-	"bytes"
-	"errors"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,16 +12,12 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tombstoneworks/communitydeletion/internal/cliflag/clitest"
 )
 
-// fzArgs splits a fuzz string into arguments at NUL bytes, which no real
-// argument can contain; "" is no arguments.
-func fzArgs(s string) []string {
-	if s == "" {
-		return nil
-	}
-	return strings.Split(s, "\x00")
-}
+// command is this command as the shared command-line checks know it.
+var command = clitest.Command{Name: "deletionctl", Usage: usage, Run: run}
 
 // fzRender writes cfg back as a command line: the command and, before or
 // after it, one --name=value flag per setting that differs from what the
@@ -127,7 +121,7 @@ func FuzzParseArgs(f *testing.F) {
 		f.Add(strings.Join(args, "\x00"), "postgres://env/db", false)
 	}
 	f.Fuzz(func(t *testing.T, argString, envURL string, flagsFirst bool) {
-		args := fzArgs(argString)
+		args := clitest.SplitArgs(argString)
 		getenv := func(name string) string {
 			if name == "DATABASE_URL" {
 				return envURL
@@ -136,23 +130,7 @@ func FuzzParseArgs(f *testing.F) {
 		}
 		cfg, err := parseArgs(args, getenv)
 		if err != nil {
-			var usageErr *usageError
-			require.True(t, errors.Is(err, errHelp) || errors.As(err, &usageErr), "%q: unexpected error %v", args, err)
-			var stdout, stderr bytes.Buffer
-			code := run(t.Context(), args, &stdout, &stderr)
-			if errors.Is(err, errHelp) {
-				require.Equal(t, exitOK, code)
-				require.Equal(t, usage, stdout.String())
-				require.Empty(t, stderr.String())
-				return
-			}
-			require.Equal(t, exitUsage, code, "%q", args)
-			require.Empty(t, stdout.String())
-			line := stderr.String()
-			require.True(t, strings.HasPrefix(line, "deletionctl: ") && strings.HasSuffix(line, " (run 'deletionctl -h' for usage)\n"),
-				"%q: stderr %q", args, line)
-			require.Equal(t, 1, strings.Count(line, "\n"), "%q: one line on stderr, got %q", args, line)
-			require.NotContains(t, line, "\r", "%q", args)
+			command.RequireRefusal(t, args, err)
 			return
 		}
 

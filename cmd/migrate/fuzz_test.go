@@ -5,14 +5,17 @@ package main
 // run it with go test ./cmd/migrate -run '^$' -fuzz '^FuzzParseArgs$'.
 
 import (
-	"bytes"
-	"errors"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/tombstoneworks/communitydeletion/internal/cliflag/clitest"
 )
+
+// command is this command as the shared command-line checks know it.
+var command = clitest.Command{Name: "migrate", Usage: usage, Run: run}
 
 // fzRender writes cfg back as a canonical command line: the command, its
 // VERSION, then one --name=value flag per setting.
@@ -73,10 +76,7 @@ func FuzzParseArgs(f *testing.F) {
 		f.Add(strings.Join(args, "\x00"), "postgres://env/db")
 	}
 	f.Fuzz(func(t *testing.T, argString, envURL string) {
-		var args []string
-		if argString != "" {
-			args = strings.Split(argString, "\x00")
-		}
+		args := clitest.SplitArgs(argString)
 		getenv := func(name string) string {
 			if name == "DATABASE_URL" {
 				return envURL
@@ -85,23 +85,7 @@ func FuzzParseArgs(f *testing.F) {
 		}
 		cfg, err := parseArgs(args, getenv)
 		if err != nil {
-			var usageErr *usageError
-			require.True(t, errors.Is(err, errHelp) || errors.As(err, &usageErr), "%q: unexpected error %v", args, err)
-			var stdout, stderr bytes.Buffer
-			code := run(t.Context(), args, &stdout, &stderr)
-			if errors.Is(err, errHelp) {
-				require.Equal(t, exitOK, code)
-				require.Equal(t, usage, stdout.String())
-				require.Empty(t, stderr.String())
-				return
-			}
-			require.Equal(t, exitUsage, code, "%q", args)
-			require.Empty(t, stdout.String())
-			line := stderr.String()
-			require.True(t, strings.HasPrefix(line, "migrate: ") && strings.HasSuffix(line, " (run 'migrate -h' for usage)\n"),
-				"%q: stderr %q", args, line)
-			require.Equal(t, 1, strings.Count(line, "\n"), "%q: one line on stderr, got %q", args, line)
-			require.NotContains(t, line, "\r", "%q", args)
+			command.RequireRefusal(t, args, err)
 			return
 		}
 
