@@ -648,6 +648,20 @@ func (r *purgeRun) purgeTable(ctx context.Context, t *purgeTable) error {
 // probe visits the index entries its batch left dead, and marks them so
 // (once no snapshot can still see the rows), so the final transaction's
 // proof does not walk them all at once.
+//
+// The probes must walk the index that proof walks, the one led by
+// community_id (a keyset table has one over (community_id, key)), and
+// bounded at both ends of their range. Written "community_id = $1 AND key
+// > $2", the planner, whose statistics still count the purged rows, often
+// chose a primary key on the key alone, marked its entries instead, and the
+// final proof then visited the heap for every dead entry of the
+// community's index (577 ms of a 784 ms final transaction at 10,000,000
+// rows). A row comparison over (community_id, key) steers the planner but
+// bounds only the start of a PostgreSQL 15 index scan, which then walks to
+// the end of the community. So community_id is matched as a one-element
+// array: still an equality for the index scan, which keeps both key bounds,
+// but not one that makes "ORDER BY community_id, key" redundant, so that
+// only the community's index yields the order.
 func (b *purgeBatcher) sweep(ctx context.Context) (bool, error) {
 	t := b.table
 	key := pgx.Identifier{t.key}.Sanitize()
@@ -655,10 +669,12 @@ func (b *purgeBatcher) sweep(ctx context.Context) (bool, error) {
 	if b.descending() {
 		after, upTo, order = " < ", " >= ", " DESC"
 	}
+	orderBy := " ORDER BY community_id" + order + ", " + key + order
 	var from any
 	for i := 0; i <= len(b.bounds); i++ {
+		// community_id = ANY of a one-element array, not "=": see above.
 		args := []any{b.run.token.CommunityID}
-		filter := "community_id = $1"
+		filter := "community_id = ANY (ARRAY[$1]::uuid[])"
 		if from != nil {
 			args = append(args, from)
 			filter += " AND " + key + after + fmt.Sprintf("$%d", len(args))
@@ -676,7 +692,7 @@ func (b *purgeBatcher) sweep(ctx context.Context) (bool, error) {
 					return fmt.Errorf("set enable_seqscan: %w", err)
 				}
 				var one int
-				err := tx.QueryRow(ctx, "SELECT 1 FROM "+t.ident()+" WHERE "+filter+" ORDER BY "+key+order+" LIMIT 1", args...).Scan(&one)
+				err := tx.QueryRow(ctx, "SELECT 1 FROM "+t.ident()+" WHERE "+filter+orderBy+" LIMIT 1", args...).Scan(&one)
 				found = err == nil
 				if errors.Is(err, pgx.ErrNoRows) {
 					return nil

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -658,4 +659,67 @@ func TestPurgePostgresWithinTheWholeLifecycle(t *testing.T) {
 		require.Zero(t, n, "%s still holds rows of the deleted community", table)
 	}
 	require.Equal(t, otherBefore, b.checksums(t, other), "no other community's row changed")
+}
+
+// A row the keyset walk left behind it (written by a superuser who set
+// session_replication_role, past the fence) is found by the walk's own
+// sweep, which walks the table again at once, not only by the final proof.
+func TestPurgePostgresSweepFindsARowLeftBehindTheKeyset(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	target := testfactory.Community(ctx, t, b.DB, nil).ID
+	other := testfactory.Community(ctx, t, b.DB, nil).ID
+	testfactory.WriteRows(ctx, t, b.DB, other, fewThousandRows)
+	testfactory.WriteRows(ctx, t, b.DB, target, fewThousandRows)
+	otherBefore := b.checksums(t, other)
+	counts := b.rowCounts(t, target)
+	_, token := testfactory.Request(ctx, t, b.DB, &testfactory.RequestOpts{CommunityID: target, Stage: lifecycle.StageBindingsRemoved})
+
+	const table = "fixture_activity"
+	var reports []lifecycle.PurgeProgress
+	planted := false
+	result, err := b.Engine.EnterPostgresPurged(ctx, token, lifecycle.PurgeOptions{
+		MaxRowsPerTx: 500,
+		Method:       lifecycle.PurgeMethodKeyset,
+		Progress: func(p lifecycle.PurgeProgress) {
+			reports = append(reports, p)
+			if p.Table != table || p.Done || planted {
+				return
+			}
+			planted = true
+			require.NoError(t, pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, "SET LOCAL session_replication_role = replica"); err != nil {
+					return err
+				}
+				_, err := tx.Exec(ctx, `INSERT INTO fixture_activity (community_id, id, kind) OVERRIDING SYSTEM VALUE
+					VALUES ($1, -1, 'behind the cursor')`, target)
+				return err
+			}))
+		},
+	})
+	require.NoError(t, err)
+	require.True(t, planted, "the table took more than one batch")
+	b.requirePurged(t, token)
+	require.Equal(t, counts[table]+1, result.Deleted[table])
+	require.Equal(t, otherBefore, b.checksums(t, other))
+
+	// The table finished twice in a row: its walk, then the walk the sweep
+	// ordered. Another table between them would mean the final proof found
+	// the row instead.
+	var sequence []string
+	for _, p := range reports {
+		if len(sequence) == 0 || sequence[len(sequence)-1] != p.Table {
+			sequence = append(sequence, p.Table)
+		}
+	}
+	require.Equal(t, 1, strings.Count(strings.Join(sequence, " "), table), "%s is walked in one stretch: %v", table, sequence)
+	require.NotEqual(t, table, sequence[len(sequence)-1], "a table after %s tells the sweep from the final proof: %v", table, sequence)
+	var done int
+	for _, p := range reports {
+		if p.Table == table && p.Done {
+			done++
+		}
+	}
+	require.Equal(t, 2, done, "%s finished, was found unclean by its sweep and finished again", table)
 }
