@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/uuid"
@@ -38,6 +38,28 @@ func (b *testBundle) rowCounts(t *testing.T, community uuid.UUID) map[string]int
 		counts[table] = n
 	}
 	return counts
+}
+
+// purgeScene is a target community at bindings_removed beside another, both
+// with fewThousandRows, and what the purge must account for and leave.
+type purgeScene struct {
+	target, other uuid.UUID
+	token         lifecycle.LeaseToken
+	counts        map[string]int64  // the target's rows per table
+	otherBefore   map[string]string // the other's checksums
+}
+
+// newPurgeScene writes the scene.
+func (b *testBundle) newPurgeScene(t *testing.T) purgeScene {
+	t.Helper()
+	ctx := t.Context()
+	s := purgeScene{target: testfactory.Community(ctx, t, b.DB, nil).ID, other: testfactory.Community(ctx, t, b.DB, nil).ID}
+	testfactory.WriteRows(ctx, t, b.DB, s.target, fewThousandRows)
+	testfactory.WriteRows(ctx, t, b.DB, s.other, fewThousandRows)
+	s.counts = b.rowCounts(t, s.target)
+	s.otherBefore = b.checksums(t, s.other)
+	_, s.token = testfactory.Request(ctx, t, b.DB, &testfactory.RequestOpts{CommunityID: s.target, Stage: lifecycle.StageBindingsRemoved})
+	return s
 }
 
 // checksums digests each fixture table's rows of community.
@@ -247,13 +269,8 @@ func TestPurgePostgresResumesAfterCancelAndAfterItsConnectionIsKilled(t *testing
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
-	target := testfactory.Community(ctx, t, b.DB, nil).ID
-	other := testfactory.Community(ctx, t, b.DB, nil).ID
-	testfactory.WriteRows(ctx, t, b.DB, target, fewThousandRows)
-	testfactory.WriteRows(ctx, t, b.DB, other, fewThousandRows)
-	counts := b.rowCounts(t, target)
-	otherBefore := b.checksums(t, other)
-	_, first := testfactory.Request(ctx, t, b.DB, &testfactory.RequestOpts{CommunityID: target, Stage: lifecycle.StageBindingsRemoved})
+	scene := b.newPurgeScene(t)
+	target, other, counts, otherBefore, first := scene.target, scene.other, scene.counts, scene.otherBefore, scene.token
 
 	// 1. The caller cancels after a few batches.
 	cancelCtx, cancel := context.WithCancel(ctx)
@@ -668,18 +685,12 @@ func TestPurgePostgresSweepFindsARowLeftBehindTheKeyset(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
-	target := testfactory.Community(ctx, t, b.DB, nil).ID
-	other := testfactory.Community(ctx, t, b.DB, nil).ID
-	testfactory.WriteRows(ctx, t, b.DB, other, fewThousandRows)
-	testfactory.WriteRows(ctx, t, b.DB, target, fewThousandRows)
-	otherBefore := b.checksums(t, other)
-	counts := b.rowCounts(t, target)
-	_, token := testfactory.Request(ctx, t, b.DB, &testfactory.RequestOpts{CommunityID: target, Stage: lifecycle.StageBindingsRemoved})
+	scene := b.newPurgeScene(t)
 
 	const table = "fixture_activity"
 	var reports []lifecycle.PurgeProgress
 	planted := false
-	result, err := b.Engine.EnterPostgresPurged(ctx, token, lifecycle.PurgeOptions{
+	result, err := b.Engine.EnterPostgresPurged(ctx, scene.token, lifecycle.PurgeOptions{
 		MaxRowsPerTx: 500,
 		Method:       lifecycle.PurgeMethodKeyset,
 		Progress: func(p lifecycle.PurgeProgress) {
@@ -693,16 +704,16 @@ func TestPurgePostgresSweepFindsARowLeftBehindTheKeyset(t *testing.T) {
 					return err
 				}
 				_, err := tx.Exec(ctx, `INSERT INTO fixture_activity (community_id, id, kind) OVERRIDING SYSTEM VALUE
-					VALUES ($1, -1, 'behind the cursor')`, target)
+					VALUES ($1, -1, 'behind the cursor')`, scene.target)
 				return err
 			}))
 		},
 	})
 	require.NoError(t, err)
 	require.True(t, planted, "the table took more than one batch")
-	b.requirePurged(t, token)
-	require.Equal(t, counts[table]+1, result.Deleted[table])
-	require.Equal(t, otherBefore, b.checksums(t, other))
+	b.requirePurged(t, scene.token)
+	require.Equal(t, scene.counts[table]+1, result.Deleted[table])
+	require.Equal(t, scene.otherBefore, b.checksums(t, scene.other))
 
 	// The table finished twice in a row: its walk, then the walk the sweep
 	// ordered. Another table between them would mean the final proof found
