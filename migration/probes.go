@@ -48,6 +48,17 @@ func functionBody(signature, text string) check {
 	}
 }
 
+// functionComment checks that a function's comment contains text: the
+// probe of a migration that documents a function rather than creating one.
+func functionComment(signature, text string) check {
+	return check{
+		what: fmt.Sprintf("function %s commented with %q", signature, text),
+		query: `SELECT coalesce(strpos(obj_description(
+			to_regprocedure(format('%I.%s', current_schema(), $1::text)), 'pg_proc'), $2::text) > 0, false)`,
+		args: []any{signature, text},
+	}
+}
+
 // trigger checks that a trigger exists on a table.
 func trigger(tableName, name string) check {
 	return check{
@@ -130,6 +141,9 @@ var legacyProbes = map[int64][]check{
 	},
 	13: { // 00013_community_deletion_purge_pressure.sql
 		function("community_deletion_purge_pressure()"),
+	},
+	14: { // 00014_community_deletion_refusal_marker.sql
+		functionComment("assert_community_write_allowed(uuid)", "community_write_fence"),
 	},
 }
 
