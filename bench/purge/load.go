@@ -42,13 +42,6 @@ func (l latencies) plus(m latencies) latencies {
 	}
 }
 
-func (l latencies) String() string {
-	return fmt.Sprintf("write p50 %s p99 %s, read p50 %s p99 %s (%d writes, %d reads)",
-		quantile(l.writes, 0.5).Round(time.Microsecond), quantile(l.writes, 0.99).Round(time.Microsecond),
-		quantile(l.reads, 0.5).Round(time.Microsecond), quantile(l.reads, 0.99).Round(time.Microsecond),
-		len(l.writes), len(l.reads))
-}
-
 // bystanderLoad is traffic of another tenant beside a purge, in a child
 // process of its own (this program, with bystanderEnv set), as another
 // service's would be: the executor's garbage collector and the heap

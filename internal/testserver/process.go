@@ -149,10 +149,6 @@ func (p *Process) Stop(grace time.Duration) error {
 	return p.release()
 }
 
-// Kill kills the server with SIGKILL, as a crash would, and waits for it to
-// exit. The watchdog stays until Stop.
-func (p *Process) Kill() error { return p.kill() }
-
 func (p *Process) kill() error {
 	err := p.cmd.Process.Kill()
 	<-p.exited

@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
-	"sync/atomic"
 )
 
 // Hook decides one proxied request's fate: answer it itself (a fault),
@@ -25,9 +24,8 @@ type Proxy struct {
 	// URL is the proxy's base URL, e.g. http://127.0.0.1:41234.
 	URL string
 
-	srv      *httptest.Server
-	forward  http.Handler
-	requests atomic.Int64
+	srv     *httptest.Server
+	forward http.Handler
 
 	mu   sync.Mutex
 	hook Hook
@@ -47,7 +45,6 @@ func NewProxy(target string) (*Proxy, error) {
 }
 
 func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
-	p.requests.Add(1)
 	p.mu.Lock()
 	hook := p.hook
 	p.mu.Unlock()
@@ -64,9 +61,6 @@ func (p *Proxy) SetHook(h Hook) {
 	defer p.mu.Unlock()
 	p.hook = h
 }
-
-// Requests returns how many requests reached the proxy so far.
-func (p *Proxy) Requests() int64 { return p.requests.Load() }
 
 // Close stops the proxy and closes its connections.
 func (p *Proxy) Close() {

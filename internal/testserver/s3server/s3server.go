@@ -2,7 +2,7 @@
 // TEST_S3_ENDPOINT (with TEST_S3_ACCESS_KEY, TEST_S3_SECRET_KEY and
 // TEST_S3_BUCKET), else Versity's gateway (versitygw) started as a throwaway
 // process on a free loopback port over a temporary directory. When neither
-// can be had, RunTests fails the test binary naming the install command:
+// can be had, StartForTests fails the test binary naming the install command:
 // tests never skip.
 package s3server
 
@@ -16,7 +16,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -204,12 +203,3 @@ func StartForTests() (*Server, func()) {
 	}
 }
 
-// RunTests is a test binary's whole TestMain: StartForTests, the tests, the
-// stop, and exit with the tests' status.
-func RunTests(m *testing.M, server **Server) {
-	s, stop := StartForTests()
-	*server = s
-	code := m.Run()
-	stop()
-	os.Exit(code)
-}
