@@ -202,4 +202,3 @@ func StartForTests() (*Server, func()) {
 		}
 	}
 }
-
