@@ -54,11 +54,6 @@ func setupOn(t *testing.T, server *ephemeralpg.Server) *testBundle {
 	return &testBundle{DB: testfactory.NewDB(t, url, pool), root: root, files: executor.NewFileObjectStore(root), cache: executor.NewMemoryCache()}
 }
 
-// prefixes is the storage layout of the tests' service.
-func prefixes(community uuid.UUID) []string {
-	return []string{"media/" + community.String() + "/", "uploads/" + community.String() + "/"}
-}
-
 // community is a seeded fixture community.
 type community struct {
 	id   uuid.UUID
@@ -101,7 +96,7 @@ func (b *testBundle) createCommunity(t *testing.T, files int) community {
 func (b *testBundle) approve(t *testing.T, c community) uuid.UUID {
 	t.Helper()
 	ctx := t.Context()
-	storage, err := executor.SummarizeStorage(ctx, b.files, prefixes(c.id))
+	storage, err := executor.SummarizeStorage(ctx, b.files, fixture.ObjectPrefixes(c.id))
 	require.NoError(t, err)
 	request, _ := testfactory.Request(ctx, t, b.DB, &testfactory.RequestOpts{CommunityID: c.id, Stage: lifecycle.StageApproved,
 		RequestedBy: "alice", Reason: "test", Storage: &storage, ApprovedBy: "bob", ApprovalNote: "ok"})
@@ -111,7 +106,7 @@ func (b *testBundle) approve(t *testing.T, c community) uuid.UUID {
 // config is a runner config over the bundle with small, fast settings.
 func (b *testBundle) config(owner string) executor.Config {
 	return executor.Config{
-		Engine: b.Engine, Objects: b.files, Cache: b.cache, Owner: owner, Prefixes: prefixes,
+		Engine: b.Engine, Objects: b.files, Cache: b.cache, Owner: owner, Prefixes: fixture.ObjectPrefixes,
 		ChunkSize: 2, RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond,
 		Purge: lifecycle.PurgeOptions{MaxRowsPerTx: 2},
 	}

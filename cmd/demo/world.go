@@ -31,7 +31,7 @@ type community struct {
 
 // prefixes are the community's object-store prefixes.
 func (c *community) prefixes() []string {
-	return []string{"media/" + c.id.String() + "/", "uploads/" + c.id.String() + "/"}
+	return fixture.ObjectPrefixes(c.id)
 }
 
 // world is the demo's three communities and their stores.

@@ -100,7 +100,7 @@ func child() int {
 	}
 	runner, err := executor.New(executor.Config{
 		Engine: engine, Objects: executor.NewFileObjectStore(os.Getenv(envObjects)), Cache: cache,
-		Owner: fmt.Sprintf("crash-%d", os.Getpid()), Prefixes: prefixes,
+		Owner: fmt.Sprintf("crash-%d", os.Getpid()), Prefixes: fixture.ObjectPrefixes,
 		LeaseDuration: 2 * time.Second, HeartbeatInterval: 300 * time.Millisecond,
 		ChunkSize: 10, RetryBase: time.Millisecond, RetryMax: 20 * time.Millisecond,
 		Purge: lifecycle.PurgeOptions{MaxRowsPerTx: 150, TxBudget: 5 * time.Millisecond},
@@ -144,11 +144,6 @@ func child() int {
 	}
 }
 
-// prefixes is the storage layout: two prefixes per community.
-func prefixes(community uuid.UUID) []string {
-	return []string{"media/" + community.String() + "/", "uploads/" + community.String() + "/"}
-}
-
 // world is one deletion to crash through: the servers, the target and a
 // bystander.
 type world struct {
@@ -184,7 +179,7 @@ func (w *world) populate(t *testing.T, community uuid.UUID, scale int) {
 		require.NoError(t, err)
 	}
 	for i := range scale * 30 {
-		for _, prefix := range prefixes(community) {
+		for _, prefix := range fixture.ObjectPrefixes(community) {
 			path := filepath.Join(w.root, filepath.FromSlash(prefix+fmt.Sprintf("dir-%d/file-%04d", i%7, i)))
 			require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
 			require.NoError(t, os.WriteFile(path, []byte(path), 0o644))
@@ -209,7 +204,7 @@ func (w *world) fingerprint(t *testing.T, community uuid.UUID) string {
 			FROM %s t WHERE community_id = $1`, table), community).Scan(&digest))
 		fmt.Fprintf(sum, "%s=%s\n", table, digest)
 	}
-	for _, prefix := range prefixes(community) {
+	for _, prefix := range fixture.ObjectPrefixes(community) {
 		_ = filepath.WalkDir(filepath.Join(w.root, filepath.FromSlash(prefix)), func(path string, d fs.DirEntry, err error) error {
 			if err == nil && d.Type().IsRegular() {
 				body, _ := os.ReadFile(path)
@@ -238,7 +233,7 @@ func (w *world) leftovers(t *testing.T, community uuid.UUID) map[string]int {
 			left[table] = n
 		}
 	}
-	for _, prefix := range prefixes(community) {
+	for _, prefix := range fixture.ObjectPrefixes(community) {
 		_ = filepath.WalkDir(filepath.Join(w.root, filepath.FromSlash(prefix)), func(_ string, d fs.DirEntry, err error) error {
 			if err == nil && d.Type().IsRegular() {
 				left["files"]++
@@ -290,7 +285,7 @@ func newWorld(t *testing.T, scale int) *world {
 	require.NoError(t, err)
 	schema, err := clients.Operator.InventorySchema(ctx, w.target)
 	require.NoError(t, err)
-	storage, err := executor.SummarizeStorage(ctx, executor.NewFileObjectStore(w.root), prefixes(w.target))
+	storage, err := executor.SummarizeStorage(ctx, executor.NewFileObjectStore(w.root), fixture.ObjectPrefixes(w.target))
 	require.NoError(t, err)
 	_, err = clients.Operator.FreezeInventory(ctx, request.ID, lifecycle.FrozenInventory{Schema: *schema, Storage: storage})
 	require.NoError(t, err)
