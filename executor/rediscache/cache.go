@@ -33,9 +33,6 @@ const (
 	MaxPatterns = 64
 )
 
-// maxErrorText bounds the text of every error this package returns.
-const maxErrorText = 600
-
 var (
 	// ErrInvalidConfig reports Options or a Config that New or Open refuses.
 	ErrInvalidConfig = errors.New("rediscache: invalid configuration")
@@ -341,8 +338,10 @@ func (c *Cache) fail(op string, node *redis.Client, match string, err error) err
 	return &Error{Op: op, Addr: node.Options().Addr, Match: match, Err: err}
 }
 
-// bound makes s one line of at most maxErrorText bytes.
-func bound(s string) string { return errtext.Line(s, maxErrorText) }
+// bound makes s one line of at most errtext.Max bytes, as every error this
+// package returns is: a server's message can be arbitrarily long, and an
+// error is printed on one line of a log or a CLI.
+func bound(s string) string { return errtext.Line(s, errtext.Max) }
 
 // clip cuts s to at most n bytes (n >= 64).
 func clip(s string, n int) string { return errtext.Clip(s, n) }

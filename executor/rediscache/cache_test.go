@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tombstoneworks/communitydeletion/executor/rediscache"
+	"github.com/tombstoneworks/communitydeletion/internal/errtext/errtexttest"
 	"github.com/tombstoneworks/communitydeletion/internal/testserver/redisserver"
 )
 
@@ -244,7 +245,7 @@ func TestServerRestartMidPurge(t *testing.T) {
 	n, err := cache.Purge(ctx, id)
 	require.True(t, restarted)
 	require.ErrorIs(t, err, rediscache.ErrServerRestarted)
-	requireOneBoundedLine(t, err)
+	errtexttest.RequireLine(t, err)
 	left := existing(t, rc, keys)
 	require.Equal(t, int64(len(keys)-len(left)), n, "the count is what UNLINK removed")
 	t.Logf("%d of %d keys left after the interrupted purge", len(left), len(keys))
@@ -361,11 +362,4 @@ func TestCluster(t *testing.T) {
 	empty, err = cache.Empty(ctx, id)
 	require.NoError(t, err)
 	require.False(t, empty)
-}
-
-func requireOneBoundedLine(t *testing.T, err error) {
-	t.Helper()
-	text := err.Error()
-	require.NotContains(t, text, "\n")
-	require.LessOrEqual(t, len(text), 600, text)
 }

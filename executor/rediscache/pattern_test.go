@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tombstoneworks/communitydeletion/executor/rediscache"
-	"github.com/tombstoneworks/communitydeletion/internal/secrettest"
+	"github.com/tombstoneworks/communitydeletion/internal/errtext/errtexttest"
 )
 
 func TestParsePattern(t *testing.T) {
@@ -49,7 +49,7 @@ func TestParsePattern(t *testing.T) {
 	for _, template := range bad {
 		_, err := rediscache.ParsePattern(template)
 		require.ErrorIs(t, err, rediscache.ErrInvalidPattern, "%q", template)
-		requireOneBoundedLine(t, err)
+		errtexttest.RequireLine(t, err)
 	}
 	p, err := rediscache.ParsePattern("quota:{community}")
 	require.NoError(t, err)
@@ -221,7 +221,7 @@ func TestParseURL(t *testing.T) {
 		require.ErrorAs(t, err, &ue, raw)
 		require.Equal(t, part, ue.Part, "%s: %v", raw, err)
 		require.NotContains(t, err.Error(), "Sup3rSecretPw")
-		requireOneBoundedLine(t, err)
+		errtexttest.RequireLine(t, err)
 	}
 }
 
@@ -244,12 +244,9 @@ func FuzzParseURL(f *testing.F) {
 			if !errors.As(err, &ue) || !errors.Is(err, rediscache.ErrInvalidURL) {
 				t.Fatalf("error %v is not a *URLError", err)
 			}
-			text := err.Error()
-			if strings.ContainsAny(text, "\r\n") || len(text) > 600 {
-				t.Fatalf("error text not one bounded line: %q", text)
-			}
-			if shows, form := secrettest.Shows(raw, refusal); shows {
-				t.Fatalf("%q: error %q shows the password %q", raw, text, form)
+			errtexttest.RequireLine(t, err)
+			if shows, form := errtexttest.ShowsPassword(raw, refusal); shows {
+				t.Fatalf("%q: error %q shows the password %q", raw, err.Error(), form)
 			}
 			return
 		}

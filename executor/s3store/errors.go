@@ -11,11 +11,6 @@ import (
 	"github.com/tombstoneworks/communitydeletion/internal/errtext"
 )
 
-// maxErrorText bounds the text of every error this package returns: a
-// server's message can be arbitrarily long, and an error is printed on one
-// line of a log or a CLI.
-const maxErrorText = 600
-
 var (
 	// ErrInvalidConfig reports Options or a Config that New or Open refuses.
 	ErrInvalidConfig = errors.New("s3store: invalid configuration")
@@ -84,8 +79,10 @@ func (e *DeleteError) Error() string {
 	return bound(b.String())
 }
 
-// bound makes s one line of at most maxErrorText bytes.
-func bound(s string) string { return errtext.Line(s, maxErrorText) }
+// bound makes s one line of at most errtext.Max bytes, as every error this
+// package returns is: a server's message can be arbitrarily long, and an
+// error is printed on one line of a log or a CLI.
+func bound(s string) string { return errtext.Line(s, errtext.Max) }
 
 // clip cuts s to at most n bytes (n >= 64).
 func clip(s string, n int) string { return errtext.Clip(s, n) }

@@ -16,7 +16,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -24,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tombstoneworks/communitydeletion/executor/s3store"
+	"github.com/tombstoneworks/communitydeletion/internal/errtext/errtexttest"
 	"github.com/tombstoneworks/communitydeletion/internal/testserver"
 	"github.com/tombstoneworks/communitydeletion/internal/testserver/s3server"
 )
@@ -262,7 +262,7 @@ func TestThrottlingIsRetried(t *testing.T) {
 	require.ErrorAs(t, err, &api)
 	require.Equal(t, "SlowDown", api.ErrorCode())
 	require.Equal(t, int64(3), attempts.Load())
-	requireOneBoundedLine(t, err)
+	errtexttest.RequireLine(t, err)
 }
 
 // TestPerKeyDeleteErrors has the server report some keys of a DeleteObjects
@@ -293,7 +293,7 @@ func TestPerKeyDeleteErrors(t *testing.T) {
 	require.Equal(t, s3store.KeyError{Key: "k/03", Code: "AccessDenied", Message: "Access Denied"}, de.First[0])
 	require.Contains(t, err.Error(), `4 of 10 keys not deleted: "k/03" AccessDenied`)
 	require.Contains(t, err.Error(), "and 1 more")
-	requireOneBoundedLine(t, err)
+	errtexttest.RequireLine(t, err)
 	left, _ := e.list(t, "k/")
 	require.Equal(t, []string{"k/03", "k/04", "k/05", "k/07"}, left)
 
@@ -357,7 +357,7 @@ func TestConnectionCutMidListing(t *testing.T) {
 	require.ErrorIs(t, err, io.ErrUnexpectedEOF)
 	require.Equal(t, keys[:100], got)
 	require.Equal(t, int64(3), attempts.Load())
-	requireOneBoundedLine(t, err)
+	errtexttest.RequireLine(t, err)
 
 	e.proxy.SetHook(func(w http.ResponseWriter, r *http.Request, forward http.Handler) {
 		testserver.CutMidBody(w, r, forward, 0.5)
@@ -441,7 +441,7 @@ func TestInconsistentListingFailsClosed(t *testing.T) {
 			require.Contains(t, err.Error(), c.want)
 			require.Subset(t, keys, got, "only real keys, each once")
 			require.Len(t, slices.Compact(slices.Sorted(slices.Values(got))), len(got))
-			requireOneBoundedLine(t, err)
+			errtexttest.RequireLine(t, err)
 		})
 	}
 	// Untouched, the same listing is fine.
@@ -505,16 +505,8 @@ func TestLongServerMessagesAreBounded(t *testing.T) {
 	require.ErrorAs(t, err, &api)
 	require.Equal(t, "AccessDenied", api.ErrorCode())
 	require.Contains(t, err.Error(), "s3store: probe s3://"+e.cfg.Bucket+"/"+e.cfg.Root+"x/")
-	requireOneBoundedLine(t, err)
+	errtexttest.RequireLine(t, err)
 	err = e.store.Delete(t.Context(), []string{"x/1"})
 	require.ErrorAs(t, err, &api)
-	requireOneBoundedLine(t, err)
-}
-
-func requireOneBoundedLine(t *testing.T, err error) {
-	t.Helper()
-	text := err.Error()
-	require.NotContains(t, text, "\n")
-	require.LessOrEqual(t, len(text), 600, text)
-	require.True(t, utf8.ValidString(text))
+	errtexttest.RequireLine(t, err)
 }

@@ -11,21 +11,18 @@ import (
 	"testing"
 
 	"github.com/tombstoneworks/communitydeletion/executor/storeurl"
-	"github.com/tombstoneworks/communitydeletion/internal/secrettest"
+	"github.com/tombstoneworks/communitydeletion/internal/errtext/errtexttest"
 )
 
 // checkParseError checks what every refusal promises: a *storeurl.Error
-// matching ErrInvalidURL, one line of at most 600 bytes.
+// matching ErrInvalidURL, one bounded line.
 func checkParseError(t *testing.T, raw string, err error, store string) {
 	t.Helper()
 	var se *storeurl.Error
 	if !errors.As(err, &se) || !errors.Is(err, storeurl.ErrInvalidURL) || se.Store != store || se.Op != "parse" {
 		t.Fatalf("%q: error %v (%T) is not a parse *storeurl.Error of the %s URL", raw, err, err, store)
 	}
-	text := err.Error()
-	if strings.ContainsAny(text, "\r\n") || len(text) > 600 {
-		t.Fatalf("%q: error is not one bounded line: %q", raw, text)
-	}
+	errtexttest.RequireLine(t, err)
 }
 
 // FuzzParseObjects parses arbitrary object-store URLs. ParseObjects never
@@ -103,7 +100,7 @@ func FuzzParseCache(f *testing.F) {
 		c, err := storeurl.ParseCache(raw)
 		if err != nil {
 			checkParseError(t, raw, err, storeurl.StoreCache)
-			if shows, form := secrettest.Shows(raw, refusal); shows {
+			if shows, form := errtexttest.ShowsPassword(raw, refusal); shows {
 				t.Fatalf("%q: error shows the password %q: %q", raw, form, err.Error())
 			}
 			return
@@ -117,7 +114,7 @@ func FuzzParseCache(f *testing.F) {
 		if len(c.Redis.Patterns) == 0 || (c.Redis.Client == nil) == (c.Redis.Cluster == nil) {
 			t.Fatalf("%q: parsed to %+v", raw, c)
 		}
-		if shows, form := secrettest.Shows(raw, cacheString); shows {
+		if shows, form := errtexttest.ShowsPassword(raw, cacheString); shows {
 			t.Fatalf("%q: String %q shows the password %q", raw, c.String(), form)
 		}
 		again, err := storeurl.ParseCache(c.String())

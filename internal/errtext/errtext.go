@@ -10,6 +10,15 @@ import (
 	"unicode/utf8"
 )
 
+// Max is the adapters' bound on an error text, in bytes.
+const Max = 600
+
+// IsLine reports whether s keeps the promise Line makes: one line of valid
+// UTF-8 of at most max bytes.
+func IsLine(s string, max int) bool {
+	return !strings.ContainsAny(s, "\r\n") && len(s) <= max && utf8.ValidString(s)
+}
+
 // Line returns s on one line (line breaks become spaces), cut to at most
 // max bytes (max >= 64).
 func Line(s string, max int) string {

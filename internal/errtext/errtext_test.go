@@ -22,3 +22,23 @@ func TestLine(t *testing.T) {
 		t.Fatal("a text that fits is cut")
 	}
 }
+
+func TestIsLine(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"", "one line", strings.Repeat("é", 32)} {
+		if !errtext.IsLine(s, 64) {
+			t.Errorf("IsLine(%q, 64) = false", s)
+		}
+	}
+	for _, s := range []string{"two\nlines", "a\rb", strings.Repeat("x", 65), "bad \xff byte"} {
+		if errtext.IsLine(s, 64) {
+			t.Errorf("IsLine(%q, 64) = true", s)
+		}
+	}
+	// Whatever Line is given, what it returns keeps the promise.
+	for _, s := range []string{"a\r\nb", strings.Repeat("é\n", 500), "bad \xff\xfe bytes " + strings.Repeat("z", 200)} {
+		if got := errtext.Line(s, 101); !errtext.IsLine(got, 101) {
+			t.Errorf("Line(%q, 101) = %q, not one bounded line", s, got)
+		}
+	}
+}

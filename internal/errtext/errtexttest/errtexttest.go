@@ -1,14 +1,29 @@
-// Package secrettest is test support for properties about a URL's password:
-// whether a text made from the URL (an error, a String) shows it. Not for use
-// outside tests.
-package secrettest
+// Package errtexttest is test support for what the adapters promise of the
+// texts they make: an error is one bounded line, and no text made from a URL
+// (an error, a String) shows its password. Not for use outside tests.
+package errtexttest
 
 import (
 	"net/url"
 	"strings"
+	"testing"
+
+	"github.com/tombstoneworks/communitydeletion/internal/errtext"
 )
 
-// MinLength is the shortest password Shows checks: a shorter one is too
+// RequireLine fails t unless err's text is one line of valid UTF-8 of at most
+// errtext.Max bytes.
+func RequireLine(t testing.TB, err error) {
+	t.Helper()
+	if err == nil {
+		t.Fatal("no error")
+	}
+	if text := err.Error(); !errtext.IsLine(text, errtext.Max) {
+		t.Fatalf("error text is not one line of at most %d bytes: %q", errtext.Max, text)
+	}
+}
+
+// MinLength is the shortest password ShowsPassword checks: a shorter one is too
 // easily found by chance in any text.
 const MinLength = 8
 
@@ -41,13 +56,13 @@ func password(raw string) (string, int) {
 	return authority[colon+1 : at], start + colon + 1
 }
 
-// Shows reports whether render(raw) shows raw's password, as written or
+// ShowsPassword reports whether render(raw) shows raw's password, as written or
 // unescaped, and returns that form. It is a differential test: the text counts
 // as showing the password only if it holds it more often than render gives
 // for the same URL with the password swapped for a stand-in of the same
 // length, so a password that the rest of the URL also spells (a quoted
 // pattern, an escape sequence) is not taken for a leak.
-func Shows(raw string, render func(raw string) string) (bool, string) {
+func ShowsPassword(raw string, render func(raw string) string) (bool, string) {
 	pw, at := password(raw)
 	if len(pw) < MinLength {
 		return false, ""

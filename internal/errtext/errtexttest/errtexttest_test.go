@@ -1,4 +1,4 @@
-package secrettest_test
+package errtexttest_test
 
 import (
 	"errors"
@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tombstoneworks/communitydeletion/internal/secrettest"
+	"github.com/tombstoneworks/communitydeletion/internal/errtext/errtexttest"
 )
 
 func TestPassword(t *testing.T) {
@@ -19,7 +19,7 @@ func TestPassword(t *testing.T) {
 		"memory:":                                 "",
 		"s3://AKIA:se@cret@bucket/prefix?x=y:z@w": "se@cret",
 	} {
-		if got := secrettest.Password(raw); got != want {
+		if got := errtexttest.Password(raw); got != want {
 			t.Errorf("Password(%q) = %q, want %q", raw, got, want)
 		}
 	}
@@ -55,7 +55,7 @@ func parse(raw string, leak leak) error {
 	return fmt.Errorf("invalid key pattern %q", p)
 }
 
-func TestShows(t *testing.T) {
+func TestShowsPassword(t *testing.T) {
 	text := func(leak leak) func(string) string {
 		return func(raw string) string {
 			if err := parse(raw, leak); err != nil {
@@ -79,9 +79,9 @@ func TestShows(t *testing.T) {
 		{name: "the pattern's escape spells it", raw: "redis://:00000000@?pattern=\x800000000"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			shows, form := secrettest.Shows(tc.raw, text(tc.leak))
+			shows, form := errtexttest.ShowsPassword(tc.raw, text(tc.leak))
 			if shows != (tc.want != "") || form != tc.want {
-				t.Fatalf("Shows(%q) = %v, %q; want %q", tc.raw, shows, form, tc.want)
+				t.Fatalf("ShowsPassword(%q) = %v, %q; want %q", tc.raw, shows, form, tc.want)
 			}
 		})
 	}
