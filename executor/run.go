@@ -342,8 +342,7 @@ func (j *job) drive(ctx context.Context) error {
 			err = j.r.cfg.Engine.EnterRetentionPending(ctx, token, map[string]string{"executor": j.r.cfg.Owner})
 			if err != nil {
 				j.setChangingLease(false)
-			}
-			if err == nil {
+			} else {
 				j.advance(lifecycle.StageRetentionPending, "retention pending")
 			}
 		default:
@@ -664,25 +663,16 @@ func (j *job) purgePostgres(ctx context.Context) error {
 		counted[t.Table] = t.Rows
 	}
 	rows := make(map[string]int64)
-	var pausedFor []lifecycle.PurgePauseCause // the causes of the pause under way
-	var pausedAt time.Time
+	pauses := &pauseReport{j: j, activity: activityPurge}
 	opts.Progress = func(p lifecycle.PurgeProgress) {
 		if p.Paused != "" {
-			j.paused(activityPurge, p.Paused, p.PausedFor, pausedFor, slog.String("table", p.Table))
-			if pausedFor == nil {
-				pausedAt = time.Now()
-			}
-			pausedFor = p.PausedFor
+			pauses.paused(p.Paused, p.PausedFor, slog.String("table", p.Table))
 			if userProgress != nil {
 				userProgress(p)
 			}
 			return
 		}
-		if pausedFor != nil && !onlyRateCap(pausedFor) {
-			j.logAt(slog.LevelInfo, j.stage, activityPurge+" resumed", slog.String("table", p.Table),
-				slog.Duration("paused", time.Since(pausedAt)))
-		}
-		pausedFor = nil
+		pauses.resumed(slog.String("table", p.Table))
 		rows[p.Table] = p.Rows
 		if delta := p.Rows - counted[p.Table]; delta > 0 {
 			j.r.metrics.rowsPurged.WithLabelValues(p.Table).Add(float64(delta))
@@ -732,18 +722,31 @@ const (
 	activityPurge          = "purge"
 )
 
-// paused reports a pause of activity, before its causes: an event, and a
-// log record when a cause is new (at Info, or at Debug for the rate cap
-// alone, which holds back nearly every purge batch); each new cause counts
-// once in pauses_total. The polls of a pause under way log nothing.
-func (j *job) paused(activity, reason string, causes, before []lifecycle.PurgePauseCause, attrs ...slog.Attr) {
+// pauseReport reports one activity's pauses: an event, and a log record
+// when a pause starts or gains a cause (at Info, or at Debug for the rate
+// cap alone, which holds back nearly every purge batch), each new cause
+// counted once in pauses_total; then, at Info, the pause's end. The polls of
+// a pause under way log nothing.
+type pauseReport struct {
+	j        *job
+	activity string
+	causes   []lifecycle.PurgePauseCause // of the pause under way, nil if none
+	since    time.Time
+}
+
+// paused reports a look that found reason (with causes) to wait.
+func (p *pauseReport) paused(reason string, causes []lifecycle.PurgePauseCause, attrs ...slog.Attr) {
+	if p.causes == nil {
+		p.since = time.Now()
+	}
 	var fresh []string
 	for _, cause := range causes {
-		if !slices.Contains(before, cause) {
-			j.r.metrics.pauses.WithLabelValues(activity, string(cause)).Inc()
+		if !slices.Contains(p.causes, cause) {
+			p.j.r.metrics.pauses.WithLabelValues(p.activity, string(cause)).Inc()
 			fresh = append(fresh, string(cause))
 		}
 	}
+	p.causes = causes
 	level := slog.LevelInfo
 	switch {
 	case len(fresh) == 0:
@@ -751,29 +754,34 @@ func (j *job) paused(activity, reason string, causes, before []lifecycle.PurgePa
 	case onlyRateCap(causes):
 		level = slog.LevelDebug
 	}
-	msg := strings.ReplaceAll(activity, "_", " ") + " paused: " + reason
-	j.event(level, Event{Message: msg, Paused: reason}, append(attrs, slog.Any("causes", fresh))...)
+	msg := p.name() + " paused: " + reason
+	p.j.event(level, Event{Message: msg, Paused: reason}, append(attrs, slog.Any("causes", fresh))...)
 }
+
+// resumed reports that the activity goes on, ending the pause under way.
+func (p *pauseReport) resumed(attrs ...slog.Attr) {
+	if p.causes != nil && !onlyRateCap(p.causes) {
+		p.j.logAt(slog.LevelInfo, p.j.stage, p.name()+" resumed", append(attrs, slog.Duration("paused", time.Since(p.since)))...)
+	}
+	p.causes = nil
+}
+
+func (p *pauseReport) name() string { return strings.ReplaceAll(p.activity, "_", " ") }
 
 // awaitHeadroom waits, before activity writes to the database, while a
 // replica lags or a wraparound vacuum runs (Config.Purge's bounds),
 // reporting the pause.
 func (j *job) awaitHeadroom(ctx context.Context, activity string) error {
-	var before []lifecycle.PurgePauseCause
-	var since time.Time
+	report := &pauseReport{j: j, activity: activity}
 	err := j.r.cfg.Engine.AwaitHeadroom(ctx, lifecycle.HeadroomOpts{
 		MaxReplicationLag: j.r.cfg.Purge.MaxReplicationLag,
 		MaxPause:          j.r.cfg.Purge.MaxPause,
 		Paused: func(reason string, causes []lifecycle.PurgePauseCause) {
-			if before == nil {
-				since = time.Now()
-			}
-			j.paused(activity, reason, causes, before)
-			before = causes
+			report.paused(reason, causes)
 		},
 	})
-	if err == nil && before != nil {
-		j.logAt(slog.LevelInfo, j.stage, strings.ReplaceAll(activity, "_", " ")+" resumed", slog.Duration("paused", time.Since(since)))
+	if err == nil {
+		report.resumed()
 	}
 	return err
 }

@@ -1115,8 +1115,9 @@ type HeadroomOpts struct {
 // opts.MaxReplicationLag and no anti-wraparound autovacuum works on a
 // registered table (community_deletion_purge_pressure()), looking again
 // every 200ms. A wait longer than opts.MaxPause ends with a
-// *PurgePausedError, which is not a refusal: retry later. The executor calls
-// it before each batch of the purge and each manifest chunk it writes.
+// *PurgePausedError, which is not a refusal: retry later. The purge waits
+// so before each batch; the executor calls it before each manifest chunk it
+// writes or deletes.
 func (e *Engine) AwaitHeadroom(ctx context.Context, opts HeadroomOpts) error {
 	return e.awaitHeadroom(ctx, opts)
 }
