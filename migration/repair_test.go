@@ -8,9 +8,14 @@ import (
 	"testing"
 	"testing/fstest"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	communitydeletion "github.com/tombstoneworks/communitydeletion"
+	"github.com/tombstoneworks/communitydeletion/internal/fixture"
 	"github.com/tombstoneworks/communitydeletion/migration"
 )
 
@@ -61,11 +66,47 @@ func TestMigration14BringsTheFirstReleaseOf00011UpToItsRevision(t *testing.T) {
 		Scan(&publicAttach, &operatorReaps))
 	require.False(t, publicAttach, "the first release's seals revoked PUBLIC's EXECUTE on attach")
 	require.False(t, operatorReaps)
+	// The service's own refusal, as the service's role meets it: the first
+	// release's fence does not name its constraint.
+	community := withFixture(t, old.url)
+	require.Empty(t, fenceRefusal(t, old.url, community))
 
 	_, err = newMigrator(t, old.db).Up(ctx)
 	require.NoError(t, err)
+	require.Equal(t, "community_write_fence", fenceRefusal(t, old.url, community))
 	fresh := setup(t)
 	_, err = newMigrator(t, fresh.db).Up(ctx)
 	require.NoError(t, err)
 	require.Equal(t, installedState(t, fresh.db), installedState(t, old.db))
+}
+
+// withFixture creates the fixture's tenant tables on the database of url, as
+// a service registers its own, and returns a new active community.
+func withFixture(t *testing.T, url string) uuid.UUID {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), url)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	require.NoError(t, fixture.Apply(t.Context(), conn))
+	community := uuid.New()
+	_, err = conn.Exec(t.Context(), "INSERT INTO communities (id, host, signing_key, icon) VALUES ($1, $2, 'key', 'icon.png')",
+		community, community.String()+".example")
+	require.NoError(t, err)
+	return community
+}
+
+// fenceRefusal writes a row of community as the service's role in a
+// REPEATABLE READ transaction, which the write fence refuses with SQLSTATE
+// 25000, and returns the constraint the refusal names.
+func fenceRefusal(t *testing.T, url string, community uuid.UUID) string {
+	t.Helper()
+	pool := fixture.RolePool(t, url, fixture.RoleServing)
+	tx, err := pool.BeginTx(t.Context(), pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	_, err = tx.Exec(t.Context(), "INSERT INTO fixture_members (community_id, handle) VALUES ($1, 'm')", community)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, pgerrcode.InvalidTransactionState, pgErr.Code, pgErr.Message)
+	return pgErr.ConstraintName
 }
