@@ -447,19 +447,28 @@ func TestAStuckLockHolderBlocksDurablyNamingIt(t *testing.T) {
 	require.NoError(t, err)
 	cfg.Engine = engine
 	r := b.runner(t, cfg)
-	for attempt := 0; ; attempt++ {
+	// Wait on the condition (the request blocked), bounded by a deadline, not
+	// on a count of calls: between attempts the request sits out its retry
+	// backoff, during which RunRequest claims nothing, and how many calls fit
+	// in a backoff depends on the host.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
 		request, err := b.Operator.Get(ctx, id)
 		require.NoError(t, err)
 		if request.Blocked() {
 			require.Equal(t, lifecycle.StageApproved, request.Stage)
+			require.EqualValues(t, lifecycle.MaxConsecutiveRetries, request.RetryCount)
 			require.Contains(t, request.BlockedReason, "waited 20ms for the deletion lock of community "+target.id.String())
 			require.Contains(t, request.BlockedReason, fmt.Sprintf("prepared transaction %q", gid))
 			break
 		}
-		require.Less(t, attempt, 2*lifecycle.MaxConsecutiveRetries, "never blocked")
+		require.True(t, time.Now().Before(deadline), "not blocked within 2m: %d of %d retries", request.RetryCount, lifecycle.MaxConsecutiveRetries)
+		b.awaitNextAttempt(t, id)
 		claimed, err := r.RunRequest(ctx, id)
 		if claimed {
 			require.ErrorIs(t, err, executor.ErrRetryScheduled)
+		} else {
+			require.NoError(t, err)
 		}
 	}
 

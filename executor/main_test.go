@@ -178,6 +178,16 @@ func (b *testBundle) expireLease(t *testing.T, requestID uuid.UUID) {
 	require.NoError(t, err)
 }
 
+// awaitNextAttempt waits until the request may be claimed again: its
+// next_attempt_at has passed on the database clock.
+func (b *testBundle) awaitNextAttempt(t *testing.T, requestID uuid.UUID) {
+	t.Helper()
+	var wait time.Duration
+	require.NoError(t, b.Pool.QueryRow(t.Context(), `SELECT GREATEST(next_attempt_at - clock_timestamp(), interval '0')
+		FROM community_deletion_requests WHERE id = $1`, requestID).Scan(&wait))
+	time.Sleep(wait)
+}
+
 // countingObjects wraps an ObjectStore, counting Delete calls per first key
 // and failing Delete while fail is set.
 type countingObjects struct {

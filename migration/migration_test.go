@@ -533,13 +533,18 @@ func TestCancelReleasesLock(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		defer cancel()
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
-			if n, err := countHolders(b.db, "ExclusiveLock"); err != nil || n > 0 {
-				break
+		// Cancel once the second migration is running (its pg_sleep shows in
+		// pg_stat_activity), not after a guessed delay.
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+			var running bool
+			err := b.db.QueryRow(`SELECT EXISTS (SELECT FROM pg_stat_activity
+				WHERE datname = current_database() AND state = 'active' AND query LIKE '%pg_sleep(30)%'
+				  AND pid <> pg_backend_pid())`).Scan(&running)
+			if err != nil || running {
+				return
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-		time.Sleep(300 * time.Millisecond)
 	}()
 	res, err := m.Up(ctx)
 	require.Error(t, err)
