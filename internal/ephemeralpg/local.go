@@ -395,3 +395,18 @@ func fileSize(path string) int64 {
 	}
 	return fi.Size()
 }
+
+// ClientTool returns the path of a PostgreSQL client program (pg_dump,
+// psql) from the same directory as the server binaries a local cluster
+// would use, so that its major version matches theirs.
+func ClientTool(name string) (string, error) {
+	dir, err := findBinDir()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, name)
+	if _, err := exec.LookPath(path); err != nil {
+		return "", fmt.Errorf("%s not found beside the server binaries in %s: %w", name, dir, err)
+	}
+	return path, nil
+}
