@@ -31,6 +31,28 @@ sqlc-diff: $(SQLC)
 vet:
 	go vet ./...
 
+.PHONY: structure structure-diff migrations-sum migrations-sum-check
+
+# Regenerate sql/structure.sql, the schema as the migrations leave it, from a
+# freshly migrated throwaway database (PostgreSQL 15's pg_dump).
+structure:
+	go run ./internal/structure/cmd/structure
+
+# Fail when the committed sql/structure.sql differs from what the migrations
+# produce.
+structure-diff:
+	@go run ./internal/structure/cmd/structure -check
+
+# Record new migrations (above the newest released one) in sql/migrations.sum.
+# It refuses to record an edited, removed, renamed or inserted-below-the-top
+# migration: a released migration never changes.
+migrations-sum:
+	go run ./internal/migrationsum/cmd/migrationsum
+
+# Fail when a released migration changed or a new one is not recorded.
+migrations-sum-check:
+	@go run ./internal/migrationsum/cmd/migrationsum -check
+
 # test and demo targets go below.
 
 .PHONY: test test-quick demo bench-fence bench-purge
@@ -45,13 +67,13 @@ FUZZTIME ?= 10s
 LOUD = ./integration/crash ./integration/soak
 QUIET = $(filter-out $(addprefix $(shell go list -m)/,$(LOUD:./%=%)),$(shell go list ./...))
 
-test: sqlc-diff vet
+test: migrations-sum-check sqlc-diff structure-diff vet
 	go test -race -count=1 -timeout 60m $(QUIET)
 	go test -race -count=1 -timeout 30m -v $(LOUD)
 	FUZZTIME=$(FUZZTIME) bash .ci/fuzz
 
 # The same tests without the race detector or fuzzing: the quick local loop.
-test-quick: sqlc-diff vet
+test-quick: migrations-sum-check sqlc-diff structure-diff vet
 	go test -count=1 -timeout 30m $(QUIET)
 	go test -count=1 -timeout 30m -v $(LOUD)
 
