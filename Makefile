@@ -72,10 +72,12 @@ test: migrations-sum-check sqlc-diff structure-diff vet
 	go test -race -count=1 -timeout 30m -v $(LOUD)
 	FUZZTIME=$(FUZZTIME) bash .ci/fuzz
 
-# The same tests without the race detector or fuzzing: the quick local loop.
+# The quick local loop, at most 3 minutes on a 2-core machine: the same tests
+# under go test -short (50 iterations per soak, 10 crash kill points), without
+# the race detector or fuzzing.
 test-quick: migrations-sum-check sqlc-diff structure-diff vet
-	go test -count=1 -timeout 30m $(QUIET)
-	go test -count=1 -timeout 30m -v $(LOUD)
+	go test -short -count=1 -timeout 10m $(QUIET)
+	go test -short -count=1 -timeout 10m -v $(LOUD)
 
 # The main job: migrate a throwaway database and report.
 demo:

@@ -8,7 +8,7 @@
 // CRASH_CHILD set, which TestMain turns into an executor.Runner. The parent
 // reads the child's progress events on its stdout and kills it with SIGKILL.
 // CRASH_SEED replays a run; CRASH_KILLS sets how many kill points (default
-// 50).
+// 50, or 10 under go test -short, which make test-quick passes).
 package crash
 
 import (
@@ -394,6 +394,9 @@ func TestDeletionSurvivesKillsAndRestartsAtEveryStage(t *testing.T) {
 	seed := crashSeed(t)
 	t.Logf("CRASH_SEED=%d", seed)
 	kills := 50
+	if testing.Short() {
+		kills = 10 // make test-quick: a handful of kill points, still one in every stage's first event
+	}
 	if s := os.Getenv("CRASH_KILLS"); s != "" {
 		var err error
 		kills, err = strconv.Atoi(s)

@@ -2,8 +2,8 @@
 // the fence, two executors claiming one request, and serving writes and
 // leases against the fence. Each iteration checks every invariant of the
 // race; the whole soak must see zero violations and zero deadlocks.
-// SOAK_ITERATIONS sets the iterations per soak (default 1000; fewer keeps a
-// quick run quick, more soaks longer).
+// SOAK_ITERATIONS sets the iterations per soak (default 1000, or 50 under
+// go test -short, which make test-quick passes; more soaks longer).
 package soak
 
 import (
@@ -37,6 +37,9 @@ func iterations(t *testing.T) int {
 		n, err := strconv.Atoi(s)
 		require.NoError(t, err)
 		return n
+	}
+	if testing.Short() {
+		return 50
 	}
 	return 1000
 }
