@@ -121,6 +121,13 @@ type CommunityDeletionRequest struct {
 	RequestedByRole            *string
 }
 
+type CommunityDeletionSchemaMigration struct {
+	ID        int32
+	VersionID int64
+	IsApplied bool
+	Tstamp    pgtype.Timestamp
+}
+
 type CommunityDeletionSetting struct {
 	Sequence           int64
 	OperatorsShareRole bool
