@@ -91,7 +91,7 @@ type Config struct {
 	// the working goroutine: it must return quickly.
 	Progress func(Event)
 	// Logger receives the runner's structured log: a record per event (see
-	// the README's "Running the executor"), each about a claim carrying
+	// docs/executor.md, "Running the executor"), each about a claim carrying
 	// request_id, community_id, stage, lease_generation and executor.
 	// Per-chunk and per-batch records are at Debug, stage changes at Info,
 	// retries and lost leases at Warn, blocks at Error. Nil discards them.

@@ -107,7 +107,7 @@ var ownerTamperings = []tampering{
 // Without the DDL guard, a table owner can tamper with its own objects, but
 // every tampering that lasts shows in the drift report (and so stops every
 // deletion, which refuses while drift is reported); put back, the report is
-// clean again. The README lists what leaves no trace once put back.
+// clean again. docs/roles.md lists what leaves no trace once put back.
 func TestOwnerTamperingShowsInTheDriftReport(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

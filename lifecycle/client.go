@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// The deployment roles (see the README's "Deployment roles"): each client
+// The deployment roles (see docs/roles.md): each client
 // needs its connection's login to be a member of one.
 const (
 	// RoleOperator is the group role of people and deletionctl.
