@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/pressly/goose/v3/database"
 )
 
 // ErrLegacyVersionsNotAdopted reports a database whose applied migrations of
@@ -56,21 +54,14 @@ type Adoption struct {
 // version's objects exist unrecorded, it copies nothing and returns
 // *AmbiguousLegacyVersionsError. Once VersionTable records applied
 // migrations it does nothing and reports AlreadyTracked.
-func (m *Migrator) AdoptLegacyVersions(ctx context.Context) (_ Adoption, err error) {
+func (m *Migrator) AdoptLegacyVersions(ctx context.Context) (Adoption, error) {
 	const op = "adopt legacy versions"
-	conn, err := m.db.Conn(ctx)
-	if err != nil {
-		return Adoption{}, fmt.Errorf("%s: %w", op, err)
-	}
-	defer func() { err = errors.Join(err, conn.Close()) }()
-	locker := m.newLocker(nil)
-	if err := locker.SessionLock(ctx, conn); err != nil {
-		return Adoption{}, fmt.Errorf("%s: %w", op, err)
-	}
-	adoption, err := m.adopt(ctx, conn)
-	if unlockErr := locker.SessionUnlock(context.WithoutCancel(ctx), conn); unlockErr != nil {
-		err = errors.Join(err, unlockErr)
-	}
+	var adoption Adoption
+	err := m.underLock(ctx, nil, func(ctx context.Context, conn *sql.Conn) error {
+		var err error
+		adoption, err = m.adopt(ctx, conn)
+		return err
+	})
 	if err != nil {
 		return adoption, fmt.Errorf("%s: %w", op, err)
 	}
@@ -129,13 +120,15 @@ func (m *Migrator) adopt(ctx context.Context, conn *sql.Conn) (Adoption, error) 
 	}
 
 	if !state.versionTableExists {
-		store, err := database.NewStore(database.DialectPostgres, VersionTable)
+		store, err := newChecksumStore(m.checksums)
 		if err != nil {
 			return Adoption{}, err
 		}
 		if err := store.CreateVersionTable(ctx, tx); err != nil {
 			return Adoption{}, fmt.Errorf("create %s: %w", VersionTable, err)
 		}
+	} else if err := addChecksumColumn(ctx, tx); err != nil {
+		return Adoption{}, err
 	}
 	// goose expects the version 0 row it writes when it creates the table.
 	if _, err := tx.ExecContext(ctx, `INSERT INTO `+VersionTable+` (version_id, is_applied)
@@ -143,9 +136,11 @@ func (m *Migrator) adopt(ctx context.Context, conn *sql.Conn) (Adoption, error) 
 		return Adoption{}, fmt.Errorf("record version 0 in %s: %w", VersionTable, err)
 	}
 	var adoption Adoption
+	// Each adopted version gets the shipped file's checksum: trust on first
+	// use, as for a VersionTable written before checksums existed.
 	for _, r := range state.legacy {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO `+VersionTable+` (version_id, is_applied, tstamp) VALUES ($1, true, $2)`,
-			r.version, r.appliedAt); err != nil {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO `+VersionTable+` (version_id, is_applied, tstamp, `+checksumColumn+`)
+			VALUES ($1, true, $2, $3)`, r.version, r.appliedAt, m.checksums[r.version]); err != nil {
 			return Adoption{}, fmt.Errorf("record version %d in %s: %w", r.version, VersionTable, err)
 		}
 		adoption.Adopted = append(adoption.Adopted, Status{

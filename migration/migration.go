@@ -41,10 +41,12 @@
 package migration
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"path"
 	"slices"
@@ -127,6 +129,15 @@ type Status struct {
 	State State `json:"state"`
 	// AppliedAt is when it was applied, as goose records it; zero if pending.
 	AppliedAt time.Time `json:"applied_at,omitzero"`
+	// Checksum is the hex SHA-256 of the shipped file; empty for an applied
+	// version that no shipped file has (File is empty too).
+	Checksum string `json:"checksum,omitempty"`
+	// RecordedChecksum is the checksum VersionTable records for an applied
+	// migration; empty when pending or none is recorded.
+	RecordedChecksum string `json:"recorded_checksum,omitempty"`
+	// ChecksumState compares the two for an applied migration; empty when
+	// pending.
+	ChecksumState ChecksumState `json:"checksum_state,omitempty"`
 }
 
 // FileError reports the migration file that failed. The migrations of
@@ -171,6 +182,8 @@ type Migrator struct {
 	// each version's file.
 	versions []int64
 	files    map[int64]string
+	// checksums are the shipped files' checksums, by version.
+	checksums map[int64]string
 }
 
 // New returns a Migrator that runs on db, which must be a PostgreSQL database
@@ -228,30 +241,50 @@ func Open(ctx context.Context, databaseURL string, opts ...Option) (*Migrator, e
 }
 
 func newMigrator(db *sql.DB, ownsDB bool, cfg config) (*Migrator, error) {
-	m := &Migrator{db: db, ownsDB: ownsDB, cfg: cfg, files: map[int64]string{}}
+	m := &Migrator{db: db, ownsDB: ownsDB, cfg: cfg, files: map[int64]string{}, checksums: map[int64]string{}}
+	// The store records each applied version with its file's checksum; it
+	// shares m.checksums, filled below once goose has found the files.
+	store, err := newChecksumStore(m.checksums)
+	if err != nil {
+		return nil, fmt.Errorf("new migrator: %w", err)
+	}
 	common := []goose.ProviderOption{
 		goose.WithDisableGlobalRegistry(true),
 		goose.WithAllowOutofOrder(cfg.allowOutOfOrder),
-		goose.WithTableName(VersionTable),
+		goose.WithStore(store),
 	}
-	// Under the lock, before goose reads the version table, refuse a
-	// database whose history is still in LegacyVersionTable.
-	guard := func(ctx context.Context, conn *sql.Conn) error { return m.checkAdopted(ctx, conn) }
-	var err error
-	m.locked, err = goose.NewProvider(goose.DialectPostgres, db, cfg.fsys,
-		append(slices.Clone(common), goose.WithSessionLocker(m.newLocker(guard)))...)
+	m.locked, err = goose.NewProvider(goose.DialectCustom, db, cfg.fsys,
+		append(slices.Clone(common), goose.WithSessionLocker(m.newLocker(m.guard)))...)
 	if err != nil {
 		return nil, fmt.Errorf("new migrator: load migrations: %w", err)
 	}
-	m.reader, err = goose.NewProvider(goose.DialectPostgres, db, cfg.fsys, common...)
+	m.reader, err = goose.NewProvider(goose.DialectCustom, db, cfg.fsys, common...)
 	if err != nil {
 		return nil, fmt.Errorf("new migrator: load migrations: %w", err)
 	}
+	paths := map[int64]string{}
 	for _, source := range m.reader.ListSources() {
 		m.versions = append(m.versions, source.Version)
 		m.files[source.Version] = path.Base(source.Path)
+		paths[source.Version] = source.Path
 	}
+	checksums, err := shippedChecksums(cfg.fsys, paths)
+	if err != nil {
+		return nil, fmt.Errorf("new migrator: %w", err)
+	}
+	maps.Copy(m.checksums, checksums)
 	return m, nil
+}
+
+// guard runs under the lock before goose reads the version table: it
+// refuses a database whose history is still in LegacyVersionTable, and one
+// whose applied migrations differ from the shipped files, and records the
+// checksums of applied migrations that have none.
+func (m *Migrator) guard(ctx context.Context, conn *sql.Conn) error {
+	if err := m.checkAdopted(ctx, conn); err != nil {
+		return err
+	}
+	return m.reconcileChecksums(ctx, conn)
 }
 
 // newLocker returns the session locker of the schema destruction lock with
@@ -299,11 +332,19 @@ func (m *Migrator) UpTo(ctx context.Context, version int64) ([]Result, error) {
 func (m *Migrator) upTo(ctx context.Context, op string, target int64) ([]Result, error) {
 	// A lock-free check first, for a typed out-of-order refusal and to skip
 	// the lock when there is nothing to do; goose checks again under the lock.
-	plan, err := m.plan(ctx, target)
+	plan, unrecorded, err := m.plan(ctx, target)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	if len(plan) == 0 {
+		if unrecorded {
+			// Nothing to apply, but checksums to record: goose would not
+			// take the lock, so take it for the guard.
+			noop := func(context.Context, *sql.Conn) error { return nil }
+			if err := m.underLock(ctx, m.guard, noop); err != nil {
+				return nil, m.finishErr(ctx, op, err)
+			}
+		}
 		return nil, nil
 	}
 	res, err := m.locked.UpTo(ctx, target)
@@ -340,21 +381,42 @@ func (m *Migrator) DownTo(ctx context.Context, version int64) ([]Result, error) 
 }
 
 // Status lists every known migration, in version order, as applied (with its
-// time) or pending, as VersionTable records them; it reads no other table.
+// time and checksum state) or pending, as VersionTable records them, and
+// every applied version that no shipped file has (ChecksumNoFile); it reads
+// no other table. A differing migration is reported in its ChecksumState,
+// not as an error; ChecksumError(list) turns it into one.
 func (m *Migrator) Status(ctx context.Context) ([]Status, error) {
 	list, err := m.reader.Status(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
+	applied, err := readChecksums(ctx, m.db)
+	if err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
+	recorded := map[int64]sql.NullString{}
+	for _, r := range applied {
+		recorded[r.version] = r.checksum
+	}
 	out := make([]Status, 0, len(list))
 	for _, s := range list {
-		st := Status{Version: s.Source.Version, File: path.Base(s.Source.Path), State: StatePending}
+		st := Status{Version: s.Source.Version, File: path.Base(s.Source.Path), State: StatePending,
+			Checksum: m.checksums[s.Source.Version]}
 		if s.State == goose.StateApplied {
 			st.State = StateApplied
 			st.AppliedAt = s.AppliedAt
+			st.RecordedChecksum = recorded[st.Version].String
+			st.ChecksumState = m.checksumState(st.Version, recorded[st.Version])
 		}
 		out = append(out, st)
 	}
+	for _, r := range applied {
+		if _, shipped := m.files[r.version]; !shipped {
+			out = append(out, Status{Version: r.version, State: StateApplied, AppliedAt: r.appliedAt,
+				RecordedChecksum: r.checksum.String, ChecksumState: ChecksumNoFile})
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Status) int { return cmp.Compare(a.Version, b.Version) })
 	return out, nil
 }
 
@@ -370,9 +432,10 @@ func (m *Migrator) Version(ctx context.Context) (int64, error) {
 
 // Pending lists, in the order Up would apply them, the migrations Up would
 // apply, without applying anything: the dry run of Up. It fails with
-// ErrOutOfOrder or ErrLegacyVersionsNotAdopted where Up would.
+// ErrOutOfOrder, ErrLegacyVersionsNotAdopted or ErrChecksumMismatch where Up
+// would.
 func (m *Migrator) Pending(ctx context.Context) ([]Status, error) {
-	plan, err := m.plan(ctx, math.MaxInt64)
+	plan, _, err := m.plan(ctx, math.MaxInt64)
 	if err != nil {
 		return nil, fmt.Errorf("pending: %w", err)
 	}
@@ -382,18 +445,24 @@ func (m *Migrator) Pending(ctx context.Context) ([]Status, error) {
 // plan returns the pending migrations up to target, applying goose's
 // out-of-order rule: a pending version below the database version is
 // "missing", refused unless out-of-order migrations are allowed. It refuses a
-// database whose history is still in LegacyVersionTable.
-func (m *Migrator) plan(ctx context.Context, target int64) ([]Status, error) {
+// database whose history is still in LegacyVersionTable and one whose applied
+// migrations differ from the shipped files; unrecorded reports applied
+// migrations without a recorded checksum.
+func (m *Migrator) plan(ctx context.Context, target int64) (_ []Status, unrecorded bool, _ error) {
 	if err := m.checkAdopted(ctx, m.db); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	all, err := m.Status(ctx)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
+	if err := ChecksumError(all); err != nil {
+		return nil, false, err
+	}
+	unrecorded = slices.ContainsFunc(all, func(s Status) bool { return s.ChecksumState == ChecksumUnrecorded })
 	current, err := m.Version(ctx)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	var missing []string
 	var plan []Status
@@ -407,10 +476,10 @@ func (m *Migrator) plan(ctx context.Context, target int64) ([]Status, error) {
 		plan = append(plan, s)
 	}
 	if len(missing) > 0 && !m.cfg.allowOutOfOrder {
-		return nil, fmt.Errorf("%w: pending %s older than database version %d (out-of-order migrations are not allowed)",
+		return nil, false, fmt.Errorf("%w: pending %s older than database version %d (out-of-order migrations are not allowed)",
 			ErrOutOfOrder, strings.Join(missing, ", "), current)
 	}
-	return plan, nil
+	return plan, unrecorded, nil
 }
 
 // finish converts goose's results and error. It keeps the migrations applied
@@ -424,6 +493,10 @@ func (m *Migrator) finish(ctx context.Context, op string, res []*goose.Migration
 	var unadopted *unadoptedError
 	if errors.As(err, &unadopted) {
 		return out, fmt.Errorf("%s: %w", op, unadopted)
+	}
+	var mismatch *ChecksumMismatchError
+	if errors.As(err, &mismatch) {
+		return out, fmt.Errorf("%s: %w", op, mismatch)
 	}
 	var lockErr *lockError
 	if errors.As(err, &lockErr) && errors.Is(lockErr, ErrLockTimeout) {
@@ -452,6 +525,12 @@ func (m *Migrator) finish(ctx context.Context, op string, res []*goose.Migration
 		parts = append(parts, part)
 	}
 	return out, fmt.Errorf("%s: %w", op, errors.Join(parts...))
+}
+
+// finishErr is finish for an operation without results.
+func (m *Migrator) finishErr(ctx context.Context, op string, err error) error {
+	_, err = m.finish(ctx, op, nil, err)
+	return err
 }
 
 // splitErrors flattens the top-level multi-errors goose builds and drops the

@@ -34,9 +34,14 @@ type config struct {
 	statementTimeout time.Duration
 	allowOutOfOrder  bool
 	lockWaitNotice   func(message string)
+	checksumNotice   func(message string)
 	// probes are the legacy probes of the migrations: legacyProbes for the
 	// project's own, none for migrations given with WithMigrations.
 	probes map[int64][]check
+	// earlierReleases are the accepted checksums of earlier releases of
+	// revised files: earlierReleases for the project's own migrations,
+	// none for migrations given with WithMigrations.
+	earlierReleases map[int64][]string
 }
 
 // WithMigrations sets the migrations to run: an fs.FS whose root directory
@@ -83,6 +88,14 @@ func WithLockWaitNotice(fn func(message string)) Option {
 	return func(c *config) { c.lockWaitNotice = fn }
 }
 
+// WithChecksumNotice registers fn to be called with a one-line message when
+// an operation holding the lock records the shipped files' checksums for
+// applied migrations that had none (applied before checksums were recorded,
+// or adopted from LegacyVersionTable): trust on first use.
+func WithChecksumNotice(fn func(message string)) Option {
+	return func(c *config) { c.checksumNotice = fn }
+}
+
 // newConfig applies opts over the defaults and validates the result.
 func newConfig(opts []Option) (config, error) {
 	c := config{
@@ -98,6 +111,7 @@ func newConfig(opts []Option) (config, error) {
 	if c.fsys == nil {
 		c.fsys = communitydeletion.Migrations()
 		c.probes = legacyProbes
+		c.earlierReleases = earlierReleases
 	}
 	var errs []error
 	for _, d := range []struct {
