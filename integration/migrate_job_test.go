@@ -205,6 +205,73 @@ func TestMigrateJobAdoptsLegacyVersions(t *testing.T) {
 	require.Equal(t, exitcode.OK, code, stderr)
 }
 
+// A database whose recorded checksum of an applied migration differs from
+// the shipped file (as if the file was edited after it was applied): status,
+// up and down exit 3 with one line naming the file and what to do, changing
+// nothing, until accept-checksums records the shipped checksum. Checksums
+// that are not recorded at all are adopted by the next up, which says so.
+func TestMigrateJobRefusesAChangedMigration(t *testing.T) {
+	t.Parallel()
+	url := ephemeralpg.NewEmptyTestDatabase(t, server)
+	ctx := t.Context()
+	count := migrationCount(t)
+	code, _, stderr := runMigrate(t, url, "up")
+	require.Equal(t, exitcode.OK, code, stderr)
+	db, err := sql.Open("pgx", url)
+	require.NoError(t, err)
+	defer db.Close()
+	_, err = db.ExecContext(ctx, "UPDATE "+migration.VersionTable+" SET checksum = repeat('0', 64) WHERE version_id = 5")
+	require.NoError(t, err)
+
+	code, stdout, stderr := runMigrate(t, url, "status")
+	require.Equal(t, exitcode.Refused, code, stderr)
+	require.Regexp(t, `(?m)^5 +applied +\S+ +mismatch +00005_community_write_fence.sql$`, stdout)
+	require.Regexp(t, `(?m)^4 +applied +\S+ +ok +00004_community_deletion_locks.sql$`, stdout)
+	require.Equal(t, 1, strings.Count(stderr, "\n"), stderr)
+	require.Contains(t, stderr, "migrate: status: applied migrations differ from the shipped files, refusing to migrate, nothing changed: "+
+		"00005_community_write_fence.sql (version 5) was applied with checksum 000000000000… but the shipped file has ")
+	require.Contains(t, stderr, "run 'migrate accept-checksums'")
+	code, stdout, _ = runMigrate(t, url, "status", "--json")
+	require.Equal(t, exitcode.Refused, code)
+	require.Contains(t, stdout, `"checksum_mismatches": 1`)
+	require.Contains(t, stdout, `"checksum_state": "mismatch"`)
+
+	for _, args := range [][]string{{"up"}, {"down"}, {"down-to", "0"}} {
+		code, stdout, stderr = runMigrate(t, url, args...)
+		require.Equal(t, exitcode.Refused, code, "%v: %s", args, stderr)
+		require.Empty(t, stdout)
+		require.Equal(t, 1, strings.Count(stderr, "\n"), stderr)
+		require.Contains(t, stderr, "applied migrations differ from the shipped files")
+	}
+	code, stdout, _ = runMigrate(t, url, "version")
+	require.Equal(t, exitcode.OK, code)
+	require.Equal(t, fmt.Sprintln(count), stdout, "nothing was rolled back")
+
+	code, stdout, stderr = runMigrate(t, url, "accept-checksums")
+	require.Equal(t, exitcode.OK, code, stderr)
+	require.Contains(t, stdout, "accepted 00005_community_write_fence.sql (version 5): recorded checksum ")
+	require.Contains(t, stdout, "was "+strings.Repeat("0", 64))
+	code, _, stderr = runMigrate(t, url, "status", "--fail-on-pending")
+	require.Equal(t, exitcode.OK, code, stderr)
+
+	// A database whose rows predate checksums: status says unrecorded and
+	// passes; the next up records them and says so.
+	_, err = db.ExecContext(ctx, "UPDATE "+migration.VersionTable+" SET checksum = NULL")
+	require.NoError(t, err)
+	code, stdout, stderr = runMigrate(t, url, "status")
+	require.Equal(t, exitcode.OK, code, stderr)
+	require.Regexp(t, `(?m)^1 +applied +\S+ +unrecorded +00001_communities.sql$`, stdout)
+	code, stdout, stderr = runMigrate(t, url, "up")
+	require.Equal(t, exitcode.OK, code, stderr)
+	require.Contains(t, stdout, "no migrations to apply")
+	require.Equal(t, fmt.Sprintf("migrate: recorded the shipped files' checksums for applied versions 1-%d, which had none "+
+		"(applied before checksums were recorded): from now on an edit of those files is refused\n", count), stderr)
+	var unrecorded int
+	require.NoError(t, db.QueryRowContext(ctx, "SELECT count(*) FROM "+migration.VersionTable+
+		" WHERE version_id > 0 AND checksum IS NULL").Scan(&unrecorded))
+	require.Zero(t, unrecorded)
+}
+
 // Every migration's Down undoes exactly what its Up did: climbing one
 // version at a time and then descending one at a time, the schema at each
 // version is the same both ways, and version 0 leaves nothing behind. This is

@@ -23,7 +23,10 @@ Commands:
   up-to VERSION    apply pending migrations up to and including VERSION
   down             roll back the most recently applied migration
   down-to VERSION  roll back every migration above VERSION (0: all of them)
-  status           list every migration as applied or pending
+  status           list every migration as applied or pending, with its
+                   checksum state (ok, earlier-release, unrecorded, mismatch,
+                   no-file); exit 3 when an applied one differs from the
+                   shipped files
   version          print the current database version
   adopt-legacy-versions
                    once, on a database migrated by a release that recorded
@@ -31,6 +34,10 @@ Commands:
                    applied versions, after checking that their objects
                    exist, into community_deletion_schema_migrations; leaves
                    goose_db_version as it is; a second run does nothing
+  accept-checksums only once a person has confirmed that the database
+                   matches the shipped files: record their checksums for
+                   the applied migrations whose recorded checksum differs
+                   (up, down and status refuse such a database, exit 3)
   install-ddl-guard
                    as a superuser: install the optional event trigger that
                    refuses DDL which disables or drops a deletion guard,
@@ -58,7 +65,8 @@ Flags (before or after the command):
 Exit codes (shared with deletionctl):
   0 success, 1 failure, 2 usage error, 3 refused (out-of-order migrations,
   a history in goose_db_version not yet adopted, an ambiguous adoption,
-  a DDL guard command without superuser),
+  a DDL guard command without superuser, applied migrations that differ
+  from the shipped files),
   6 migrations pending (status --fail-on-pending), 7 timed out waiting for
   the advisory lock
 `
@@ -85,6 +93,7 @@ func (c config) options(stderr io.Writer) []migration.Option {
 		migration.WithStatementTimeout(c.statementTimeout),
 		migration.WithAllowOutOfOrder(c.allowOutOfOrder),
 		migration.WithLockWaitNotice(func(msg string) { fmt.Fprintln(stderr, "migrate: "+msg) }),
+		migration.WithChecksumNotice(func(msg string) { fmt.Fprintln(stderr, "migrate: "+msg) }),
 	}
 }
 
@@ -107,7 +116,7 @@ var commandFlags = map[string]string{
 // commandArgs maps each command to its positional argument, if any.
 var commandArgs = map[string]string{
 	"up": "", "up-to": "VERSION", "down": "", "down-to": "VERSION", "status": "", "version": "",
-	"adopt-legacy-versions": "", "install-ddl-guard": "", "uninstall-ddl-guard": "",
+	"adopt-legacy-versions": "", "accept-checksums": "", "install-ddl-guard": "", "uninstall-ddl-guard": "",
 }
 
 // parseArgs parses the command line; getenv supplies DATABASE_URL. Flags may

@@ -56,6 +56,8 @@ func execute(ctx context.Context, cfg config, stdout, stderr io.Writer, extra ..
 		return nil
 	case "adopt-legacy-versions":
 		return adopt(ctx, m, stdout)
+	case "accept-checksums":
+		return acceptChecksums(ctx, m, stdout)
 	case "install-ddl-guard":
 		if err := m.InstallDDLGuard(ctx); err != nil {
 			return err
@@ -146,15 +148,40 @@ func adopt(ctx context.Context, m *migration.Migrator, stdout io.Writer) error {
 	return nil
 }
 
-// statusReport is the JSON output of status --json.
-type statusReport struct {
-	Version    int64              `json:"version"`
-	Pending    int                `json:"pending"`
-	Migrations []migration.Status `json:"migrations"`
+// acceptChecksums records the shipped files' checksums for the applied
+// migrations whose recorded ones differ, and prints what it changed.
+func acceptChecksums(ctx context.Context, m *migration.Migrator, stdout io.Writer) error {
+	changes, err := m.AcceptChecksums(ctx)
+	if err != nil {
+		return err
+	}
+	for _, c := range changes {
+		previous := "none"
+		if c.Previous != "" {
+			previous = c.Previous
+		}
+		fmt.Fprintf(stdout, "accepted %s (version %d): recorded checksum %s, was %s\n", c.File, c.Version, c.Recorded, previous)
+	}
+	if len(changes) == 0 {
+		fmt.Fprintln(stdout, "nothing to accept: every applied migration's recorded checksum matches its shipped file")
+		return nil
+	}
+	fmt.Fprintf(stdout, "accepted the shipped checksums of %d applied migration(s) in %s\n", len(changes), migration.VersionTable)
+	return nil
 }
 
-// status prints every migration and, with failOnPending, fails with
-// errPending when some are pending.
+// statusReport is the JSON output of status --json.
+type statusReport struct {
+	Version            int64              `json:"version"`
+	Pending            int                `json:"pending"`
+	ChecksumMismatches int                `json:"checksum_mismatches"`
+	Migrations         []migration.Status `json:"migrations"`
+}
+
+// status prints every migration and its checksum state, then fails with a
+// *migration.ChecksumMismatchError when an applied migration differs from
+// the shipped files and, with failOnPending, with errPending when some are
+// pending.
 func status(ctx context.Context, m *migration.Migrator, stdout io.Writer, asJSON, failOnPending bool) error {
 	list, err := m.Status(ctx)
 	if err != nil {
@@ -170,27 +197,46 @@ func status(ctx context.Context, m *migration.Migrator, stdout io.Writer, asJSON
 			pending = append(pending, s.File)
 		}
 	}
+	checksumErr := migration.ChecksumError(list)
+	var mismatch *migration.ChecksumMismatchError
+	mismatches := 0
+	if errors.As(checksumErr, &mismatch) {
+		mismatches = len(mismatch.Problems)
+	}
 	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(statusReport{Version: v, Pending: len(pending), Migrations: list}); err != nil {
+		report := statusReport{Version: v, Pending: len(pending), ChecksumMismatches: mismatches, Migrations: list}
+		if err := enc.Encode(report); err != nil {
 			return fmt.Errorf("status: write JSON: %w", err)
 		}
 	} else {
 		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "VERSION\tSTATE\tAPPLIED AT\tFILE")
+		fmt.Fprintln(tw, "VERSION\tSTATE\tAPPLIED AT\tCHECKSUM\tFILE")
 		for _, s := range list {
 			at := "-"
 			if !s.AppliedAt.IsZero() {
 				at = s.AppliedAt.Format(time.RFC3339)
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", s.Version, s.State, at, s.File)
+			checksum := string(s.ChecksumState)
+			if checksum == "" {
+				checksum = "-"
+			}
+			file := s.File
+			if file == "" {
+				file = "(no shipped file)"
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", s.Version, s.State, at, checksum, file)
 		}
 		if err := tw.Flush(); err != nil {
 			return fmt.Errorf("status: write: %w", err)
 		}
 		fmt.Fprintf(stdout, "database at version %d, %d pending\n", v, len(pending))
 	}
+	if checksumErr != nil {
+		return fmt.Errorf("status: %w", checksumErr)
+	}
+
 	if failOnPending && len(pending) > 0 {
 		return fmt.Errorf("%w: %d not applied (%s); database at version %d",
 			errPending, len(pending), strings.Join(pending, ", "), v)

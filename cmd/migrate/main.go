@@ -7,9 +7,16 @@
 //
 //	migrate <command> [flags]
 //
-// The commands are up, up-to VERSION, down, down-to VERSION, status, version
-// and adopt-legacy-versions; "migrate -h" prints the full usage, flags and
-// exit codes.
+// The commands are up, up-to VERSION, down, down-to VERSION, status,
+// version, adopt-legacy-versions and accept-checksums; "migrate -h" prints
+// the full usage, flags and exit codes.
+//
+// migrate records each applied migration's checksum (SHA-256 of its file)
+// and refuses (exit 3) to migrate a database whose applied migrations differ
+// from the shipped files; status shows each checksum state and exits 3 too.
+// accept-checksums records the shipped checksums once a person has confirmed
+// the database matches them. Migrations applied before checksums existed get
+// the shipped checksum on the next run that holds the lock.
 //
 // migrate records the applied migrations in migration.VersionTable, a table
 // of the project's own, so that a service's goose history in
@@ -28,7 +35,8 @@
 //
 // Exit codes, shared with cmd/deletionctl (package internal/exitcode): 0
 // success, 1 failure, 2 usage error, 3 refused (out-of-order migrations, a
-// history not yet adopted from goose_db_version, an ambiguous adoption), 6
+// history not yet adopted from goose_db_version, an ambiguous adoption,
+// applied migrations that differ from the shipped files), 6
 // migrations pending (status --fail-on-pending), 7 timed out waiting for the
 // advisory lock.
 package main
@@ -93,6 +101,7 @@ func exitCode(err error) int {
 	case errors.Is(err, migration.ErrOutOfOrder),
 		errors.Is(err, migration.ErrLegacyVersionsNotAdopted),
 		errors.Is(err, migration.ErrDDLGuardNeedsSuperuser),
+		errors.Is(err, migration.ErrChecksumMismatch),
 		errors.As(err, &ambiguous):
 		return exitRefused
 	default:

@@ -57,6 +57,7 @@ func TestParseArgs(t *testing.T) {
 		{"double dash ends flags", []string{"up-to", "--", "3"}, nil, func(c *config) { c.command = "up-to"; c.version = 3 }},
 		{"adopt-legacy-versions", []string{"adopt-legacy-versions", "--lock-timeout", "1m"}, nil,
 			func(c *config) { c.command = "adopt-legacy-versions"; c.lockTimeout = time.Minute }},
+		{"accept-checksums", []string{"accept-checksums"}, nil, func(c *config) { c.command = "accept-checksums" }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -91,6 +92,8 @@ func TestParseArgsUsageErrors(t *testing.T) {
 		{[]string{"version", "--fail-on-pending"}, "flag --fail-on-pending is only valid with status"},
 		{[]string{"adopt-legacy-versions", "8"}, `adopt-legacy-versions takes no arguments, got "8"`},
 		{[]string{"adopt-legacy-versions", "--dry-run"}, "flag --dry-run is only valid with up"},
+		{[]string{"accept-checksums", "2"}, `accept-checksums takes no arguments, got "2"`},
+		{[]string{"accept-checksums", "--json"}, "flag --json is only valid with status"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			t.Parallel()
@@ -125,6 +128,8 @@ func TestExitCode(t *testing.T) {
 	require.Equal(t, 3, exitCode(fmt.Errorf("up: %w: versions 1-8", migration.ErrLegacyVersionsNotAdopted)))
 	require.Equal(t, 3, exitCode(fmt.Errorf("adopt legacy versions: %w",
 		&migration.AmbiguousLegacyVersionsError{Versions: []int64{1}})))
+	require.Equal(t, 3, exitCode(fmt.Errorf("status: %w", &migration.ChecksumMismatchError{
+		Problems: []migration.ChecksumProblem{{Version: 2, File: "00002_b.sql", Recorded: "ab", Shipped: "cd"}}})))
 	require.Equal(t, 1, exitCode(context.Canceled))
 	require.Equal(t, []int{exitOK, exitFailure, exitUsage, exitRefused, exitPending, exitLockTimeout},
 		[]int{0, 1, 2, 3, 6, 7})
