@@ -52,8 +52,9 @@ type Adoption struct {
 // LegacyVersionTable as it is. Each version is copied only if the objects it
 // creates exist; when a recorded version's objects are absent, or a
 // version's objects exist unrecorded, it copies nothing and returns
-// *AmbiguousLegacyVersionsError. Once VersionTable records applied
-// migrations it does nothing and reports AlreadyTracked.
+// *AmbiguousLegacyVersionsError. Each copied version is recorded with the
+// shipped file's checksum (trust on first use). Once VersionTable records
+// applied migrations it does nothing and reports AlreadyTracked.
 func (m *Migrator) AdoptLegacyVersions(ctx context.Context) (Adoption, error) {
 	const op = "adopt legacy versions"
 	var adoption Adoption

@@ -25,6 +25,18 @@
 // Pending) refuses with ErrLegacyVersionsNotAdopted until
 // AdoptLegacyVersions has copied that history over once.
 //
+// VersionTable records each applied migration with its checksum, the hex
+// SHA-256 of its file as shipped, written by the statement (so in the
+// transaction) that records the version. Before Up, UpTo, Down or DownTo
+// apply or roll back anything, and in Pending, an applied migration whose
+// recorded checksum differs from the shipped file's, or that no shipped file
+// has, is refused with ErrChecksumMismatch (*ChecksumMismatchError); Status
+// reports each one's ChecksumState instead. Applied migrations without a
+// checksum (recorded before checksums existed, or adopted from
+// LegacyVersionTable) get the shipped file's from the next operation that
+// holds the lock (trust on first use, see WithChecksumNotice); a person
+// resolves a mismatch with AcceptChecksums.
+//
 // Each migration file runs in its own transaction unless it is marked
 // "-- +goose NO TRANSACTION". A pending migration whose version is lower than
 // the highest applied one is refused with ErrOutOfOrder unless

@@ -48,7 +48,9 @@ type config struct {
 // holds goose .sql files. The default is communitydeletion.Migrations(); tests
 // pass their own, for example a testing/fstest.MapFS. The checks of
 // AdoptLegacyVersions know only the default migrations: with others, every
-// version LegacyVersionTable records counts as one whose objects are unknown.
+// version LegacyVersionTable records counts as one whose objects are unknown;
+// likewise only the default migrations accept an earlier release's checksum
+// (ChecksumEarlierRelease).
 func WithMigrations(fsys fs.FS) Option {
 	return func(c *config) { c.fsys = fsys }
 }
