@@ -1683,7 +1683,8 @@ CREATE TABLE public.community_deletion_schema_migrations (
     id integer NOT NULL,
     version_id bigint NOT NULL,
     is_applied boolean NOT NULL,
-    tstamp timestamp without time zone DEFAULT now() NOT NULL
+    tstamp timestamp without time zone DEFAULT now() NOT NULL,
+    checksum text
 );
 
 --

@@ -126,6 +126,7 @@ type CommunityDeletionSchemaMigration struct {
 	VersionID int64
 	IsApplied bool
 	Tstamp    pgtype.Timestamp
+	Checksum  *string
 }
 
 type CommunityDeletionSetting struct {
