@@ -2,23 +2,25 @@ package lifecycle_test
 
 import (
 	"context"
+	"fmt"
 	"log"
-	"os"
-	"testing"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/stretchr/testify/require"
 
-	"github.com/tombstoneworks/communitydeletion/internal/fixture"
-	"github.com/tombstoneworks/communitydeletion/internal/testfactory"
+	"github.com/tombstoneworks/communitydeletion/internal/exampledb"
 	"github.com/tombstoneworks/communitydeletion/lifecycle"
 )
 
-// connect opens a pool on the URL in environment variable name.
-func connect(ctx context.Context, name string) *pgxpool.Pool {
-	pool, err := pgxpool.New(ctx, os.Getenv(name))
+// exampleDatabase returns a fresh database for one example on the package's
+// throwaway PostgreSQL (server, started by TestMain), with the connection
+// strings of two operators, the executor and the service. It panics on
+// error: examples take no *testing.T.
+func exampleDatabase() *exampledb.Database { return exampledb.New(server) }
+
+// connect opens a pool on url.
+func connect(ctx context.Context, url string) *pgxpool.Pool {
+	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -29,11 +31,14 @@ func connect(ctx context.Context, name string) *pgxpool.Pool {
 // operator submits and freezes the inventory, a second approves its digest
 // (the database compares their roles), and the executor's engine drives the
 // request from the fence to the tombstone. (The object-store and cache
-// steps between the fence and the purge are the executor runtime's; here
-// the community has no stored objects.)
+// steps between the fence and the purge are the executor runtime's, which
+// executor.Runner takes; here the community has no stored objects.)
 func Example() {
 	ctx := context.Background()
-	alicePool, bobPool, workerPool := connect(ctx, "ALICE_URL"), connect(ctx, "BOB_URL"), connect(ctx, "EXECUTOR_URL")
+	db := exampleDatabase()
+	db.Community("tenant.example", 3)
+
+	alicePool, bobPool, workerPool := connect(ctx, db.Alice), connect(ctx, db.Bob), connect(ctx, db.Executor)
 	defer alicePool.Close()
 	defer bobPool.Close()
 	defer workerPool.Close()
@@ -81,11 +86,15 @@ func Example() {
 		log.Fatal(err)
 	}
 	token = token.WithFence(generation)
+	var purge *lifecycle.PurgeResult
 	steps := []func() error{
 		func() error { return engine.FreezeDestructiveManifest(ctx, token, storage) },
 		func() error { return engine.EnterDrained(ctx, token) },
 		func() error { return engine.EnterBindingsRemoved(ctx, token, map[string]int{"keys": 0}) },
-		func() error { _, err := engine.EnterPostgresPurged(ctx, token, lifecycle.PurgeOptions{}); return err },
+		func() error {
+			purge, err = engine.EnterPostgresPurged(ctx, token, lifecycle.PurgeOptions{})
+			return err
+		},
 		func() error { return engine.EnterCachePurged(ctx, token, nil) },
 		func() error { return engine.CheckPostgresPurged(ctx, token) },
 		func() error { return engine.EnterLogicallyVerified(ctx, token, nil) },
@@ -99,6 +108,16 @@ func Example() {
 			log.Fatal(err)
 		}
 	}
+
+	done, err := alice.Get(ctx, request.ID)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("purged fixture_members rows:", purge.Deleted["fixture_members"])
+	fmt.Println(done.CommunityHost, "is at", done.Stage)
+	// Output:
+	// purged fixture_members rows: 3
+	// tenant.example is at retention_pending
 }
 
 // ExampleServing guards a service's write: in the service's own READ
@@ -108,13 +127,15 @@ func Example() {
 // for side effects it cannot see.
 func ExampleServing() {
 	ctx := context.Background()
-	pool := connect(ctx, "APP_URL")
+	db := exampleDatabase()
+	community := db.Community("tenant.example", 0)
+
+	pool := connect(ctx, db.Serving)
 	defer pool.Close()
 	serving, err := lifecycle.NewServing(ctx, pool, nil) // community_deletion_serving
 	if err != nil {
 		log.Fatal(err)
 	}
-	community := exampleCommunity
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if err := serving.GuardTransaction(ctx, tx, community); err != nil {
 			return err // refused: the community is being deleted
@@ -125,40 +146,7 @@ func ExampleServing() {
 	if err != nil {
 		log.Fatal(err)
 	}
-}
-
-// exampleCommunity is the community ExampleServing writes to; the test sets
-// it.
-var exampleCommunity uuid.UUID
-
-// The package examples really run, each audience as its own test login:
-// Example takes the request all the way to retention_pending, and
-// ExampleServing writes to an active community. (Not parallel: they read
-// their URLs from the environment.)
-func TestExamplesRun(t *testing.T) {
-	b := setup(t)
-	ctx := t.Context()
-	testfactory.Community(ctx, t, b.DB, &testfactory.CommunityOpts{Host: "tenant.example"})
-	for name, role := range map[string]fixture.Role{"ALICE_URL": fixture.RoleOperator, "BOB_URL": fixture.RoleApprover,
-		"EXECUTOR_URL": fixture.RoleExecutor, "APP_URL": fixture.RoleServing} {
-		url, err := fixture.RoleConnString(b.URL, role)
-		require.NoError(t, err)
-		t.Setenv(name, url)
-	}
-
-	other := testfactory.Community(ctx, t, b.DB, nil).ID
-	exampleCommunity = other
-	ExampleServing()
-	var members int
-	require.NoError(t, b.Pool.QueryRow(t.Context(), "SELECT count(*) FROM fixture_members WHERE community_id = $1", other).Scan(&members))
-	require.Equal(t, 1, members)
-
-	Example()
-	var stage string
-	require.NoError(t, b.Pool.QueryRow(t.Context(), `SELECT r.stage FROM community_deletion_requests r
-		JOIN communities c ON c.id = r.community_id WHERE c.host = 'tenant.example'`).Scan(&stage))
-	require.Equal(t, "retention_pending", stage)
-	var state string
-	require.NoError(t, b.Pool.QueryRow(t.Context(), "SELECT deletion_state FROM communities WHERE host = 'tenant.example'").Scan(&state))
-	require.Equal(t, "tombstone", state)
+	fmt.Println("members:", db.Count("SELECT count(*) FROM fixture_members WHERE community_id = $1", community))
+	// Output:
+	// members: 1
 }
