@@ -1,11 +1,3 @@
-// Package communitydeletion ships the PostgreSQL half of the community
-// deletion lifecycle: the goose migrations that create its tables, and the
-// triggers and functions that enforce its invariants inside the database.
-//
-// The migrations live in two folders, sql/schema (tables, indexes,
-// constraints) and sql/triggers (PL/pgSQL functions and triggers), that share
-// one goose version sequence. Migrations returns them merged into the single
-// flat directory goose reads.
 package communitydeletion
 
 import (

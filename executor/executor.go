@@ -1,16 +1,3 @@
-// Package executor drives claimed community deletions through the lifecycle
-// store: it quiesces and fences the community, enumerates and freezes its
-// object-store keys, deletes them chunk by chunk, purges PostgreSQL and the
-// cache, verifies absence everywhere and completes the request.
-//
-// A Runner claims a request, heartbeats its lease while it works and drives
-// every runnable stage in order. A resumed claim starts at the request's
-// stored stage, so a crash at any point loses at most the unit in flight,
-// which is idempotent. Failures are classified: a fail-closed refusal
-// (lifecycle.ErrRefused) blocks the request at once; a stale lease stops all
-// work with that token; anything else records a retry with exponential
-// backoff, which the store turns into a durable block after
-// lifecycle.MaxConsecutiveRetries consecutive failures.
 package executor
 
 import (

@@ -1,12 +1,3 @@
-// Package rediscache is an executor.Cache over Redis (a single server or a
-// Redis Cluster) through go-redis, for a configurable key layout: one or
-// more key patterns per community (see Pattern).
-//
-// Purge walks each pattern with SCAN MATCH … COUNT n on every master and
-// removes what it finds with UNLINK, in bounded batches. Empty walks the same
-// SCANs to cursor 0 on every master and reports false at the first key it
-// finds. Both fail when a server restarted while they walked it (its run_id
-// changed): a SCAN cursor proves nothing across a restart.
 package rediscache
 
 import (

@@ -1,17 +1,3 @@
-// Package s3store is an executor.ObjectStore over Amazon S3 or an
-// S3-compatible server (MinIO, Ceph RGW, Versity's gateway), through
-// aws-sdk-go-v2.
-//
-// List pages through ListObjectsV2 and fails closed on a listing it cannot
-// trust (keys that do not strictly ascend, a key outside the prefix, a
-// truncated page without a continuation token). Delete sends DeleteObjects
-// in quiet mode, at most 1,000 keys a call, and fails if the answer reports
-// any key it could not delete; a missing key counts as deleted. Any is one
-// ListObjectsV2 call with MaxKeys 1.
-//
-// New wraps a client the service already has; Open and OpenURL build one
-// with the SDK's default credential and region chain and its standard
-// retryer.
 package s3store
 
 import (

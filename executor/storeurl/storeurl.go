@@ -1,16 +1,3 @@
-// Package storeurl opens the executor's object store and cache from URLs, so
-// an operator can point deletionctl run (or any embedding) at production
-// stores without writing Go:
-//
-//	objects: s3://BUCKET[/ROOT/][?endpoint=…&region=…&…]   executor/s3store (see s3store.ParseURL)
-//	         file:///ABSOLUTE/DIR                           executor.FileObjectStore
-//	cache:   redis://, rediss://, redis+cluster://, rediss+cluster://   executor/rediscache (see rediscache.ParseURL)
-//	         memory:                                        executor.MemoryCache (empty in a new process)
-//
-// Parsing makes no request and reads no environment; opening makes no
-// request either (the S3 client reads the AWS SDK's default chain). It is
-// the one package that imports both production adapters: importing executor
-// alone still pulls in neither the AWS SDK nor go-redis.
 package storeurl
 
 import (
