@@ -29,10 +29,10 @@ func WriteDir(dir string, envelopes []Envelope) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("export receipts: %w", err)
 	}
-	for _, env := range envelopes {
+	for i, env := range envelopes {
 		r, err := env.Receipt()
 		if err != nil {
-			return fmt.Errorf("export receipts: %s: %w", describe(env.Source, 0, ""), err)
+			return fmt.Errorf("export receipts: %s: %w", describe(env.Source, 0, "", i), err)
 		}
 		name := FileName(r)
 		path := filepath.Join(dir, name)

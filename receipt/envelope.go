@@ -68,7 +68,7 @@ func Chain(prev *Envelope, r Receipt) (Receipt, error) {
 	}
 	p, err := prev.Receipt()
 	if err != nil {
-		return Receipt{}, fmt.Errorf("chain receipt after %s: %w", describe(prev.Source, 0, ""), err)
+		return Receipt{}, fmt.Errorf("chain receipt: the previous receipt does not parse: %w", err)
 	}
 	r.Sequence, r.PreviousHash = p.Sequence+1, prev.Hash()
 	return r, nil

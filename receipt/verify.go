@@ -41,13 +41,15 @@ type VerifyError struct {
 
 // Error names the receipt and the reason in one line.
 func (e *VerifyError) Error() string {
-	return fmt.Sprintf("receipt verification failed at %s: %s", describe(e.Source, e.Sequence, e.RequestID), e.Reason)
+	return fmt.Sprintf("receipt verification failed at %s: %s", describe(e.Source, e.Sequence, e.RequestID, e.Index), e.Reason)
 }
 
 // Unwrap returns the sentinel.
 func (e *VerifyError) Unwrap() error { return e.Err }
 
-func describe(source string, seq int64, requestID string) string {
+// describe names a receipt by what is known of it; index is its position
+// in the list verified, from 0, or -1 for none.
+func describe(source string, seq int64, requestID string, index int) string {
 	var parts []string
 	if seq != 0 {
 		parts = append(parts, fmt.Sprintf("receipt %d", seq))
@@ -58,8 +60,11 @@ func describe(source string, seq int64, requestID string) string {
 	if source != "" {
 		parts = append(parts, "file "+source)
 	}
+	if len(parts) == 0 && index >= 0 {
+		return fmt.Sprintf("the receipt at position %d of those given", index+1)
+	}
 	if len(parts) == 0 {
-		return "an unnamed receipt"
+		return "the receipts given"
 	}
 	return strings.Join(parts, ", ")
 }
