@@ -796,7 +796,8 @@ func TestPrivilegesPreparedTransactionsHoldingALockAreReported(t *testing.T) {
 // community_deletion_installed_functions() (which the drift report's digests
 // and the sealing cover), resolves names with a search_path that starts at
 // pg_catalog and ends at pg_temp (or, for the two on every tenant write,
-// qualifies every name instead), and is executable by PUBLIC only where it
+// qualifies every name instead; the tombstone proof also turns row security
+// off), and is executable by PUBLIC only where it
 // checks its caller itself.
 func TestEveryInstalledFunctionIsSealed(t *testing.T) {
 	t.Parallel()
@@ -823,6 +824,9 @@ func TestEveryInstalledFunctionIsSealed(t *testing.T) {
 	})
 	require.NoError(t, err)
 	qualified := map[string]bool{"community_deletion_lock_key(uuid)": true, "enforce_community_write_fence()": true}
+	// The proofs read tenant tables with row security off, so a policy that
+	// would hide a row is an error, not a skip.
+	rowSecurityOff := map[string]bool{"enforce_community_tombstone_proof()": true}
 	publicOK := map[string]bool{
 		"attach_community_write_fence(regclass,text)": true, "detach_community_write_fence(regclass)": true,
 		"community_deletion_register_table(regclass,text)": true, "community_deletion_unregister_table(text)": true,
@@ -831,9 +835,12 @@ func TestEveryInstalledFunctionIsSealed(t *testing.T) {
 	require.NotEmpty(t, functions)
 	for _, f := range functions {
 		require.True(t, f.listed, "%s is not in community_deletion_installed_functions()", f.signature)
-		if qualified[f.signature] {
+		switch {
+		case qualified[f.signature]:
 			require.Empty(t, f.config, f.signature)
-		} else {
+		case rowSecurityOff[f.signature]:
+			require.Equal(t, "row_security=off,search_path=pg_catalog, public, pg_temp", f.config, f.signature)
+		default:
 			require.Equal(t, "search_path=pg_catalog, public, pg_temp", f.config, f.signature)
 		}
 		require.Equal(t, publicOK[f.signature], f.public, "PUBLIC EXECUTE on %s", f.signature)

@@ -145,6 +145,9 @@ var legacyProbes = map[int64][]check{
 	14: { // 00014_community_deletion_refusal_marker.sql
 		functionComment("assert_community_write_allowed(uuid)", "community_write_fence"),
 	},
+	15: { // 00015_community_deletion_trust_first_slice.sql
+		trigger("communities", "communities_tombstone_proof"),
+	},
 }
 
 // querier is what probes and the version-table reads run on: a *sql.DB,

@@ -1,0 +1,107 @@
+package integration
+
+import (
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tombstoneworks/communitydeletion/internal/fixture"
+)
+
+// The tests of migration 00015: the database proves absence at the
+// tombstone, row security cannot hide rows from the deletion, operators
+// never change executor-only columns, and a serving lease is extended only
+// while its community is active. Each attack runs as a real login and
+// asserts its refusal and that nothing changed.
+
+// tombstoneStatement is the statement the purge's final transaction runs.
+const tombstoneStatement = `UPDATE communities SET deletion_state = 'tombstone', deleted_at = now(),
+	signing_key = NULL, icon = NULL WHERE id = $1`
+
+// tombstoneAs tries to tombstone community at generation as role, with the
+// executor's settings, and returns the error.
+func (b *testBundle) tombstoneAs(t *testing.T, role fixture.Role, community uuid.UUID, generation int64) error {
+	t.Helper()
+	return b.tryAs(t, role, func(tx pgx.Tx) error {
+		if err := setExecutor(t.Context(), tx, community, generation); err != nil {
+			return err
+		}
+		_, err := tx.Exec(t.Context(), tombstoneStatement, community)
+		return err
+	})
+}
+
+// bindingsRemoved creates a community, writes a member row and an audit
+// event of it while active, and walks it and its request to fenced at
+// bindings_removed, the stage the purge starts from.
+func (b *testBundle) bindingsRemoved(t *testing.T) (community, request uuid.UUID, generation int64) {
+	t.Helper()
+	community = b.createCommunity(t)
+	require.NoError(t, insertMember(t.Context(), b.as(fixture.RoleServing), community, "member"))
+	require.NoError(t, b.exec(t, "INSERT INTO fixture_audit_events (community_id, action) VALUES ($1, 'joined')", community))
+	request = b.submit(t, community, "requester")
+	b.freeze(t, request)
+	b.approve(t, request, "approver")
+	b.quiesce(t, community)
+	generation = b.fence(t, community)
+	b.freezeDestructive(t, request)
+	b.advance(t, request, "drained")
+	b.advance(t, request, "bindings_removed")
+	return community, request, generation
+}
+
+// The step to tombstone is refused by the database while a registered
+// 'delete' table holds a row of the community, and while a 'nullify' table
+// still carries its id, whoever takes it (the executor, or the superuser
+// with the executor's settings); the refusal names the table and changes
+// nothing. Once the rows are gone the executor's step succeeds.
+func TestTombstoneProofRefusesWhileRowsRemain(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	community, request, generation := b.bindingsRemoved(t)
+	before := b.footprint(t, community)
+
+	requireSQLState(t, b.tombstoneAs(t, fixture.RoleExecutor, community, generation), sqlstateFenced,
+		"registered delete table fixture_members still holds its rows")
+	err := pgx.BeginFunc(t.Context(), b.pool, func(tx pgx.Tx) error {
+		if err := setExecutor(t.Context(), tx, community, generation); err != nil {
+			return err
+		}
+		_, err := tx.Exec(t.Context(), tombstoneStatement, community)
+		return err
+	})
+	requireSQLState(t, err, sqlstateFenced, "fixture_members still holds its rows")
+	require.Equal(t, before, b.footprint(t, community))
+	require.Equal(t, "bindings_removed", requestStage(t, b, request))
+
+	// The 'delete' rows gone, the 'nullify' table still carries the id.
+	require.NoError(t, b.asExecutor(t, community, generation, func(tx pgx.Tx) error {
+		_, err := tx.Exec(t.Context(), "DELETE FROM fixture_members WHERE community_id = $1", community)
+		return err
+	}))
+	requireSQLState(t, b.tombstoneAs(t, fixture.RoleExecutor, community, generation), sqlstateFenced,
+		"registered nullify table fixture_audit_events still holds its rows")
+	state, _ := b.communityState(t, community)
+	require.Equal(t, "fenced", state)
+
+	// Cleared, the executor's step goes through, with the request's.
+	require.NoError(t, b.asExecutor(t, community, generation, func(tx pgx.Tx) error {
+		_, err := tx.Exec(t.Context(), "UPDATE fixture_audit_events SET community_id = NULL WHERE community_id = $1", community)
+		return err
+	}))
+	require.NoError(t, b.tryAs(t, fixture.RoleExecutor, func(tx pgx.Tx) error {
+		if err := setExecutor(t.Context(), tx, community, generation); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(t.Context(), tombstoneStatement, community); err != nil {
+			return err
+		}
+		_, err := tx.Exec(t.Context(), "UPDATE community_deletion_requests SET stage = 'postgres_purged' WHERE id = $1", request)
+		return err
+	}))
+	state, _ = b.communityState(t, community)
+	require.Equal(t, "tombstone", state)
+	require.Equal(t, "postgres_purged", requestStage(t, b, request))
+}
