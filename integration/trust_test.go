@@ -105,3 +105,40 @@ func TestTombstoneProofRefusesWhileRowsRemain(t *testing.T) {
 	require.Equal(t, "tombstone", state)
 	require.Equal(t, "postgres_purged", requestStage(t, b, request))
 }
+
+// A row that a row-level security policy hides from the executor does not
+// escape the proof: the step to tombstone fails on the policy (42501)
+// rather than skipping the row, and nothing changes.
+func TestTombstoneProofSeesRowsHiddenByRowSecurity(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	service := b.as(fixture.RoleServing)
+	require.NoError(t, b.exec(t, `CREATE TABLE tenant_secrets (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+		community_id uuid NOT NULL REFERENCES communities (id), body text NOT NULL)`))
+	require.NoError(t, b.exec(t, "ALTER TABLE tenant_secrets OWNER TO cd_test_serving"))
+	for _, sql := range []string{
+		"SELECT attach_community_write_fence('tenant_secrets')",
+		"ALTER TABLE tenant_secrets ENABLE ROW LEVEL SECURITY",
+		"CREATE POLICY tenant_secrets_service_only ON tenant_secrets USING (current_user = 'cd_test_serving')",
+	} {
+		_, err := service.Exec(t.Context(), sql)
+		require.NoError(t, err, sql)
+	}
+	community, request := b.approvedRequest(t)
+	_, err := service.Exec(t.Context(), "INSERT INTO tenant_secrets (community_id, body) VALUES ($1, 'secret')", community)
+	require.NoError(t, err)
+	b.quiesce(t, community)
+	generation := b.fence(t, community)
+	b.freezeDestructive(t, request)
+	b.advance(t, request, "drained")
+	b.advance(t, request, "bindings_removed")
+
+	requireSQLState(t, b.tombstoneAs(t, fixture.RoleExecutor, community, generation), "42501",
+		`row-level security policy for table "tenant_secrets"`)
+	state, _ := b.communityState(t, community)
+	require.Equal(t, "fenced", state)
+	require.Equal(t, "bindings_removed", requestStage(t, b, request))
+	var n int
+	require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT count(*) FROM tenant_secrets WHERE community_id = $1", community).Scan(&n))
+	require.Equal(t, 1, n)
+}

@@ -686,7 +686,8 @@ func (b *purgeBatcher) sweep(ctx context.Context) (bool, error) {
 		}
 		var found bool
 		start := time.Now()
-		err := pgx.BeginTxFunc(ctx, b.run.store.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted, AccessMode: pgx.ReadOnly},
+		err := pgx.BeginTxFunc(ctx, b.run.store.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted, AccessMode: pgx.ReadOnly,
+			BeginQuery: "BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY; " + rowSecurityOff},
 			func(tx pgx.Tx) error {
 				if err := dbgen.New(tx).PurgeSeqScanSet(ctx, "off"); err != nil {
 					return fmt.Errorf("set enable_seqscan: %w", err)

@@ -202,6 +202,24 @@ CREATE FUNCTION public.community_deletion_catalog_drift() RETURNS TABLE(table_na
     ), functions AS (
         SELECT d.function_signature, d.digest, to_regprocedure(d.function_signature) AS oid
         FROM community_deletion_function_digests d
+    ), row_secured AS (
+        -- A registered table, or a partition of one, whose row-level
+        -- security applies to a login of the executor or operator role:
+        -- neither superuser nor BYPASSRLS, and not its owner (or the table
+        -- forces row security on its owner). The deletion reads with
+        -- row_security off, so such a table fails it; reported here first.
+        SELECT registered.table_name,
+               string_agg(DISTINCT login.rolname::text, ', ') AS logins
+        FROM registered
+        CROSS JOIN LATERAL (SELECT registered.oid
+                            UNION SELECT tree.relid FROM pg_partition_tree(registered.oid) tree) member (relid)
+        JOIN pg_class c ON c.oid = member.relid AND c.relrowsecurity
+        JOIN pg_roles login ON login.rolcanlogin AND NOT login.rolsuper AND NOT login.rolbypassrls
+            AND (pg_has_role(login.oid, 'community_deletion_executor', 'MEMBER')
+                 OR pg_has_role(login.oid, 'community_deletion_operator', 'MEMBER'))
+            AND (c.relforcerowsecurity OR NOT pg_has_role(login.oid, c.relowner, 'USAGE'))
+        WHERE registered.oid IS NOT NULL
+        GROUP BY registered.table_name
     )
     SELECT live.display_name, 'unregistered'
     FROM live
@@ -235,6 +253,11 @@ CREATE FUNCTION public.community_deletion_catalog_drift() RETURNS TABLE(table_na
            CASE WHEN functions.oid IS NULL THEN 'function_missing' ELSE 'function_changed' END
     FROM functions
     WHERE functions.oid IS NULL OR community_deletion_function_digest(functions.oid::oid) <> functions.digest
+    UNION ALL
+    SELECT row_secured.table_name,
+           format('row_security: its policies apply to %s; grant BYPASSRLS to each (or let it own the table), or disable row level security',
+                  row_secured.logins)
+    FROM row_secured
     ORDER BY 1, 2
     $$;
 

@@ -12,8 +12,13 @@
 -- postgres_purged needs the tombstone (enforce_community_deletion_request_guard),
 -- so it is proven too.
 --
--- Down drops the trigger and its function and restores the lists they were
--- added to.
+-- The drift report also names a registered table whose row-level security
+-- applies to a login of the executor or operator role (the client reads
+-- with row_security off, so such a table would fail the deletion): problem
+-- 'row_security: …', saying which logins and what to grant.
+--
+-- Down drops the trigger and its function and restores, as migration 00011
+-- and 00013 left them, every function this Up replaced.
 
 -- +goose Up
 -- +goose StatementBegin
@@ -58,6 +63,121 @@ $$;
 
 CREATE TRIGGER communities_tombstone_proof BEFORE UPDATE ON communities
     FOR EACH ROW EXECUTE FUNCTION enforce_community_tombstone_proof();
+
+-- +goose StatementBegin
+-- The drift report, as migration 00011 left it, also names a registered
+-- table whose row-level security applies to a login of the deletion roles
+-- (problem 'row_security: …', saying what to grant).
+CREATE OR REPLACE FUNCTION community_deletion_catalog_drift() RETURNS TABLE(table_name text, problem text)
+    LANGUAGE sql STABLE
+    AS $$
+    WITH home AS (
+        SELECT c.relnamespace AS namespace FROM pg_class c WHERE c.oid = 'communities'::regclass
+    ), live AS (
+        -- Every table, in any schema but the system's and temporary ones, that
+        -- looks like tenant data: a community_id column of any type, or a
+        -- foreign key to communities under any column name.
+        SELECT c.oid, c.relnamespace = home.namespace AS at_home, c.relname::text AS relname,
+               CASE WHEN c.relnamespace = home.namespace THEN c.relname::text
+                    ELSE format('%I.%I', n.nspname, c.relname) END AS display_name
+        FROM pg_class c
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        CROSS JOIN home
+        WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
+          AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+          AND n.nspname !~ '^pg_(toast|temp_|toast_temp_)'
+          AND (EXISTS (SELECT 1 FROM pg_attribute a
+                       WHERE a.attrelid = c.oid AND a.attname = 'community_id' AND NOT a.attisdropped)
+               OR EXISTS (SELECT 1 FROM pg_constraint f
+                          WHERE f.conrelid = c.oid AND f.contype = 'f' AND f.confrelid = 'communities'::regclass))
+    ), registered AS (
+        -- oid is NULL when the table is gone or has no community_id uuid column.
+        SELECT r.table_name, r.purge_action, t.oid, t.attnotnull
+        FROM community_scoped_tables r
+        CROSS JOIN home
+        LEFT JOIN LATERAL (
+            SELECT c.oid, a.attnotnull
+            FROM pg_class c
+            JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'community_id' AND NOT a.attisdropped
+                AND a.atttypid = 'uuid'::regtype
+            WHERE c.relname = r.table_name AND c.relnamespace = home.namespace
+              AND c.relkind IN ('r', 'p') AND NOT c.relispartition) t ON true
+    ), fence_members AS (
+        -- A registered 'delete' table and, when it is partitioned, every partition.
+        SELECT registered.table_name, registered.oid
+        FROM registered
+        WHERE registered.purge_action = 'delete' AND registered.oid IS NOT NULL
+        UNION
+        SELECT registered.table_name, tree.relid
+        FROM registered, pg_partition_tree(registered.oid) tree
+        WHERE registered.purge_action = 'delete' AND registered.oid IS NOT NULL
+    ), guards AS (
+        SELECT g.table_name, g.trigger_name, g.function_signature, t.tgenabled,
+               t.tgfoid = to_regprocedure(g.function_signature) AS same_function
+        FROM community_deletion_guard_triggers() g
+        LEFT JOIN pg_trigger t ON t.tgrelid = to_regclass(g.table_name) AND t.tgname = g.trigger_name
+    ), functions AS (
+        SELECT d.function_signature, d.digest, to_regprocedure(d.function_signature) AS oid
+        FROM community_deletion_function_digests d
+    ), row_secured AS (
+        -- A registered table, or a partition of one, whose row-level
+        -- security applies to a login of the executor or operator role:
+        -- neither superuser nor BYPASSRLS, and not its owner (or the table
+        -- forces row security on its owner). The deletion reads with
+        -- row_security off, so such a table fails it; reported here first.
+        SELECT registered.table_name,
+               string_agg(DISTINCT login.rolname::text, ', ') AS logins
+        FROM registered
+        CROSS JOIN LATERAL (SELECT registered.oid
+                            UNION SELECT tree.relid FROM pg_partition_tree(registered.oid) tree) member (relid)
+        JOIN pg_class c ON c.oid = member.relid AND c.relrowsecurity
+        JOIN pg_roles login ON login.rolcanlogin AND NOT login.rolsuper AND NOT login.rolbypassrls
+            AND (pg_has_role(login.oid, 'community_deletion_executor', 'MEMBER')
+                 OR pg_has_role(login.oid, 'community_deletion_operator', 'MEMBER'))
+            AND (c.relforcerowsecurity OR NOT pg_has_role(login.oid, c.relowner, 'USAGE'))
+        WHERE registered.oid IS NOT NULL
+        GROUP BY registered.table_name
+    )
+    SELECT live.display_name, 'unregistered'
+    FROM live
+    WHERE NOT (live.at_home AND community_deletion_control_table(live.relname))
+      AND NOT (live.at_home AND EXISTS (SELECT 1 FROM registered WHERE registered.table_name = live.relname))
+    UNION ALL
+    SELECT registered.table_name, 'missing'
+    FROM registered WHERE registered.oid IS NULL
+    UNION ALL
+    SELECT registered.table_name, 'shape'
+    FROM registered
+    WHERE registered.oid IS NOT NULL
+      AND registered.attnotnull <> (registered.purge_action = 'delete')
+    UNION ALL
+    SELECT DISTINCT fence_members.table_name, 'unfenced'
+    FROM fence_members
+    WHERE NOT community_deletion_fenced(fence_members.oid)
+    UNION ALL
+    SELECT DISTINCT c.relname::text, 'stray_fence'
+    FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+    WHERE t.tgfoid = 'enforce_community_write_fence()'::regprocedure
+      AND NOT t.tgisinternal
+      AND NOT EXISTS (SELECT 1 FROM fence_members WHERE fence_members.oid = t.tgrelid)
+    UNION ALL
+    SELECT guards.table_name || '.' || guards.trigger_name,
+           CASE WHEN guards.tgenabled IS NULL OR NOT guards.same_function THEN 'guard_missing' ELSE 'guard_disabled' END
+    FROM guards
+    WHERE guards.tgenabled IS NULL OR NOT guards.same_function OR guards.tgenabled NOT IN ('O', 'A')
+    UNION ALL
+    SELECT functions.function_signature,
+           CASE WHEN functions.oid IS NULL THEN 'function_missing' ELSE 'function_changed' END
+    FROM functions
+    WHERE functions.oid IS NULL OR community_deletion_function_digest(functions.oid::oid) <> functions.digest
+    UNION ALL
+    SELECT row_secured.table_name,
+           format('row_security: its policies apply to %s; grant BYPASSRLS to each (or let it own the table), or disable row level security',
+                  row_secured.logins)
+    FROM row_secured
+    ORDER BY 1, 2
+    $$;
+-- +goose StatementEnd
 
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION community_deletion_guard_triggers() RETURNS TABLE(table_name text, trigger_name text, function_signature text)
@@ -136,6 +256,94 @@ SELECT community_deletion_seal_functions();
 -- +goose Down
 DROP TRIGGER communities_tombstone_proof ON communities;
 DROP FUNCTION enforce_community_tombstone_proof();
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION community_deletion_catalog_drift() RETURNS TABLE(table_name text, problem text)
+    LANGUAGE sql STABLE
+    AS $$
+    WITH home AS (
+        SELECT c.relnamespace AS namespace FROM pg_class c WHERE c.oid = 'communities'::regclass
+    ), live AS (
+        -- Every table, in any schema but the system's and temporary ones, that
+        -- looks like tenant data: a community_id column of any type, or a
+        -- foreign key to communities under any column name.
+        SELECT c.oid, c.relnamespace = home.namespace AS at_home, c.relname::text AS relname,
+               CASE WHEN c.relnamespace = home.namespace THEN c.relname::text
+                    ELSE format('%I.%I', n.nspname, c.relname) END AS display_name
+        FROM pg_class c
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        CROSS JOIN home
+        WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
+          AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+          AND n.nspname !~ '^pg_(toast|temp_|toast_temp_)'
+          AND (EXISTS (SELECT 1 FROM pg_attribute a
+                       WHERE a.attrelid = c.oid AND a.attname = 'community_id' AND NOT a.attisdropped)
+               OR EXISTS (SELECT 1 FROM pg_constraint f
+                          WHERE f.conrelid = c.oid AND f.contype = 'f' AND f.confrelid = 'communities'::regclass))
+    ), registered AS (
+        -- oid is NULL when the table is gone or has no community_id uuid column.
+        SELECT r.table_name, r.purge_action, t.oid, t.attnotnull
+        FROM community_scoped_tables r
+        CROSS JOIN home
+        LEFT JOIN LATERAL (
+            SELECT c.oid, a.attnotnull
+            FROM pg_class c
+            JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'community_id' AND NOT a.attisdropped
+                AND a.atttypid = 'uuid'::regtype
+            WHERE c.relname = r.table_name AND c.relnamespace = home.namespace
+              AND c.relkind IN ('r', 'p') AND NOT c.relispartition) t ON true
+    ), fence_members AS (
+        -- A registered 'delete' table and, when it is partitioned, every partition.
+        SELECT registered.table_name, registered.oid
+        FROM registered
+        WHERE registered.purge_action = 'delete' AND registered.oid IS NOT NULL
+        UNION
+        SELECT registered.table_name, tree.relid
+        FROM registered, pg_partition_tree(registered.oid) tree
+        WHERE registered.purge_action = 'delete' AND registered.oid IS NOT NULL
+    ), guards AS (
+        SELECT g.table_name, g.trigger_name, g.function_signature, t.tgenabled,
+               t.tgfoid = to_regprocedure(g.function_signature) AS same_function
+        FROM community_deletion_guard_triggers() g
+        LEFT JOIN pg_trigger t ON t.tgrelid = to_regclass(g.table_name) AND t.tgname = g.trigger_name
+    ), functions AS (
+        SELECT d.function_signature, d.digest, to_regprocedure(d.function_signature) AS oid
+        FROM community_deletion_function_digests d
+    )
+    SELECT live.display_name, 'unregistered'
+    FROM live
+    WHERE NOT (live.at_home AND community_deletion_control_table(live.relname))
+      AND NOT (live.at_home AND EXISTS (SELECT 1 FROM registered WHERE registered.table_name = live.relname))
+    UNION ALL
+    SELECT registered.table_name, 'missing'
+    FROM registered WHERE registered.oid IS NULL
+    UNION ALL
+    SELECT registered.table_name, 'shape'
+    FROM registered
+    WHERE registered.oid IS NOT NULL
+      AND registered.attnotnull <> (registered.purge_action = 'delete')
+    UNION ALL
+    SELECT DISTINCT fence_members.table_name, 'unfenced'
+    FROM fence_members
+    WHERE NOT community_deletion_fenced(fence_members.oid)
+    UNION ALL
+    SELECT DISTINCT c.relname::text, 'stray_fence'
+    FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+    WHERE t.tgfoid = 'enforce_community_write_fence()'::regprocedure
+      AND NOT t.tgisinternal
+      AND NOT EXISTS (SELECT 1 FROM fence_members WHERE fence_members.oid = t.tgrelid)
+    UNION ALL
+    SELECT guards.table_name || '.' || guards.trigger_name,
+           CASE WHEN guards.tgenabled IS NULL OR NOT guards.same_function THEN 'guard_missing' ELSE 'guard_disabled' END
+    FROM guards
+    WHERE guards.tgenabled IS NULL OR NOT guards.same_function OR guards.tgenabled NOT IN ('O', 'A')
+    UNION ALL
+    SELECT functions.function_signature,
+           CASE WHEN functions.oid IS NULL THEN 'function_missing' ELSE 'function_changed' END
+    FROM functions
+    WHERE functions.oid IS NULL OR community_deletion_function_digest(functions.oid::oid) <> functions.digest
+    ORDER BY 1, 2
+    $$;
+-- +goose StatementEnd
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION community_deletion_guard_triggers() RETURNS TABLE(table_name text, trigger_name text, function_signature text)
     LANGUAGE sql IMMUTABLE
