@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -141,4 +143,84 @@ func TestTombstoneProofSeesRowsHiddenByRowSecurity(t *testing.T) {
 	var n int
 	require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT count(*) FROM tenant_secrets WHERE community_id = $1", community).Scan(&n))
 	require.Equal(t, 1, n)
+}
+
+// requestRow is the whole stored row of a request, as text.
+func (b *testBundle) requestRow(t *testing.T, request uuid.UUID) string {
+	t.Helper()
+	var row string
+	require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT r::text FROM community_deletion_requests r WHERE id = $1", request).Scan(&row))
+	return row
+}
+
+// The operator's login never changes a column only the executor writes,
+// on any of its paths: unblocking, aborting or freezing an inventory while
+// also rewriting the destructive storage manifest (so the executor would
+// verify a decoy), setting a retry or an error, or scheduling the request
+// later, is refused (42501) and changes nothing. The plain unblock, abort
+// and freeze still work.
+func TestOperatorsNeverChangeExecutorOnlyColumns(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, request, _ := b.fencedRequest(t)
+	// The executor blocks the fenced request, as after a failed unit.
+	require.NoError(t, b.execAs(t, fixture.RoleExecutor, `UPDATE community_deletion_requests
+		SET blocked_at = now(), blocked_reason = 'stuck', last_error = 'stuck', last_error_at = now(),
+		    retry_stage = 'fenced', retry_count = 3
+		WHERE id = $1`, request))
+	before := b.requestRow(t, request)
+
+	// unblockWith is the operator's unblock (as DeletionRequestUnblock
+	// writes it) with the given assignments in place of its own.
+	unblockWith := func(set map[string]string) string {
+		columns := []string{"blocked_at", "blocked_reason", "retry_count", "retry_stage", "last_error", "last_error_at",
+			"next_attempt_at", "lease_owner", "lease_until"}
+		values := map[string]string{"retry_count": "0", "next_attempt_at": "now()"}
+		var assignments []string
+		for _, c := range columns {
+			v, ok := set[c]
+			if !ok {
+				v, ok = values[c]
+			}
+			if !ok {
+				v = "NULL"
+			}
+			assignments = append(assignments, c+" = "+v)
+		}
+		for c, v := range set {
+			if !slices.Contains(columns, c) {
+				assignments = append(assignments, c+" = "+v)
+			}
+		}
+		return "UPDATE community_deletion_requests SET " + strings.Join(assignments, ", ") + " WHERE id = $1"
+	}
+	decoy := map[string]string{"destructive_storage_manifest": `'{"version": 4}'`, "destructive_storage_frozen_at": "now()"}
+	const decoySQL = `destructive_storage_manifest = '{"version": 4}', destructive_storage_frozen_at = now()`
+	for name, sql := range map[string]string{
+		"unblock writing the destructive manifest": unblockWith(decoy),
+		"unblock setting a retry stage":            unblockWith(map[string]string{"retry_stage": "'drained'"}),
+		"unblock keeping the retry count":          unblockWith(map[string]string{"retry_count": "2"}),
+		"unblock writing an error":                 unblockWith(map[string]string{"last_error": "'forged'", "last_error_at": "now()"}),
+		"unblock scheduling later":                 unblockWith(map[string]string{"next_attempt_at": "now() + interval '1 day'"}),
+		"abort writing the destructive manifest": `UPDATE community_deletion_requests SET stage = 'aborted', aborted_by = 'op',
+			abort_reason = 'r', aborted_at = now(), completed_at = now(), blocked_at = NULL, blocked_reason = NULL, ` + decoySQL + ` WHERE id = $1`,
+	} {
+		requireSQLState(t, b.execAs(t, fixture.RoleOperator, sql, request), "42501", "an operator never changes what the executor records")
+		require.Equal(t, before, b.requestRow(t, request), name)
+	}
+
+	// The plain unblock works; the executor then freezes its manifest.
+	require.NoError(t, b.execAs(t, fixture.RoleOperator, unblockWith(nil), request))
+	b.freezeDestructive(t, request)
+
+	// Freezing an inventory while writing the destructive manifest is
+	// refused too; the plain freeze works.
+	other := b.createCommunity(t)
+	submitted := b.submit(t, other, "requester")
+	const freeze = `UPDATE community_deletion_requests SET stage = 'inventoried', schema_manifest = '{}', storage_manifest = '{}',
+		inventory_manifest = '{}', inventory_digest = $2, inventory_frozen_at = now()`
+	requireSQLState(t, b.execAs(t, fixture.RoleOperator, freeze+", "+decoySQL+" WHERE id = $1", submitted, testDigest("x")),
+		"42501", "an operator never changes what the executor records")
+	require.Equal(t, "submitted", requestStage(t, b, submitted))
+	require.NoError(t, b.execAs(t, fixture.RoleOperator, freeze+" WHERE id = $1", submitted, testDigest("x")))
 }

@@ -1018,6 +1018,22 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '42501',
             MESSAGE = format('%s refused: an operator only clears a lease or a block, never takes, extends or sets one', action);
     END IF;
+    -- The rest of what the executor records is its own too: the destructive
+    -- storage manifest it verifies against, its retry and error record
+    -- (which an operator only clears) and the schedule (an operator makes a
+    -- request due now, never later). The fence generation and completion
+    -- time are guarded below and by CHECKs.
+    IF action IS NOT NULL
+       AND ((NEW.destructive_storage_manifest, NEW.destructive_storage_frozen_at)
+                IS DISTINCT FROM (OLD.destructive_storage_manifest, OLD.destructive_storage_frozen_at)
+            OR (NEW.retry_stage IS NOT NULL AND NEW.retry_stage IS DISTINCT FROM OLD.retry_stage)
+            OR (NEW.retry_count <> 0 AND NEW.retry_count <> OLD.retry_count)
+            OR (NEW.last_error IS NOT NULL AND NEW.last_error IS DISTINCT FROM OLD.last_error)
+            OR (NEW.last_error_at IS NOT NULL AND NEW.last_error_at IS DISTINCT FROM OLD.last_error_at)
+            OR (NEW.next_attempt_at IS DISTINCT FROM OLD.next_attempt_at AND NEW.next_attempt_at <> now())) THEN
+        RAISE EXCEPTION USING ERRCODE = '42501',
+            MESSAGE = format('%s refused: an operator never changes what the executor records (destructive storage manifest, retry and error record, schedule)', action);
+    END IF;
     -- Executor leases are bounded: an hour from now at most.
     IF NEW.lease_until IS DISTINCT FROM OLD.lease_until AND NEW.lease_until > clock_timestamp() + interval '1 hour' THEN
         RAISE EXCEPTION USING ERRCODE = '23514',

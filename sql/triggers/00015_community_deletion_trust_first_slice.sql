@@ -17,6 +17,11 @@
 -- with row_security off, so such a table would fail the deletion): problem
 -- 'row_security: …', saying which logins and what to grant.
 --
+-- The request guard refuses (42501) an operator's change to a column only
+-- the executor writes, on every operator path: an unblock could otherwise
+-- rewrite the destructive storage manifest, and the executor would verify a
+-- decoy.
+--
 -- Down drops the trigger and its function and restores, as migration 00011
 -- and 00013 left them, every function this Up replaced.
 
@@ -180,6 +185,195 @@ CREATE OR REPLACE FUNCTION community_deletion_catalog_drift() RETURNS TABLE(tabl
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- The request guard, as migration 00011 left it, also refuses (42501) an
+-- operator's change, on any of its paths (inventory, approval, abort,
+-- unblock), to a column only the executor writes.
+CREATE OR REPLACE FUNCTION enforce_community_deletion_request_guard() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    AS $$
+DECLARE
+    community_state text;
+    community_generation bigint;
+    community_host text;
+    action text;
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        RAISE EXCEPTION USING ERRCODE = '23000',
+            MESSAGE = format('deletion request %s refused: deletion requests are permanent audit records', OLD.id);
+    END IF;
+
+    IF TG_OP = 'INSERT' THEN
+        IF NEW.stage <> 'submitted'
+           OR NEW.schema_manifest IS NOT NULL OR NEW.storage_manifest IS NOT NULL
+           OR NEW.inventory_manifest IS NOT NULL OR NEW.inventory_digest IS NOT NULL
+           OR NEW.inventory_frozen_at IS NOT NULL OR NEW.destructive_storage_manifest IS NOT NULL
+           OR NEW.fence_generation IS NOT NULL OR NEW.lease_owner IS NOT NULL OR NEW.lease_generation <> 0
+           OR NEW.lease_until IS NOT NULL OR NEW.destructive_storage_frozen_at IS NOT NULL
+           OR NEW.blocked_at IS NOT NULL OR NEW.blocked_reason IS NOT NULL
+           OR NEW.quiescing_started_at IS NOT NULL OR NEW.pre_quiesce_archived_at IS NOT NULL
+           OR NEW.retry_stage IS NOT NULL OR NEW.retry_count <> 0 OR NEW.attempts <> 0
+           OR NEW.last_error IS NOT NULL OR NEW.last_error_at IS NOT NULL
+           OR NEW.completed_at IS NOT NULL OR NEW.aborted_at IS NOT NULL
+           OR NEW.aborted_by IS NOT NULL OR NEW.abort_reason IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = '23000',
+                MESSAGE = format('deletion request %s refused: a request is created submitted, with nothing frozen, leased or blocked', NEW.id);
+        END IF;
+        SELECT c.deletion_state, c.host INTO community_state, community_host
+        FROM communities c WHERE c.id = NEW.community_id;
+        IF community_state IS DISTINCT FROM 'active' OR NEW.community_host IS DISTINCT FROM community_host THEN
+            RAISE EXCEPTION USING ERRCODE = '23000',
+                MESSAGE = format('deletion request refused: community %s is %s or its host is not %L',
+                                 NEW.community_id, coalesce(community_state, 'missing'), NEW.community_host);
+        END IF;
+        NEW.requested_by_role := session_user;
+        NEW.created_at := now();
+        NEW.updated_at := now();
+        NEW.next_attempt_at := now();
+        RETURN NEW;
+    END IF;
+
+    IF OLD.stage IN ('aborted', 'retention_pending') THEN
+        RAISE EXCEPTION USING ERRCODE = '23000',
+            MESSAGE = format('deletion request %s refused: stage %s is terminal', OLD.id, OLD.stage);
+    END IF;
+    IF (NEW.id, NEW.community_id, NEW.community_host, NEW.requested_by, NEW.requested_by_role, NEW.created_at)
+       IS DISTINCT FROM (OLD.id, OLD.community_id, OLD.community_host, OLD.requested_by, OLD.requested_by_role, OLD.created_at) THEN
+        RAISE EXCEPTION USING ERRCODE = '23000',
+            MESSAGE = format('deletion request %s refused: its target, requester and creation time never change', OLD.id);
+    END IF;
+    -- Who may make this change: operators inventory, approve, abort and
+    -- unblock, and then only clear a lease or a block; the executor does
+    -- everything else.
+    IF NEW.stage IS DISTINCT FROM OLD.stage THEN
+        action := format('deletion request %s stage %s -> %s', OLD.id, OLD.stage, NEW.stage);
+        IF NEW.stage IN ('inventoried', 'approved', 'aborted') THEN
+            PERFORM community_deletion_require_member(ARRAY['community_deletion_operator']::name[], action);
+        ELSE
+            PERFORM community_deletion_require_member(ARRAY['community_deletion_executor']::name[], action);
+            action := NULL;
+        END IF;
+    ELSIF OLD.blocked_at IS NOT NULL AND NEW.blocked_at IS NULL THEN
+        action := format('unblock of deletion request %s', OLD.id);
+        PERFORM community_deletion_require_member(ARRAY['community_deletion_operator']::name[], action);
+    ELSE
+        PERFORM community_deletion_require_member(ARRAY['community_deletion_executor']::name[],
+                                                  format('change of deletion request %s', OLD.id));
+    END IF;
+    IF action IS NOT NULL
+       AND ((NEW.lease_owner IS NOT NULL AND NEW.lease_owner IS DISTINCT FROM OLD.lease_owner)
+            OR (NEW.lease_until IS NOT NULL AND NEW.lease_until IS DISTINCT FROM OLD.lease_until)
+            OR (NEW.lease_generation <> OLD.lease_generation AND NEW.stage <> 'aborted')
+            OR NEW.attempts <> OLD.attempts
+            OR (NEW.blocked_at IS NOT NULL AND NEW.blocked_at IS DISTINCT FROM OLD.blocked_at)
+            OR (NEW.pre_quiesce_archived_at, NEW.quiescing_started_at)
+               IS DISTINCT FROM (OLD.pre_quiesce_archived_at, OLD.quiescing_started_at)) THEN
+        RAISE EXCEPTION USING ERRCODE = '42501',
+            MESSAGE = format('%s refused: an operator only clears a lease or a block, never takes, extends or sets one', action);
+    END IF;
+    -- The rest of what the executor records is its own too: the destructive
+    -- storage manifest it verifies against, its retry and error record
+    -- (which an operator only clears) and the schedule (an operator makes a
+    -- request due now, never later). The fence generation and completion
+    -- time are guarded below and by CHECKs.
+    IF action IS NOT NULL
+       AND ((NEW.destructive_storage_manifest, NEW.destructive_storage_frozen_at)
+                IS DISTINCT FROM (OLD.destructive_storage_manifest, OLD.destructive_storage_frozen_at)
+            OR (NEW.retry_stage IS NOT NULL AND NEW.retry_stage IS DISTINCT FROM OLD.retry_stage)
+            OR (NEW.retry_count <> 0 AND NEW.retry_count <> OLD.retry_count)
+            OR (NEW.last_error IS NOT NULL AND NEW.last_error IS DISTINCT FROM OLD.last_error)
+            OR (NEW.last_error_at IS NOT NULL AND NEW.last_error_at IS DISTINCT FROM OLD.last_error_at)
+            OR (NEW.next_attempt_at IS DISTINCT FROM OLD.next_attempt_at AND NEW.next_attempt_at <> now())) THEN
+        RAISE EXCEPTION USING ERRCODE = '42501',
+            MESSAGE = format('%s refused: an operator never changes what the executor records (destructive storage manifest, retry and error record, schedule)', action);
+    END IF;
+    -- Executor leases are bounded: an hour from now at most.
+    IF NEW.lease_until IS DISTINCT FROM OLD.lease_until AND NEW.lease_until > clock_timestamp() + interval '1 hour' THEN
+        RAISE EXCEPTION USING ERRCODE = '23514',
+            MESSAGE = format('deletion request %s refused: an executor lease lasts at most 1 hour, not until %s', OLD.id, NEW.lease_until);
+    END IF;
+    IF (NEW.schema_manifest, NEW.storage_manifest, NEW.inventory_manifest, NEW.inventory_digest, NEW.inventory_frozen_at)
+       IS DISTINCT FROM (OLD.schema_manifest, OLD.storage_manifest, OLD.inventory_manifest, OLD.inventory_digest, OLD.inventory_frozen_at)
+       AND NOT (OLD.stage = 'submitted' AND NEW.stage = 'inventoried'
+                AND OLD.schema_manifest IS NULL AND OLD.storage_manifest IS NULL
+                AND OLD.inventory_manifest IS NULL AND OLD.inventory_digest IS NULL
+                AND OLD.inventory_frozen_at IS NULL) THEN
+        RAISE EXCEPTION USING ERRCODE = '23000',
+            MESSAGE = format('deletion request %s refused: the frozen inventory is written once, by submitted -> inventoried', OLD.id);
+    END IF;
+    IF (NEW.destructive_storage_manifest, NEW.destructive_storage_frozen_at)
+       IS DISTINCT FROM (OLD.destructive_storage_manifest, OLD.destructive_storage_frozen_at)
+       AND NOT (OLD.stage = 'fenced' AND NEW.stage = 'fenced'
+                AND OLD.destructive_storage_manifest IS NULL AND OLD.destructive_storage_frozen_at IS NULL) THEN
+        RAISE EXCEPTION USING ERRCODE = '23000',
+            MESSAGE = format('deletion request %s refused: the destructive storage manifest is written once, while fenced', OLD.id);
+    END IF;
+    IF NEW.lease_generation < OLD.lease_generation
+       OR (OLD.fence_generation IS NOT NULL
+           AND (NEW.fence_generation IS NULL OR NEW.fence_generation < OLD.fence_generation)) THEN
+        RAISE EXCEPTION USING ERRCODE = '23000',
+            MESSAGE = format('deletion request %s refused: lease and fence generations never decrease', OLD.id);
+    END IF;
+    IF NEW.fence_generation IS DISTINCT FROM OLD.fence_generation
+       AND NOT (NEW.stage IN ('fenced', 'aborted') AND NEW.stage IS DISTINCT FROM OLD.stage) THEN
+        RAISE EXCEPTION USING ERRCODE = '23000',
+            MESSAGE = format('deletion request %s refused: fence_generation is set only by the step to fenced or aborted', OLD.id);
+    END IF;
+
+    IF NEW.stage IS DISTINCT FROM OLD.stage THEN
+        IF current_setting('transaction_isolation') <> 'read committed' THEN
+            RAISE EXCEPTION USING ERRCODE = '25000',
+                MESSAGE = format('deletion request %s refused: isolation level %s pins a snapshot that cannot see the community''s current state',
+                                 OLD.id, current_setting('transaction_isolation'));
+        END IF;
+        IF NOT (NEW.stage = community_deletion_next_stage(OLD.stage)
+                OR (NEW.stage = 'aborted' AND OLD.stage IN ('submitted', 'inventoried', 'approved', 'fenced'))) THEN
+            RAISE EXCEPTION USING ERRCODE = '23000',
+                MESSAGE = format('deletion request %s refused: stage %s -> %s is not a lifecycle step', OLD.id, OLD.stage, NEW.stage);
+        END IF;
+        IF NEW.stage = 'drained' AND NEW.destructive_storage_manifest IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = '23000',
+                MESSAGE = format('deletion request %s refused: drained needs the destructive storage manifest frozen', OLD.id);
+        END IF;
+        IF NEW.stage = 'approved' AND NOT EXISTS (
+            SELECT 1 FROM community_deletion_approvals approval
+            WHERE approval.request_id = NEW.id
+              AND approval.community_id = NEW.community_id
+              AND approval.inventory_digest = NEW.inventory_digest) THEN
+            RAISE EXCEPTION USING ERRCODE = '23000',
+                MESSAGE = format('deletion request %s refused: approved needs an approval of its frozen inventory digest', OLD.id);
+        END IF;
+    END IF;
+
+    -- Every step (and the destructive freeze) must match the community: from
+    -- fenced to bindings_removed it is fenced at the request's generation,
+    -- from postgres_purged on it is that generation's tombstone, and an
+    -- abort leaves it active. FOR SHARE waits for a concurrent lifecycle
+    -- change of the community and reads its newest version.
+    IF NEW.stage IS DISTINCT FROM OLD.stage
+       OR NEW.destructive_storage_manifest IS DISTINCT FROM OLD.destructive_storage_manifest THEN
+        SELECT c.deletion_state, c.deletion_fence_generation INTO community_state, community_generation
+        FROM communities c WHERE c.id = NEW.community_id
+        FOR SHARE;
+        IF NOT (CASE
+            WHEN NEW.stage IN ('fenced', 'drained', 'bindings_removed')
+                THEN community_state = 'fenced' AND community_generation = NEW.fence_generation
+            WHEN NEW.stage IN ('postgres_purged', 'cache_purged', 'logically_verified', 'retention_pending')
+                THEN community_state = 'tombstone' AND community_generation = NEW.fence_generation
+            WHEN NEW.stage = 'aborted' THEN community_state = 'active'
+            ELSE true
+        END) IS TRUE THEN
+            RAISE EXCEPTION USING ERRCODE = '23000',
+                MESSAGE = format('deletion request %s refused: stage %s does not match community %s, which is %s at fence generation %s',
+                                 OLD.id, NEW.stage, NEW.community_id, community_state, community_generation);
+        END IF;
+    END IF;
+    NEW.updated_at := now();
+    RETURN NEW;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 CREATE OR REPLACE FUNCTION community_deletion_guard_triggers() RETURNS TABLE(table_name text, trigger_name text, function_signature text)
     LANGUAGE sql IMMUTABLE
     AS $$
@@ -256,6 +450,175 @@ SELECT community_deletion_seal_functions();
 -- +goose Down
 DROP TRIGGER communities_tombstone_proof ON communities;
 DROP FUNCTION enforce_community_tombstone_proof();
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION enforce_community_deletion_request_guard() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    AS $$
+DECLARE
+    community_state text;
+    community_generation bigint;
+    community_host text;
+    action text;
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        RAISE EXCEPTION USING ERRCODE = '23000',
+            MESSAGE = format('deletion request %s refused: deletion requests are permanent audit records', OLD.id);
+    END IF;
+
+    IF TG_OP = 'INSERT' THEN
+        IF NEW.stage <> 'submitted'
+           OR NEW.schema_manifest IS NOT NULL OR NEW.storage_manifest IS NOT NULL
+           OR NEW.inventory_manifest IS NOT NULL OR NEW.inventory_digest IS NOT NULL
+           OR NEW.inventory_frozen_at IS NOT NULL OR NEW.destructive_storage_manifest IS NOT NULL
+           OR NEW.fence_generation IS NOT NULL OR NEW.lease_owner IS NOT NULL OR NEW.lease_generation <> 0
+           OR NEW.lease_until IS NOT NULL OR NEW.destructive_storage_frozen_at IS NOT NULL
+           OR NEW.blocked_at IS NOT NULL OR NEW.blocked_reason IS NOT NULL
+           OR NEW.quiescing_started_at IS NOT NULL OR NEW.pre_quiesce_archived_at IS NOT NULL
+           OR NEW.retry_stage IS NOT NULL OR NEW.retry_count <> 0 OR NEW.attempts <> 0
+           OR NEW.last_error IS NOT NULL OR NEW.last_error_at IS NOT NULL
+           OR NEW.completed_at IS NOT NULL OR NEW.aborted_at IS NOT NULL
+           OR NEW.aborted_by IS NOT NULL OR NEW.abort_reason IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = '23000',
+                MESSAGE = format('deletion request %s refused: a request is created submitted, with nothing frozen, leased or blocked', NEW.id);
+        END IF;
+        SELECT c.deletion_state, c.host INTO community_state, community_host
+        FROM communities c WHERE c.id = NEW.community_id;
+        IF community_state IS DISTINCT FROM 'active' OR NEW.community_host IS DISTINCT FROM community_host THEN
+            RAISE EXCEPTION USING ERRCODE = '23000',
+                MESSAGE = format('deletion request refused: community %s is %s or its host is not %L',
+                                 NEW.community_id, coalesce(community_state, 'missing'), NEW.community_host);
+        END IF;
+        NEW.requested_by_role := session_user;
+        NEW.created_at := now();
+        NEW.updated_at := now();
+        NEW.next_attempt_at := now();
+        RETURN NEW;
+    END IF;
+
+    IF OLD.stage IN ('aborted', 'retention_pending') THEN
+        RAISE EXCEPTION USING ERRCODE = '23000',
+            MESSAGE = format('deletion request %s refused: stage %s is terminal', OLD.id, OLD.stage);
+    END IF;
+    IF (NEW.id, NEW.community_id, NEW.community_host, NEW.requested_by, NEW.requested_by_role, NEW.created_at)
+       IS DISTINCT FROM (OLD.id, OLD.community_id, OLD.community_host, OLD.requested_by, OLD.requested_by_role, OLD.created_at) THEN
+        RAISE EXCEPTION USING ERRCODE = '23000',
+            MESSAGE = format('deletion request %s refused: its target, requester and creation time never change', OLD.id);
+    END IF;
+    -- Who may make this change: operators inventory, approve, abort and
+    -- unblock, and then only clear a lease or a block; the executor does
+    -- everything else.
+    IF NEW.stage IS DISTINCT FROM OLD.stage THEN
+        action := format('deletion request %s stage %s -> %s', OLD.id, OLD.stage, NEW.stage);
+        IF NEW.stage IN ('inventoried', 'approved', 'aborted') THEN
+            PERFORM community_deletion_require_member(ARRAY['community_deletion_operator']::name[], action);
+        ELSE
+            PERFORM community_deletion_require_member(ARRAY['community_deletion_executor']::name[], action);
+            action := NULL;
+        END IF;
+    ELSIF OLD.blocked_at IS NOT NULL AND NEW.blocked_at IS NULL THEN
+        action := format('unblock of deletion request %s', OLD.id);
+        PERFORM community_deletion_require_member(ARRAY['community_deletion_operator']::name[], action);
+    ELSE
+        PERFORM community_deletion_require_member(ARRAY['community_deletion_executor']::name[],
+                                                  format('change of deletion request %s', OLD.id));
+    END IF;
+    IF action IS NOT NULL
+       AND ((NEW.lease_owner IS NOT NULL AND NEW.lease_owner IS DISTINCT FROM OLD.lease_owner)
+            OR (NEW.lease_until IS NOT NULL AND NEW.lease_until IS DISTINCT FROM OLD.lease_until)
+            OR (NEW.lease_generation <> OLD.lease_generation AND NEW.stage <> 'aborted')
+            OR NEW.attempts <> OLD.attempts
+            OR (NEW.blocked_at IS NOT NULL AND NEW.blocked_at IS DISTINCT FROM OLD.blocked_at)
+            OR (NEW.pre_quiesce_archived_at, NEW.quiescing_started_at)
+               IS DISTINCT FROM (OLD.pre_quiesce_archived_at, OLD.quiescing_started_at)) THEN
+        RAISE EXCEPTION USING ERRCODE = '42501',
+            MESSAGE = format('%s refused: an operator only clears a lease or a block, never takes, extends or sets one', action);
+    END IF;
+    -- Executor leases are bounded: an hour from now at most.
+    IF NEW.lease_until IS DISTINCT FROM OLD.lease_until AND NEW.lease_until > clock_timestamp() + interval '1 hour' THEN
+        RAISE EXCEPTION USING ERRCODE = '23514',
+            MESSAGE = format('deletion request %s refused: an executor lease lasts at most 1 hour, not until %s', OLD.id, NEW.lease_until);
+    END IF;
+    IF (NEW.schema_manifest, NEW.storage_manifest, NEW.inventory_manifest, NEW.inventory_digest, NEW.inventory_frozen_at)
+       IS DISTINCT FROM (OLD.schema_manifest, OLD.storage_manifest, OLD.inventory_manifest, OLD.inventory_digest, OLD.inventory_frozen_at)
+       AND NOT (OLD.stage = 'submitted' AND NEW.stage = 'inventoried'
+                AND OLD.schema_manifest IS NULL AND OLD.storage_manifest IS NULL
+                AND OLD.inventory_manifest IS NULL AND OLD.inventory_digest IS NULL
+                AND OLD.inventory_frozen_at IS NULL) THEN
+        RAISE EXCEPTION USING ERRCODE = '23000',
+            MESSAGE = format('deletion request %s refused: the frozen inventory is written once, by submitted -> inventoried', OLD.id);
+    END IF;
+    IF (NEW.destructive_storage_manifest, NEW.destructive_storage_frozen_at)
+       IS DISTINCT FROM (OLD.destructive_storage_manifest, OLD.destructive_storage_frozen_at)
+       AND NOT (OLD.stage = 'fenced' AND NEW.stage = 'fenced'
+                AND OLD.destructive_storage_manifest IS NULL AND OLD.destructive_storage_frozen_at IS NULL) THEN
+        RAISE EXCEPTION USING ERRCODE = '23000',
+            MESSAGE = format('deletion request %s refused: the destructive storage manifest is written once, while fenced', OLD.id);
+    END IF;
+    IF NEW.lease_generation < OLD.lease_generation
+       OR (OLD.fence_generation IS NOT NULL
+           AND (NEW.fence_generation IS NULL OR NEW.fence_generation < OLD.fence_generation)) THEN
+        RAISE EXCEPTION USING ERRCODE = '23000',
+            MESSAGE = format('deletion request %s refused: lease and fence generations never decrease', OLD.id);
+    END IF;
+    IF NEW.fence_generation IS DISTINCT FROM OLD.fence_generation
+       AND NOT (NEW.stage IN ('fenced', 'aborted') AND NEW.stage IS DISTINCT FROM OLD.stage) THEN
+        RAISE EXCEPTION USING ERRCODE = '23000',
+            MESSAGE = format('deletion request %s refused: fence_generation is set only by the step to fenced or aborted', OLD.id);
+    END IF;
+
+    IF NEW.stage IS DISTINCT FROM OLD.stage THEN
+        IF current_setting('transaction_isolation') <> 'read committed' THEN
+            RAISE EXCEPTION USING ERRCODE = '25000',
+                MESSAGE = format('deletion request %s refused: isolation level %s pins a snapshot that cannot see the community''s current state',
+                                 OLD.id, current_setting('transaction_isolation'));
+        END IF;
+        IF NOT (NEW.stage = community_deletion_next_stage(OLD.stage)
+                OR (NEW.stage = 'aborted' AND OLD.stage IN ('submitted', 'inventoried', 'approved', 'fenced'))) THEN
+            RAISE EXCEPTION USING ERRCODE = '23000',
+                MESSAGE = format('deletion request %s refused: stage %s -> %s is not a lifecycle step', OLD.id, OLD.stage, NEW.stage);
+        END IF;
+        IF NEW.stage = 'drained' AND NEW.destructive_storage_manifest IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = '23000',
+                MESSAGE = format('deletion request %s refused: drained needs the destructive storage manifest frozen', OLD.id);
+        END IF;
+        IF NEW.stage = 'approved' AND NOT EXISTS (
+            SELECT 1 FROM community_deletion_approvals approval
+            WHERE approval.request_id = NEW.id
+              AND approval.community_id = NEW.community_id
+              AND approval.inventory_digest = NEW.inventory_digest) THEN
+            RAISE EXCEPTION USING ERRCODE = '23000',
+                MESSAGE = format('deletion request %s refused: approved needs an approval of its frozen inventory digest', OLD.id);
+        END IF;
+    END IF;
+
+    -- Every step (and the destructive freeze) must match the community: from
+    -- fenced to bindings_removed it is fenced at the request's generation,
+    -- from postgres_purged on it is that generation's tombstone, and an
+    -- abort leaves it active. FOR SHARE waits for a concurrent lifecycle
+    -- change of the community and reads its newest version.
+    IF NEW.stage IS DISTINCT FROM OLD.stage
+       OR NEW.destructive_storage_manifest IS DISTINCT FROM OLD.destructive_storage_manifest THEN
+        SELECT c.deletion_state, c.deletion_fence_generation INTO community_state, community_generation
+        FROM communities c WHERE c.id = NEW.community_id
+        FOR SHARE;
+        IF NOT (CASE
+            WHEN NEW.stage IN ('fenced', 'drained', 'bindings_removed')
+                THEN community_state = 'fenced' AND community_generation = NEW.fence_generation
+            WHEN NEW.stage IN ('postgres_purged', 'cache_purged', 'logically_verified', 'retention_pending')
+                THEN community_state = 'tombstone' AND community_generation = NEW.fence_generation
+            WHEN NEW.stage = 'aborted' THEN community_state = 'active'
+            ELSE true
+        END) IS TRUE THEN
+            RAISE EXCEPTION USING ERRCODE = '23000',
+                MESSAGE = format('deletion request %s refused: stage %s does not match community %s, which is %s at fence generation %s',
+                                 OLD.id, NEW.stage, NEW.community_id, community_state, community_generation);
+        END IF;
+    END IF;
+    NEW.updated_at := now();
+    RETURN NEW;
+END
+$$;
+-- +goose StatementEnd
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION community_deletion_catalog_drift() RETURNS TABLE(table_name text, problem text)
     LANGUAGE sql STABLE
