@@ -154,8 +154,9 @@ func TestServingLeaseIdentityNeverChanges(t *testing.T) {
 }
 
 // lease_until is extended only while the lease is unexpired and its community
-// is active or quiescing at the lease's fence generation (else 55000: after the
-// fence, after an abort to a new generation, once expired); shortening is free.
+// is active at the lease's fence generation (else 55000: once quiescing, after
+// the fence, after an abort to a new generation, once expired); shortening is
+// free.
 func TestServingLeaseExtendedOnlyWhileValid(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -164,7 +165,8 @@ func TestServingLeaseExtendedOnlyWhileValid(t *testing.T) {
 	lease := mustAcquireLease(t, b, community)
 	require.NoError(t, extendLease(t, b, lease), "active")
 	b.quiesce(t, community)
-	require.NoError(t, extendLease(t, b, lease), "quiescing at the same generation")
+	requireSQLState(t, extendLease(t, b, lease), sqlstateFenced,
+		fmt.Sprintf("serving write lease %s is expired or its community %s is quiescing", lease, community))
 	b.fence(t, community)
 	requireSQLState(t, extendLease(t, b, lease), sqlstateFenced,
 		fmt.Sprintf("serving write lease %s is expired or its community %s is fenced", lease, community))
@@ -324,11 +326,10 @@ func TestServingLeaseExtensionTakesTheSharedCommunityLock(t *testing.T) {
 		require.True(t, tryExclusive(t, community))
 	})
 
-	t.Run("queued behind the fence", func(t *testing.T) {
-		community := b.createCommunity(t)
+	t.Run("queued behind the quiesce", func(t *testing.T) {
+		community, _ := b.approvedRequest(t)
 		lease := mustAcquireLease(t, b, community)
-		b.quiesce(t, community)
-		require.NoError(t, extendLease(t, b, lease), "quiescing: the lease still extends")
+		require.NoError(t, extendLease(t, b, lease), "active: the lease extends")
 
 		lifecycle, err := b.pool.Begin(ctx)
 		require.NoError(t, err)
@@ -352,12 +353,10 @@ func TestServingLeaseExtensionTakesTheSharedCommunityLock(t *testing.T) {
 		default:
 		}
 
-		require.NoError(t, setExecutor(ctx, lifecycle, community, 1))
-		_, err = lifecycle.Exec(ctx, "UPDATE communities SET deletion_state = 'fenced', deletion_fence_generation = 1 WHERE id = $1", community)
-		require.NoError(t, err)
-		_, err = lifecycle.Exec(ctx, "UPDATE community_deletion_requests SET stage = 'fenced', fence_generation = 1 WHERE community_id = $1 AND stage = 'approved'", community)
+		require.NoError(t, setExecutor(ctx, lifecycle, community, 0))
+		_, err = lifecycle.Exec(ctx, "UPDATE communities SET deletion_state = 'quiescing', archived_at = now() WHERE id = $1", community)
 		require.NoError(t, err)
 		require.NoError(t, lifecycle.Commit(ctx))
-		requireSQLState(t, <-extended, sqlstateFenced, fmt.Sprintf("its community %s is fenced", community))
+		requireSQLState(t, <-extended, sqlstateFenced, fmt.Sprintf("its community %s is quiescing", community))
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tombstoneworks/communitydeletion/internal/fixture"
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
 )
 
 // The tests of migration 00015: the database proves absence at the
@@ -223,4 +224,41 @@ func TestOperatorsNeverChangeExecutorOnlyColumns(t *testing.T) {
 		"42501", "an operator never changes what the executor records")
 	require.Equal(t, "submitted", requestStage(t, b, submitted))
 	require.NoError(t, b.execAs(t, fixture.RoleOperator, freeze+" WHERE id = $1", submitted, testDigest("x")))
+}
+
+// A serving write lease is extended only while its community is active: the
+// service's own login extends it while active, and once the community is
+// quiescing its extension is refused (55000, naming the constraint
+// community_write_fence) and lease_until stays, so the fence waits at most
+// for the longest lease. The lease itself stays valid until it runs out,
+// and the service can still shorten or release it.
+func TestServingLeaseExtendedOnlyWhileActive(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	service := b.as(fixture.RoleServing)
+	community, _ := b.approvedRequest(t)
+	lease, _, err := acquireLease(t.Context(), service, community, 0)
+	require.NoError(t, err)
+	const extend = "UPDATE community_serving_write_leases SET lease_until = lease_until + interval '1 minute' WHERE id = $1"
+	leaseUntil := func() string {
+		var until string
+		require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT lease_until::text FROM community_serving_write_leases WHERE id = $1", lease).Scan(&until))
+		return until
+	}
+	before := leaseUntil()
+	_, err = service.Exec(t.Context(), extend, lease)
+	require.NoError(t, err, "active: the service extends its lease")
+	require.NotEqual(t, before, leaseUntil())
+
+	b.quiesce(t, community)
+	before = leaseUntil()
+	_, err = service.Exec(t.Context(), extend, lease)
+	requireSQLState(t, err, sqlstateFenced, "a lease is extended only while its community is active")
+	require.Equal(t, before, leaseUntil())
+	require.True(t, lifecycle.IsWriteFenceRefusal(err))
+
+	_, err = service.Exec(t.Context(), "UPDATE community_serving_write_leases SET lease_until = now() + interval '1 second' WHERE id = $1", lease)
+	require.NoError(t, err, "shortening is always allowed")
+	_, err = service.Exec(t.Context(), "DELETE FROM community_serving_write_leases WHERE id = $1", lease)
+	require.NoError(t, err, "and so is the release")
 }

@@ -131,12 +131,12 @@ func (s *Serving) AcquireWriteLease(ctx context.Context, community uuid.UUID, op
 
 // RenewWriteLease extends lease to d from now and updates
 // lease.LeaseUntil. Under the shared community lock it renews only exactly
-// this unexpired lease, and only while its community is active or quiescing
-// at the lease's fence generation: a lease admitted before quiescing keeps
-// its exclusion proof while its side effect is still running, but nothing
-// renews a lease past the fence. A lease that is not current returns a
-// *StaleServingLeaseError. d must be positive and is rounded up to whole
-// seconds.
+// this unexpired lease, and only while its community is active at the
+// lease's fence generation: a lease admitted before quiescing keeps its
+// exclusion proof until its lease_until, but nothing renews it once the
+// community is quiescing, so the fence waits at most for the longest
+// lease. A lease that cannot be renewed returns a *StaleServingLeaseError.
+// d must be positive and is rounded up to whole seconds.
 func (s *Serving) RenewWriteLease(ctx context.Context, lease *ServingWriteLease, d time.Duration) error {
 	if err := checkServingLease(lease); err != nil {
 		return err

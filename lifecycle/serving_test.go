@@ -145,8 +145,10 @@ func TestServingLeaseInputsAreValidatedFirst(t *testing.T) {
 	require.Zero(t, leases)
 }
 
-// Port of quiescing_rejects_new_leases_but_renews_admitted_lease_until_release.
-func TestQuiescingRejectsNewLeasesButRenewsAdmittedLeaseUntilRelease(t *testing.T) {
+// Once quiescing, no new lease is taken and no lease is renewed (so the
+// fence waits at most for the longest lease), but an admitted lease still
+// verifies until it is released or runs out.
+func TestQuiescingRejectsNewLeasesAndRenewalsButHonoursAdmittedLeases(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
@@ -163,8 +165,12 @@ func TestQuiescingRejectsNewLeasesButRenewsAdmittedLeaseUntilRelease(t *testing.
 
 	require.NoError(t, b.Serving.VerifyWriteLease(ctx, serving))
 	before := serving.LeaseUntil
-	require.NoError(t, b.Serving.RenewWriteLease(ctx, serving, 2*time.Minute), "the admitted lease renews while quiescing")
-	require.True(t, serving.LeaseUntil.After(before), "renewal extends the admitted lease")
+	err = b.Serving.RenewWriteLease(ctx, serving, 2*time.Minute)
+	require.ErrorIs(t, err, lifecycle.ErrAccessDenied, "no renewal while quiescing")
+	var stale *lifecycle.StaleServingLeaseError
+	require.ErrorAs(t, err, &stale)
+	require.Equal(t, before, serving.LeaseUntil)
+	require.NoError(t, b.Serving.VerifyWriteLease(ctx, serving), "the admitted lease still verifies")
 
 	_, err = b.Engine.EnterFenced(ctx, token)
 	var notDrained *lifecycle.ServingWritesNotDrainedError

@@ -1253,11 +1253,13 @@ BEGIN
         PERFORM pg_advisory_xact_lock_shared(community_deletion_lock_key(OLD.community_id));
         SELECT c.deletion_state, c.deletion_fence_generation INTO community_state, community_generation
         FROM communities c WHERE c.id = NEW.community_id;
+        -- Only while active: once quiescing, every lease runs out by its
+        -- lease_until, so the fence waits at most for the longest lease.
         IF OLD.lease_until < clock_timestamp()
-           OR community_state NOT IN ('active', 'quiescing') OR community_state IS NULL
+           OR community_state IS DISTINCT FROM 'active'
            OR community_generation IS DISTINCT FROM OLD.fence_generation THEN
             RAISE EXCEPTION USING ERRCODE = '55000',
-                MESSAGE = format('community write refused: serving write lease %s is expired or its community %s is %s at fence generation %s',
+                MESSAGE = format('community write refused: serving write lease %s is expired or its community %s is %s at fence generation %s; a lease is extended only while its community is active',
                                  OLD.id, OLD.community_id, coalesce(community_state, 'missing'), community_generation),
                 CONSTRAINT = 'community_write_fence';
         END IF;

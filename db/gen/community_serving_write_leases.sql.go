@@ -151,7 +151,7 @@ WHERE lease.id = $2
   AND lease.fence_generation = $6
   AND lease.lease_until >= clock_timestamp()
   AND community.id = lease.community_id
-  AND community.deletion_state IN ('active', 'quiescing')
+  AND community.deletion_state = 'active'
   AND community.deletion_fence_generation = lease.fence_generation
 RETURNING lease.lease_until
 `
@@ -165,9 +165,9 @@ type ServingWriteLeaseRenewParams struct {
 	FenceGeneration int64
 }
 
-// Extends exactly this unexpired lease while its community is active or
-// quiescing at the lease's fence generation. The caller holds the shared
-// community lock. No row: the lease is stale.
+// Extends exactly this unexpired lease while its community is active at
+// the lease's fence generation (once quiescing, a lease only runs out). The
+// caller holds the shared community lock. No row: the lease is stale.
 func (q *Queries) ServingWriteLeaseRenew(ctx context.Context, arg ServingWriteLeaseRenewParams) (time.Time, error) {
 	row := q.db.QueryRow(ctx, servingWriteLeaseRenew,
 		arg.LeaseSeconds,

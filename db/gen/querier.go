@@ -294,9 +294,9 @@ type Querier interface {
 	// community lock); the row guard asserts it again and draws the generation
 	// from community_serving_write_lease_generation_seq. No row: not active.
 	ServingWriteLeaseInsert(ctx context.Context, arg ServingWriteLeaseInsertParams) (CommunityServingWriteLease, error)
-	// Extends exactly this unexpired lease while its community is active or
-	// quiescing at the lease's fence generation. The caller holds the shared
-	// community lock. No row: the lease is stale.
+	// Extends exactly this unexpired lease while its community is active at
+	// the lease's fence generation (once quiescing, a lease only runs out). The
+	// caller holds the shared community lock. No row: the lease is stale.
 	ServingWriteLeaseRenew(ctx context.Context, arg ServingWriteLeaseRenewParams) (time.Time, error)
 	// Carries a serving write lease in the transaction, for the write fence.
 	ServingWriteLeaseSet(ctx context.Context, arg ServingWriteLeaseSetParams) error

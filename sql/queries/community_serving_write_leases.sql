@@ -51,9 +51,9 @@ WHERE community.id = @community_id
 RETURNING *;
 
 -- name: ServingWriteLeaseRenew :one
--- Extends exactly this unexpired lease while its community is active or
--- quiescing at the lease's fence generation. The caller holds the shared
--- community lock. No row: the lease is stale.
+-- Extends exactly this unexpired lease while its community is active at
+-- the lease's fence generation (once quiescing, a lease only runs out). The
+-- caller holds the shared community lock. No row: the lease is stale.
 UPDATE community_serving_write_leases lease
 SET lease_until = now() + make_interval(secs => @lease_seconds::bigint),
     heartbeat_at = now()
@@ -65,7 +65,7 @@ WHERE lease.id = @id
   AND lease.fence_generation = @fence_generation
   AND lease.lease_until >= clock_timestamp()
   AND community.id = lease.community_id
-  AND community.deletion_state IN ('active', 'quiescing')
+  AND community.deletion_state = 'active'
   AND community.deletion_fence_generation = lease.fence_generation
 RETURNING lease.lease_until;
 

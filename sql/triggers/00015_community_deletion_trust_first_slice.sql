@@ -22,6 +22,9 @@
 -- rewrite the destructive storage manifest, and the executor would verify a
 -- decoy.
 --
+-- A serving write lease is extended only while its community is active, so
+-- once it is quiescing the fence waits at most for the longest lease.
+--
 -- Down drops the trigger and its function and restores, as migration 00011
 -- and 00013 left them, every function this Up replaced.
 
@@ -374,6 +377,77 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- The serving write lease guard, as migration 00011 left it, extends a
+-- lease only while its community is active (55000 once it is quiescing).
+CREATE OR REPLACE FUNCTION enforce_community_serving_write_lease_guard() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    AS $$
+DECLARE
+    community_state text;
+    community_generation bigint;
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        -- Anyone entitled to the table may reap an expired lease; an
+        -- unexpired one is released only by its holders' role.
+        IF OLD.lease_until >= clock_timestamp() THEN
+            PERFORM community_deletion_require_member(ARRAY['community_deletion_serving', 'community_deletion_executor']::name[],
+                                                      format('release of unexpired serving write lease %s', OLD.id));
+        END IF;
+        RETURN OLD;
+    END IF;
+    PERFORM community_deletion_require_member(ARRAY['community_deletion_serving', 'community_deletion_executor']::name[],
+                                              format('serving write lease of community %s', NEW.community_id));
+    IF TG_OP = 'INSERT' THEN
+        PERFORM assert_community_write_allowed(NEW.community_id);
+        SELECT c.deletion_state, c.deletion_fence_generation INTO community_state, community_generation
+        FROM communities c WHERE c.id = NEW.community_id;
+        IF community_state IS DISTINCT FROM 'active' OR NEW.fence_generation IS DISTINCT FROM community_generation THEN
+            RAISE EXCEPTION USING ERRCODE = '55000',
+                MESSAGE = format('community write refused: a new serving write lease needs community %s active at fence generation %s, and it is %s at %s',
+                                 NEW.community_id, NEW.fence_generation, coalesce(community_state, 'missing'), community_generation),
+                CONSTRAINT = 'community_write_fence';
+        END IF;
+        NEW.generation := nextval('community_serving_write_lease_generation_seq');
+        NEW.created_at := now();
+        NEW.heartbeat_at := now();
+        RETURN NEW;
+    END IF;
+    -- heartbeat_at is the database clock of the last extension; the lease
+    -- bound CHECK measures from it.
+    NEW.heartbeat_at := CASE WHEN NEW.lease_until > OLD.lease_until THEN now() ELSE OLD.heartbeat_at END;
+
+    IF (NEW.id, NEW.community_id, NEW.operation, NEW.owner, NEW.generation, NEW.fence_generation, NEW.created_at)
+       IS DISTINCT FROM (OLD.id, OLD.community_id, OLD.operation, OLD.owner, OLD.generation, OLD.fence_generation, OLD.created_at) THEN
+        RAISE EXCEPTION USING ERRCODE = '23000',
+            MESSAGE = format('serving write lease %s refused: a lease''s identity never changes', OLD.id);
+    END IF;
+    IF NEW.lease_until > OLD.lease_until THEN
+        IF current_setting('transaction_isolation') <> 'read committed' THEN
+            RAISE EXCEPTION USING ERRCODE = '25000',
+                MESSAGE = format('community write refused: isolation level %s pins a snapshot that cannot see the deletion fence',
+                                 current_setting('transaction_isolation')),
+                CONSTRAINT = 'community_write_fence';
+        END IF;
+        PERFORM pg_advisory_xact_lock_shared(community_deletion_lock_key(OLD.community_id));
+        SELECT c.deletion_state, c.deletion_fence_generation INTO community_state, community_generation
+        FROM communities c WHERE c.id = NEW.community_id;
+        -- Only while active: once quiescing, every lease runs out by its
+        -- lease_until, so the fence waits at most for the longest lease.
+        IF OLD.lease_until < clock_timestamp()
+           OR community_state IS DISTINCT FROM 'active'
+           OR community_generation IS DISTINCT FROM OLD.fence_generation THEN
+            RAISE EXCEPTION USING ERRCODE = '55000',
+                MESSAGE = format('community write refused: serving write lease %s is expired or its community %s is %s at fence generation %s; a lease is extended only while its community is active',
+                                 OLD.id, OLD.community_id, coalesce(community_state, 'missing'), community_generation),
+                CONSTRAINT = 'community_write_fence';
+        END IF;
+    END IF;
+    RETURN NEW;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 CREATE OR REPLACE FUNCTION community_deletion_guard_triggers() RETURNS TABLE(table_name text, trigger_name text, function_signature text)
     LANGUAGE sql IMMUTABLE
     AS $$
@@ -450,6 +524,72 @@ SELECT community_deletion_seal_functions();
 -- +goose Down
 DROP TRIGGER communities_tombstone_proof ON communities;
 DROP FUNCTION enforce_community_tombstone_proof();
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION enforce_community_serving_write_lease_guard() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    AS $$
+DECLARE
+    community_state text;
+    community_generation bigint;
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        -- Anyone entitled to the table may reap an expired lease; an
+        -- unexpired one is released only by its holders' role.
+        IF OLD.lease_until >= clock_timestamp() THEN
+            PERFORM community_deletion_require_member(ARRAY['community_deletion_serving', 'community_deletion_executor']::name[],
+                                                      format('release of unexpired serving write lease %s', OLD.id));
+        END IF;
+        RETURN OLD;
+    END IF;
+    PERFORM community_deletion_require_member(ARRAY['community_deletion_serving', 'community_deletion_executor']::name[],
+                                              format('serving write lease of community %s', NEW.community_id));
+    IF TG_OP = 'INSERT' THEN
+        PERFORM assert_community_write_allowed(NEW.community_id);
+        SELECT c.deletion_state, c.deletion_fence_generation INTO community_state, community_generation
+        FROM communities c WHERE c.id = NEW.community_id;
+        IF community_state IS DISTINCT FROM 'active' OR NEW.fence_generation IS DISTINCT FROM community_generation THEN
+            RAISE EXCEPTION USING ERRCODE = '55000',
+                MESSAGE = format('community write refused: a new serving write lease needs community %s active at fence generation %s, and it is %s at %s',
+                                 NEW.community_id, NEW.fence_generation, coalesce(community_state, 'missing'), community_generation),
+                CONSTRAINT = 'community_write_fence';
+        END IF;
+        NEW.generation := nextval('community_serving_write_lease_generation_seq');
+        NEW.created_at := now();
+        NEW.heartbeat_at := now();
+        RETURN NEW;
+    END IF;
+    -- heartbeat_at is the database clock of the last extension; the lease
+    -- bound CHECK measures from it.
+    NEW.heartbeat_at := CASE WHEN NEW.lease_until > OLD.lease_until THEN now() ELSE OLD.heartbeat_at END;
+
+    IF (NEW.id, NEW.community_id, NEW.operation, NEW.owner, NEW.generation, NEW.fence_generation, NEW.created_at)
+       IS DISTINCT FROM (OLD.id, OLD.community_id, OLD.operation, OLD.owner, OLD.generation, OLD.fence_generation, OLD.created_at) THEN
+        RAISE EXCEPTION USING ERRCODE = '23000',
+            MESSAGE = format('serving write lease %s refused: a lease''s identity never changes', OLD.id);
+    END IF;
+    IF NEW.lease_until > OLD.lease_until THEN
+        IF current_setting('transaction_isolation') <> 'read committed' THEN
+            RAISE EXCEPTION USING ERRCODE = '25000',
+                MESSAGE = format('community write refused: isolation level %s pins a snapshot that cannot see the deletion fence',
+                                 current_setting('transaction_isolation')),
+                CONSTRAINT = 'community_write_fence';
+        END IF;
+        PERFORM pg_advisory_xact_lock_shared(community_deletion_lock_key(OLD.community_id));
+        SELECT c.deletion_state, c.deletion_fence_generation INTO community_state, community_generation
+        FROM communities c WHERE c.id = NEW.community_id;
+        IF OLD.lease_until < clock_timestamp()
+           OR community_state NOT IN ('active', 'quiescing') OR community_state IS NULL
+           OR community_generation IS DISTINCT FROM OLD.fence_generation THEN
+            RAISE EXCEPTION USING ERRCODE = '55000',
+                MESSAGE = format('community write refused: serving write lease %s is expired or its community %s is %s at fence generation %s',
+                                 OLD.id, OLD.community_id, coalesce(community_state, 'missing'), community_generation),
+                CONSTRAINT = 'community_write_fence';
+        END IF;
+    END IF;
+    RETURN NEW;
+END
+$$;
+-- +goose StatementEnd
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION enforce_community_deletion_request_guard() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
