@@ -1,15 +1,18 @@
 # Developer and CI entry points. Run from the repository root.
 #
 # sqlc is pinned in tools/go.mod, a module of its own, so its dependencies stay
-# out of the library's go.mod. It needs cgo (a C compiler).
+# out of the library's go.mod. It needs cgo (a C compiler). golangci-lint is
+# pinned in tools/lint/go.mod, a third module, so its dependencies agree with
+# neither sqlc's nor the library's.
 
 SQLC := bin/sqlc
+GOLANGCI_LINT := bin/golangci-lint
 
 # Generated query files whose sql/queries file is gone: sqlc neither deletes
 # nor diffs them.
 ORPHANS = $(filter-out $(patsubst sql/queries/%.sql,db/gen/%.sql.go,$(wildcard sql/queries/*.sql)),$(wildcard db/gen/*.sql.go))
 
-.PHONY: sqlc generate sqlc-diff vet
+.PHONY: sqlc generate sqlc-diff vet golangci-lint lint
 
 # Build bin/sqlc when it is missing or older than the pinned tools module.
 sqlc: $(SQLC)
@@ -54,13 +57,25 @@ migrations-sum:
 migrations-sum-check:
 	@go run ./internal/migrationsum/cmd/migrationsum -check
 
+# Build bin/golangci-lint when it is missing or older than its pinned module.
+golangci-lint: $(GOLANGCI_LINT)
+
+$(GOLANGCI_LINT): tools/lint/go.mod tools/lint/go.sum
+	cd tools/lint && go build -o ../../$(GOLANGCI_LINT) github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+	@touch $@
+
+# Lint the library module with .golangci.yml (formatters included).
+lint: $(GOLANGCI_LINT)
+	$(GOLANGCI_LINT) run ./...
+
 # test and demo targets go below.
 
 .PHONY: test test-quick demo bench-fence bench-purge
 
-# Every test: the generated code is current, vet is clean, all packages pass
-# under the race detector against a real PostgreSQL, redis-server and S3
-# gateway (started by the tests themselves), and every fuzz target runs for
+# Every test: the generated code is current, vet and golangci-lint are clean,
+# all packages pass under the race detector against a real PostgreSQL,
+# redis-server and S3 gateway (started by the tests themselves), and every
+# fuzz target runs for
 # FUZZTIME (default 10s). The crash suite and the soaks run verbosely after
 # the rest, so that their counts (kill points survived, iterations, the
 # seed) show in CI's log.
@@ -68,7 +83,7 @@ FUZZTIME ?= 10s
 LOUD = ./integration/crash ./integration/soak
 QUIET = $(filter-out $(addprefix $(shell go list -m)/,$(LOUD:./%=%)),$(shell go list ./...))
 
-test: migrations-sum-check structure-diff sqlc-diff vet
+test: migrations-sum-check structure-diff sqlc-diff vet lint
 	go test -race -count=1 -timeout 60m $(QUIET)
 	go test -race -count=1 -timeout 30m -v $(LOUD)
 	FUZZTIME=$(FUZZTIME) bash .ci/fuzz
