@@ -19,8 +19,8 @@ import (
 	"github.com/tombstoneworks/communitydeletion/lifecycle"
 )
 
-// chunksOf is the number of manifest chunks a community with files files
-// has under ChunkSize 2: 2*files+1 media keys and files upload keys.
+// chunksOf is the number of manifest chunks that a community holding
+// `files` files has under ChunkSize 2: 2*files+1 media keys and files upload keys.
 func chunksOf(files int) int { return (2*files+1+1)/2 + (files+1)/2 }
 
 func TestFullDeletion(t *testing.T) {
@@ -196,9 +196,7 @@ func TestTwoRunnersNeverBothAct(t *testing.T) {
 		cfg := b.config("executor-" + string(rune('a'+i)))
 		cfg.Objects = objects
 		r := b.runner(t, cfg)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			<-start
 			for {
 				claimed, err := r.RunRequest(t.Context(), id)
@@ -216,7 +214,7 @@ func TestTwoRunnersNeverBothAct(t *testing.T) {
 					return
 				}
 			}
-		}()
+		})
 	}
 	close(start)
 	wg.Wait()

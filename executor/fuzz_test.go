@@ -89,7 +89,7 @@ func FuzzFileObjectStore(f *testing.F) {
 
 		// On the empty store, Delete refuses exactly the bad keys.
 		var good, bad []string
-		for _, key := range strings.Split(keyList, "\n") {
+		for key := range strings.SplitSeq(keyList, "\n") {
 			if !fzStorable(key) || fzIsSymlink(key) {
 				continue
 			}

@@ -2,6 +2,7 @@ package executor_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -211,7 +212,7 @@ func (c *countingObjects) Delete(ctx context.Context, keys []string) error {
 	}
 	c.mu.Unlock()
 	if fail {
-		return fmt.Errorf("object store unavailable")
+		return errors.New("object store unavailable")
 	}
 	return c.ObjectStore.Delete(ctx, keys)
 }

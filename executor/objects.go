@@ -66,7 +66,7 @@ func checkKeyPath(s string, isPrefix bool) error {
 	if strings.ContainsRune(s, 0) || strings.HasPrefix(s, "/") || strings.Contains(s, `\`) {
 		return fmt.Errorf("file object store: key %q is not a relative slash-separated path", s)
 	}
-	for _, seg := range strings.Split(s, "/") {
+	for seg := range strings.SplitSeq(s, "/") {
 		if seg == "." || seg == ".." {
 			return fmt.Errorf("file object store: key %q has a %q segment", s, seg)
 		}

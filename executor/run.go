@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -148,11 +149,9 @@ func (r *Runner) execute(ctx context.Context, claim *lifecycle.ClaimedDeletion) 
 	defer cancelWork(nil)
 	hbCtx, stopHB := context.WithCancel(workCtx)
 	var hbDone sync.WaitGroup
-	hbDone.Add(1)
-	go func() {
-		defer hbDone.Done()
+	hbDone.Go(func() {
 		r.heartbeat(hbCtx, j, cancelWork)
-	}()
+	})
 
 	err := j.drive(workCtx)
 	stopHB()
@@ -414,8 +413,7 @@ func (j *job) quiesceAndFence(ctx context.Context) error {
 // markNotDrainedRetryable keeps a "serving writes not drained" refusal from
 // blocking the request: it is cured by waiting.
 func markNotDrainedRetryable(err error) error {
-	var notDrained *lifecycle.ServingWritesNotDrainedError
-	if errors.As(err, &notDrained) {
+	if _, ok := errors.AsType[*lifecycle.ServingWritesNotDrainedError](err); ok {
 		return &retryableError{err}
 	}
 	return err
@@ -679,9 +677,7 @@ func (j *job) purgePostgres(ctx context.Context) error {
 			counted[p.Table] = p.Rows
 		}
 		snapshot := make(map[string]int64, len(rows))
-		for k, v := range rows {
-			snapshot[k] = v
-		}
+		maps.Copy(snapshot, rows)
 		msg := fmt.Sprintf("purged %d rows of %s", p.Rows, p.Table)
 		if p.Done {
 			msg += " (table done)"
@@ -697,12 +693,8 @@ func (j *job) purgePostgres(ctx context.Context) error {
 		return err
 	}
 	final := make(map[string]int64, len(result.Deleted)+len(result.Nullified))
-	for k, v := range result.Deleted {
-		final[k] = v
-	}
-	for k, v := range result.Nullified {
-		final[k] = v
-	}
+	maps.Copy(final, result.Deleted)
+	maps.Copy(final, result.Nullified)
 	var total int64
 	for _, v := range final {
 		total += v

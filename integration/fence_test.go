@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"testing"
 
 	"github.com/google/uuid"
@@ -276,7 +277,7 @@ func TestWriteFenceServingLeaseAdmission(t *testing.T) {
 				set_config('community_deletion.serving_write_owner', $2, true),
 				set_config('community_deletion.serving_write_generation', $3, true),
 				set_config('community_deletion.serving_write_fence_generation', $4, true)`,
-				l.id.String(), l.owner, fmt.Sprint(l.generation), fmt.Sprint(l.fenceGen)); err != nil {
+				l.id.String(), l.owner, strconv.FormatInt(l.generation, 10), strconv.FormatInt(l.fenceGen, 10)); err != nil {
 				return err
 			}
 			return insertMember(ctx, tx, community, "leased")

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -113,7 +114,7 @@ func (b *testBundle) asExecutor(t *testing.T, community uuid.UUID, generation in
 
 func setExecutor(ctx context.Context, tx pgx.Tx, community uuid.UUID, generation int64) error {
 	_, err := tx.Exec(ctx, `SELECT set_config('community_deletion.executor_community', $1, true),
-		set_config('community_deletion.fence_generation', $2, true)`, community.String(), fmt.Sprint(generation))
+		set_config('community_deletion.fence_generation', $2, true)`, community.String(), strconv.FormatInt(generation, 10))
 	return err
 }
 

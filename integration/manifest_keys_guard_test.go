@@ -86,7 +86,7 @@ func TestManifestChunkDeletedAtStampedOnceWhileDrained(t *testing.T) {
 	b := setup(t)
 	ctx := t.Context()
 	community, request, _ := b.requestAt(t, "fenced")
-	for chunk := int64(0); chunk < 3; chunk++ {
+	for chunk := range int64(3) {
 		require.NoError(t, insertChunk(t, b, request, chunk))
 	}
 	stamp := func(chunk int64) error {
@@ -129,7 +129,7 @@ func TestManifestChunkDeletedOnlyBeforeFreezeOrAfterVerification(t *testing.T) {
 	remove := func(chunk int64) error {
 		return b.exec(t, "DELETE FROM community_deletion_manifest_keys WHERE request_id = $1 AND chunk_no = $2", request, chunk)
 	}
-	for chunk := int64(0); chunk < 3; chunk++ {
+	for chunk := range int64(3) {
 		require.NoError(t, insertChunk(t, b, request, chunk))
 	}
 	require.NoError(t, remove(2), "before the freeze a chunk may be withdrawn")

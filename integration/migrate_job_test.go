@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -78,8 +79,7 @@ func startMigrate(t *testing.T, url string, args ...string) *migrateJob {
 func (j *migrateJob) wait(t *testing.T) int {
 	t.Helper()
 	err := j.cmd.Wait()
-	var exitErr *exec.ExitError
-	if errors.As(err, &exitErr) {
+	if exitErr, ok := errors.AsType[*exec.ExitError](err); ok {
 		return exitErr.ExitCode()
 	}
 	require.NoError(t, err)
@@ -287,7 +287,7 @@ func TestMigrationsRollBackStepByStep(t *testing.T) {
 	climbing := [][]string{schemaFingerprint(t, conn)}
 	require.Empty(t, climbing[0], "an empty database has no project objects")
 	for version := 1; version <= count; version++ {
-		code, _, stderr := runMigrate(t, url, "up-to", fmt.Sprint(version))
+		code, _, stderr := runMigrate(t, url, "up-to", strconv.Itoa(version))
 		require.Equal(t, 0, code, stderr)
 		climbing = append(climbing, schemaFingerprint(t, conn))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -97,7 +98,7 @@ func TestPrivilegesForgedExecutorSettingsAdmitNothing(t *testing.T) {
 				          set_config('community_deletion.fence_generation', g, true) $$`); err != nil {
 				return err
 			}
-			_, err := tx.Exec(ctx, "SELECT pg_temp.become_executor($1, $2)", community.String(), fmt.Sprint(generation))
+			_, err := tx.Exec(ctx, "SELECT pg_temp.become_executor($1, $2)", community.String(), strconv.FormatInt(generation, 10))
 			return err
 		},
 	}
@@ -178,7 +179,7 @@ func TestPrivilegesServingLeasesAreHeldOnlyByTheirRoles(t *testing.T) {
 		_, err := tx.Exec(ctx, `SELECT set_config('community_deletion.serving_write_lease_id', $1, true),
 			set_config('community_deletion.serving_write_owner', 'web-1', true),
 			set_config('community_deletion.serving_write_generation', $2, true),
-			set_config('community_deletion.serving_write_fence_generation', '0', true)`, lease.String(), fmt.Sprint(generation))
+			set_config('community_deletion.serving_write_fence_generation', '0', true)`, lease.String(), strconv.FormatInt(generation, 10))
 		return err
 	}
 	write := func(role fixture.Role) error {

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 
@@ -238,7 +239,7 @@ func TestDriftSeesTenantDataAnywhere(t *testing.T) {
 			return err
 		}
 		if n != 0 {
-			return fmt.Errorf("a temporary table was reported as drift")
+			return errors.New("a temporary table was reported as drift")
 		}
 		return nil
 	}))

@@ -276,8 +276,8 @@ func (s *Engine) RecordRetry(ctx context.Context, token LeaseToken, params Retry
 	return nil
 }
 
-// verifyTokenAt proves token current at the execution stage stage in the
-// caller's transaction. Before the fence (StageApproved) the token must
+// verifyTokenAt proves token current at the execution stage named by stage,
+// in the caller's transaction. Before the fence (StageApproved) the token must
 // carry no fence generation; from StageFenced on it must carry the
 // request's and the community's.
 func verifyTokenAt(ctx context.Context, q *dbgen.Queries, token LeaseToken, stage Stage) error {

@@ -28,9 +28,7 @@ func TestClaimRaceHasOneWinnerPerGeneration(t *testing.T) {
 		results := make(chan *lifecycle.ClaimedDeletion, claimers)
 		errs := make(chan error, claimers)
 		for i := range claimers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				<-start
 				owner := "executor-" + string(rune('a'+i))
 				var claim *lifecycle.ClaimedDeletion
@@ -42,7 +40,7 @@ func TestClaimRaceHasOneWinnerPerGeneration(t *testing.T) {
 				}
 				errs <- err
 				results <- claim
-			}()
+			})
 		}
 		close(start)
 		wg.Wait()

@@ -470,7 +470,7 @@ func FuzzValidateManifestKeyChunks(f *testing.F) {
 		// what a listing in ascending key order yields.
 		keysOf := make([][]string, len(fzPrefixes))
 		if rawKeys != "" {
-			for _, raw := range strings.Split(rawKeys, "\x00") {
+			for raw := range strings.SplitSeq(rawKeys, "\x00") {
 				if !utf8.ValidString(raw) || strings.Contains(raw, "\n") {
 					continue
 				}

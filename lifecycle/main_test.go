@@ -145,8 +145,7 @@ func requirePgCode(t *testing.T, err error, code string) {
 // requireNoDeadlock fails if err carries SQLSTATE 40P01.
 func requireNoDeadlock(t *testing.T, err error) {
 	t.Helper()
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
 		require.NotEqual(t, "40P01", pgErr.Code, "PostgreSQL reported a deadlock: %s", pgErr.Message)
 	}
 }

@@ -253,7 +253,7 @@ func isLowerHexSHA256(s string) bool {
 	if len(s) != 2*sha256.Size {
 		return false
 	}
-	for i := 0; i < len(s); i++ {
+	for i := range len(s) {
 		c := s[i]
 		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
 			return false

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -356,7 +357,7 @@ func (s *Serving) GuardTransactionWithLease(ctx context.Context, tx pgx.Tx, leas
 	}
 	if err := q.ServingWriteLeaseSet(ctx, dbgen.ServingWriteLeaseSetParams{
 		LeaseID: lease.ID.String(), Owner: lease.Owner,
-		Generation: fmt.Sprint(lease.Generation), FenceGeneration: fmt.Sprint(lease.FenceGeneration),
+		Generation: strconv.FormatInt(lease.Generation, 10), FenceGeneration: strconv.FormatInt(lease.FenceGeneration, 10),
 	}); err != nil {
 		return translate(fmt.Errorf("carry serving write lease %s: %w", lease.ID, err))
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -237,7 +238,7 @@ func checkpointFailed(ctx context.Context, q *dbgen.Queries, request uuid.UUID, 
 // executor at generation.
 func setExecutor(ctx context.Context, q *dbgen.Queries, community uuid.UUID, generation int64) error {
 	if err := q.DeletionExecutorSet(ctx, dbgen.DeletionExecutorSetParams{
-		CommunityID: community.String(), FenceGeneration: fmt.Sprint(generation),
+		CommunityID: community.String(), FenceGeneration: strconv.FormatInt(generation, 10),
 	}); err != nil {
 		return fmt.Errorf("set deletion executor: %w", err)
 	}

@@ -212,8 +212,8 @@ func (s *Engine) EnterRetentionPending(ctx context.Context, token LeaseToken, de
 	return nil
 }
 
-// markStage advances the request token holds from from to its next stage
-// with a completed checkpoint unit at from, then runs after, if any, in the
+// markStage advances the request token holds from the stage named by from to
+// its next stage with a completed checkpoint unit at from, then runs after, if any, in the
 // same transaction.
 func (s *store) markStage(ctx context.Context, token LeaseToken, from Stage, unit string, detail any, after func(q *dbgen.Queries) error) error {
 	if _, err := marshalDetail(detail); err != nil {

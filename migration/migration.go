@@ -450,8 +450,7 @@ func (m *Migrator) finish(ctx context.Context, op string, res []*goose.Migration
 	if err == nil {
 		return out, nil
 	}
-	var unadopted *unadoptedError
-	if errors.As(err, &unadopted) {
+	if unadopted, ok := errors.AsType[*unadoptedError](err); ok {
 		return out, fmt.Errorf("%s: %w", op, unadopted)
 	}
 	var mismatch *ChecksumMismatchError

@@ -3,6 +3,7 @@ package migration_test
 import (
 	"context"
 	"database/sql"
+	"maps"
 	"strconv"
 	"sync"
 	"testing"
@@ -73,9 +74,7 @@ DROP INDEX CONCURRENTLY widgets_name_idx;
 // with returns a copy of fsys with the file name set to an up-only migration.
 func with(fsys fstest.MapFS, name, up string) fstest.MapFS {
 	out := fstest.MapFS{}
-	for k, v := range fsys {
-		out[k] = v
-	}
+	maps.Copy(out, fsys)
 	out[name] = &fstest.MapFile{Data: []byte("-- +goose Up\n" + up + "\n")}
 	return out
 }

@@ -41,6 +41,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -221,7 +222,7 @@ func ready(ctx context.Context, conn *pgx.Conn) error {
 	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		asExecutor := func(generation int64) error {
 			_, err := tx.Exec(ctx, `SELECT set_config('community_deletion.executor_community', $1, true),
-				set_config('community_deletion.fence_generation', $2, true)`, target.String(), fmt.Sprint(generation))
+				set_config('community_deletion.fence_generation', $2, true)`, target.String(), strconv.FormatInt(generation, 10))
 			return err
 		}
 		var request uuid.UUID
@@ -341,7 +342,7 @@ func main() {
 
 	var chosen []lifecycle.PurgeMethod
 	all := allMethods
-	for _, m := range strings.Split(*methods, ",") {
+	for m := range strings.SplitSeq(*methods, ",") {
 		switch m = strings.TrimSpace(m); m {
 		case "all":
 			chosen = all
@@ -465,11 +466,11 @@ func bench(ctx context.Context, out io.Writer, d dataset, methods []lifecycle.Pu
 	fmt.Fprintln(out, "\nper table (single: the statement's time; batched: batches, and time from the previous table's last batch to this one's,")
 	fmt.Fprintln(out, "so the plan counts toward the first table and each table's closing sweep toward the next):")
 	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	header := "table\trows\tsingle\t"
+	fmt.Fprint(w, "table\trows\tsingle\t")
 	for _, m := range methods {
-		header += fmt.Sprintf("%s batches\t%s\t", methodName(m), methodName(m))
+		fmt.Fprintf(w, "%s batches\t%s\t", methodName(m), methodName(m))
 	}
-	fmt.Fprintln(w, header)
+	fmt.Fprintln(w)
 	for _, s := range shares {
 		fmt.Fprintf(w, "%s\t%d\t%s\t", s.table, base.perTable[s.table].rows, base.perTable[s.table].elapsed.Round(time.Millisecond))
 		for _, m := range methods {

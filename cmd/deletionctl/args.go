@@ -285,10 +285,8 @@ func parseArgs(args []string, getenv func(string) string) (config, error) {
 		cfg.requestID = id
 	}
 	cfg.prefixes = prefixes
-	for _, p := range cfg.prefixes {
-		if p == "" {
-			return config{}, usagef("inventory: --prefix must not be empty (it would name the whole bucket)")
-		}
+	if slices.Contains(cfg.prefixes, "") {
+		return config{}, usagef("inventory: --prefix must not be empty (it would name the whole bucket)")
 	}
 	if set["stage"] {
 		s, err := lifecycle.ParseStage(stage)

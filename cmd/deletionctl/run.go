@@ -292,7 +292,7 @@ func (c *console) event(e executor.Event) {
 	case e.Paused != "":
 		c.drawBar("purge paused: " + e.Paused)
 	case e.TablesRows != nil && e.Stage == lifecycle.StageBindingsRemoved:
-		c.drawBar(fmt.Sprintf("purge: %s", formatRows(e.TablesRows)))
+		c.drawBar("purge: " + formatRows(e.TablesRows))
 	case e.ChunksDone > 0 && e.ChunksTotal > 0:
 		filled := int(min(e.ChunksDone, e.ChunksTotal) * barWidth / e.ChunksTotal)
 		c.drawBar(fmt.Sprintf("deleting [%s%s] %d/%d chunks", strings.Repeat("#", filled),

@@ -290,7 +290,7 @@ func TestRunUntilCancelled(t *testing.T) {
 	}()
 	var addr string
 	require.Eventually(t, func() bool {
-		for _, line := range strings.Split(out.String(), "\n") {
+		for line := range strings.SplitSeq(out.String(), "\n") {
 			var rec map[string]any
 			if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == "serving /metrics and /healthz" {
 				addr = rec["addr"].(string)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -54,7 +55,7 @@ func deleteTarget(ctx context.Context, out io.Writer, r *roles, w *world) (*dele
 	fmt.Fprintf(out, "  inventory frozen: %d tables, %d prefixes, digest %s\n",
 		len(schema.ScopedTables), len(storage.Prefixes), request.InventoryDigest)
 	if _, err := r.alice.Approve(ctx, request.ID, "alice", "approving my own request"); err == nil {
-		return nil, fmt.Errorf("the requester approved her own deletion")
+		return nil, errors.New("the requester approved her own deletion")
 	} else {
 		fmt.Fprintf(out, "  alice's own approval refused: %v\n", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -52,8 +53,8 @@ type stores struct {
 
 // close stops what openStores started and removes what it wrote.
 func (s *stores) close() {
-	for i := len(s.closers) - 1; i >= 0; i-- {
-		_ = s.closers[i]()
+	for _, closer := range slices.Backward(s.closers) {
+		_ = closer()
 	}
 }
 
@@ -244,9 +245,7 @@ func (s *stores) putAll(ctx context.Context, keys []string) error {
 		errs []error
 	)
 	for range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for key := range work {
 				if err := s.put(ctx, key, []byte(key)); err != nil {
 					mu.Lock()
@@ -254,7 +253,7 @@ func (s *stores) putAll(ctx context.Context, keys []string) error {
 					mu.Unlock()
 				}
 			}
-		}()
+		})
 	}
 	for _, key := range keys {
 		work <- key

@@ -322,8 +322,7 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Err }
 
 func (c *Cache) fail(op string, node *redis.Client, match string, err error) error {
-	var e *Error
-	if errors.As(err, &e) {
+	if _, ok := errors.AsType[*Error](err); ok {
 		return err
 	}
 	return &Error{Op: op, Addr: node.Options().Addr, Match: match, Err: err}

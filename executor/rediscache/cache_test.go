@@ -5,6 +5,7 @@ import (
 	"fmt"
 	neturl "net/url"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -313,11 +314,12 @@ func TestCluster(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, cluster.Close()) })
 
 	l := newLayout()
-	url := "redis+cluster://" + cluster.Addrs[0] + "," + cluster.Addrs[1] + "?dial_timeout=5s"
+	var url strings.Builder
+	url.WriteString("redis+cluster://" + cluster.Addrs[0] + "," + cluster.Addrs[1] + "?dial_timeout=5s")
 	for _, p := range l.templates {
-		url += "&pattern=" + neturl.QueryEscape(p)
+		url.WriteString("&pattern=" + neturl.QueryEscape(p))
 	}
-	cache, err := rediscache.OpenURL(url)
+	cache, err := rediscache.OpenURL(url.String())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cache.Close() })
 	rc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs})

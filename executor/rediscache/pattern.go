@@ -173,7 +173,7 @@ func escapeGlob(s string) string {
 		return s
 	}
 	var b strings.Builder
-	for i := 0; i < len(s); i++ {
+	for i := range len(s) {
 		switch s[i] {
 		case '*', '?', '[', ']', '\\':
 			b.WriteByte('\\')

@@ -65,11 +65,11 @@ func ParseURL(raw string) (Config, error) {
 	if strings.ContainsRune(raw, '#') {
 		return cfg, urlErr("url", "has a fragment")
 	}
-	schemeEnd := strings.Index(raw, "://")
-	if schemeEnd < 0 {
+	before, after, ok := strings.Cut(raw, "://")
+	if !ok {
 		return cfg, urlErr("scheme", "missing (redis://, rediss://, redis+cluster:// or rediss+cluster://)")
 	}
-	scheme := strings.ToLower(raw[:schemeEnd])
+	scheme := strings.ToLower(before)
 	var base string
 	var cluster bool
 	switch scheme {
@@ -80,7 +80,7 @@ func ParseURL(raw string) (Config, error) {
 	default:
 		return cfg, urlErr("scheme", "%q is not redis, rediss, redis+cluster or rediss+cluster", clip(scheme, 40))
 	}
-	rest := raw[schemeEnd+3:]
+	rest := after
 	authority, pathQuery := rest, ""
 	if i := strings.IndexAny(rest, "/?"); i >= 0 {
 		authority, pathQuery = rest[:i], rest[i:]
@@ -149,8 +149,7 @@ func ParseURL(raw string) (Config, error) {
 		cfg.Client, err = redis.ParseURL(goRedisURL)
 	}
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
+		if ue, ok := errors.AsType[*url.Error](err); ok {
 			err = ue.Err // url.Error repeats the URL, password included
 		}
 		return Config{}, urlErr("url", "%s", redact(err.Error()))

@@ -90,8 +90,7 @@ func clip(s string, n int) string { return errtext.Clip(s, n) }
 // isNoSuchKey reports whether err is a server's NoSuchKey answer (and not,
 // say, NoSuchBucket, which is no proof of deletion).
 func isNoSuchKey(err error) bool {
-	var noKey *types.NoSuchKey
-	if errors.As(err, &noKey) {
+	if _, ok := errors.AsType[*types.NoSuchKey](err); ok {
 		return true
 	}
 	var api smithy.APIError

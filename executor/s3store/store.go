@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/md5"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -77,7 +78,7 @@ func checkBucket(b string) error {
 	if len(b) < 3 || len(b) > 63 {
 		return fmt.Errorf("bucket name %q is not 3 to 63 characters long", clip(b, 80))
 	}
-	for i := 0; i < len(b); i++ {
+	for i := range len(b) {
 		c := b[i]
 		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 		if !alnum && (i == 0 || i == len(b)-1 || c != '.' && c != '-' && c != '_') {
@@ -107,7 +108,7 @@ func checkRoot(root string) error {
 	case strings.IndexFunc(root, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0:
 		return fmt.Errorf("root %q has a control character", root)
 	}
-	for _, seg := range strings.Split(strings.TrimSuffix(root, "/"), "/") {
+	for seg := range strings.SplitSeq(strings.TrimSuffix(root, "/"), "/") {
 		if seg == "" || seg == "." || seg == ".." {
 			return fmt.Errorf("root %q has an empty, \".\" or \"..\" segment", root)
 		}
@@ -365,7 +366,7 @@ func withContentMD5(o *s3.Options) {
 				}
 				if stream := req.GetStream(); stream != nil && req.Header.Get("Content-MD5") == "" {
 					if !req.IsStreamSeekable() {
-						return middleware.BuildOutput{}, middleware.Metadata{}, fmt.Errorf("content-md5: request body cannot be rewound")
+						return middleware.BuildOutput{}, middleware.Metadata{}, errors.New("content-md5: request body cannot be rewound")
 					}
 					h := md5.New()
 					if _, err := io.Copy(h, stream); err != nil {

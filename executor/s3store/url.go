@@ -64,8 +64,7 @@ func ParseURL(raw string) (Config, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		// url.Error repeats the URL, credentials included: give the reason only.
-		var ue *url.Error
-		if errors.As(err, &ue) {
+		if ue, ok := errors.AsType[*url.Error](err); ok {
 			err = ue.Err
 		}
 		return cfg, urlErr("url", "%v", err)
@@ -201,7 +200,7 @@ func checkEndpoint(s string) error {
 		return fmt.Errorf("endpoint %q is not an http:// or https:// URL with a host", clip(s, 80))
 	}
 	if u.User != nil || u.RawQuery != "" || u.ForceQuery || strings.Contains(s, "#") {
-		return fmt.Errorf("endpoint has user information, a query or a fragment")
+		return errors.New("endpoint has user information, a query or a fragment")
 	}
 	return nil
 }

@@ -216,8 +216,7 @@ func TestSoakServingWritesAgainstTheFence(t *testing.T) {
 				}
 				for {
 					_, err := db.Engine.EnterFenced(ctx, token)
-					var busy *lifecycle.ServingWritesNotDrainedError
-					if errors.As(err, &busy) {
+					if _, ok := errors.AsType[*lifecycle.ServingWritesNotDrainedError](err); ok {
 						continue // the lease is released right after it is taken
 					}
 					if err == nil {

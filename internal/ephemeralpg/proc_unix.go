@@ -24,8 +24,7 @@ func postgresUser() (attr *syscall.SysProcAttr, chown func(path string) error, e
 	}
 	u, err := user.Lookup("postgres")
 	if err != nil {
-		var unknown user.UnknownUserError
-		if errors.As(err, &unknown) {
+		if _, ok := errors.AsType[user.UnknownUserError](err); ok {
 			return nil, nil, errors.New(`running as root, but initdb refuses root and there is no "postgres" OS user to run it as: create one or run as an unprivileged user`)
 		}
 		return nil, nil, fmt.Errorf("look up OS user postgres: %w", err)

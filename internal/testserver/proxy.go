@@ -3,6 +3,7 @@ package testserver
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -76,9 +77,7 @@ func CutMidBody(w http.ResponseWriter, r *http.Request, forward http.Handler, fr
 	rec := httptest.NewRecorder()
 	forward.ServeHTTP(rec, r)
 	body := rec.Body.Bytes()
-	for k, v := range rec.Header() {
-		w.Header()[k] = v
-	}
+	maps.Copy(w.Header(), rec.Header())
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(rec.Code)
 	_, _ = w.Write(body[:int(float64(len(body))*fraction)])
@@ -102,10 +101,8 @@ func Recorded(r *http.Request, forward http.Handler) *httptest.ResponseRecorder 
 
 // WriteRecorded writes a recorded answer with body in place of its own.
 func WriteRecorded(w http.ResponseWriter, rec *httptest.ResponseRecorder, body []byte) {
-	for k, v := range rec.Header() {
-		w.Header()[k] = v
-	}
-	w.Header().Del("Content-Md5")
+	maps.Copy(w.Header(), rec.Header())
+	w.Header().Del("Content-MD5")
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(rec.Code)
 	_, _ = bytes.NewReader(body).WriteTo(w)
