@@ -70,7 +70,7 @@ func startMigrate(t *testing.T, url string, args ...string) *migrateJob {
 				once.Do(func() { close(job.waiting) })
 			}
 		}
-		io.Copy(io.Discard, stderr)
+		_, _ = io.Copy(io.Discard, stderr)
 	}()
 	return job
 }

@@ -96,7 +96,7 @@ func TestClaimBoundsItsWaitForTheSchemaLock(t *testing.T) {
 	defer holder.Release()
 	_, err = holder.Exec(ctx, "SELECT pg_advisory_lock(community_schema_destruction_lock_key())")
 	require.NoError(t, err)
-	defer holder.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock_all()")
+	defer func() { _, _ = holder.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock_all()") }()
 
 	_, err = store.ClaimRequest(ctx, request.ID, "executor-1", lifecycle.DefaultLeaseDuration)
 	var lw *lifecycle.LockWaitError

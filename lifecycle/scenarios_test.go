@@ -218,8 +218,8 @@ func TestScenarioAbortSerializesBeforeQuiescingWithoutDeadlock(t *testing.T) {
 	select {
 	case <-aborted:
 		t.Fatal("abort finished while the community lock was held")
-	case <-quiesced:
-		t.Fatal("quiescing finished while the community lock was held")
+	case err := <-quiesced:
+		t.Fatalf("quiescing finished (error: %v) while the community lock was held", err)
 	default:
 	}
 	require.NoError(t, gate.Commit(ctx))
@@ -260,8 +260,8 @@ func TestScenarioAbortSerializesBeforeFenceWithoutDeadlock(t *testing.T) {
 	select {
 	case <-aborted:
 		t.Fatal("abort finished while the community lock was held")
-	case <-fenced:
-		t.Fatal("the fence finished while the community lock was held")
+	case err := <-fenced:
+		t.Fatalf("the fence finished (error: %v) while the community lock was held", err)
 	default:
 	}
 	require.NoError(t, gate.Commit(ctx))

@@ -66,7 +66,7 @@ func TestPurgeWaitsForAReplicaThatFallsBehind(t *testing.T) {
 	defer srv.Close(context.WithoutCancel(ctx))
 	url, drop, err := srv.NewDatabase(ctx, fixture.Template{WithFixture: true})
 	require.NoError(t, err)
-	defer drop(context.WithoutCancel(ctx))
+	defer func() { _ = drop(context.WithoutCancel(ctx)) }()
 	pool, err := pgxpool.New(ctx, url)
 	require.NoError(t, err)
 	defer pool.Close()

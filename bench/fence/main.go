@@ -126,7 +126,7 @@ func measure(ctx context.Context, cfg config, s settings) ([]row, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create database: %w", err)
 	}
-	defer drop(ctx)
+	defer func() { _ = drop(ctx) }()
 
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {

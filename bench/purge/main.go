@@ -597,7 +597,7 @@ func onClone(ctx context.Context, clone func() (string, func(context.Context) er
 	if err != nil {
 		return run{}, fmt.Errorf("clone dataset: %w", err)
 	}
-	defer drop(ctx)
+	defer func() { _ = drop(ctx) }()
 	var r run
 	err = withPool(ctx, url, func(pool *pgxpool.Pool) error {
 		var idle latencies

@@ -136,7 +136,7 @@ func storm(ctx context.Context, out io.Writer, s settings) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	defer drop(ctx)
+	defer func() { _ = drop(ctx) }()
 	if err := fixture.EnsureRoles(ctx, url); err != nil {
 		return false, err
 	}

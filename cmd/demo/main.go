@@ -72,7 +72,7 @@ func run(ctx context.Context, out io.Writer, mode string) error {
 	if err != nil {
 		return fmt.Errorf("create database: %w", err)
 	}
-	defer drop(context.WithoutCancel(ctx))
+	defer func() { _ = drop(context.WithoutCancel(ctx)) }()
 
 	if err := migrate(ctx, out, url); err != nil {
 		return err
