@@ -180,9 +180,9 @@ func (s *store) validateCatalog(ctx context.Context) error {
 // bytewise. Row counts are evidence of the footprint the operator approves,
 // not a precondition of execution: they may change until the fence. A
 // missing community returns an error matching ErrNotFound.
-func (s *Operator) InventorySchema(ctx context.Context, community uuid.UUID) (*SchemaManifest, error) {
+func (o *Operator) InventorySchema(ctx context.Context, community uuid.UUID) (*SchemaManifest, error) {
 	var manifest *SchemaManifest
-	err := s.catalogTx(ctx, func(tx pgx.Tx, q *dbgen.Queries) error {
+	err := o.catalogTx(ctx, func(tx pgx.Tx, q *dbgen.Queries) error {
 		if _, err := q.CommunityGetByID(ctx, community); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
 				return notFoundf("community %s", community)

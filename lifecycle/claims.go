@@ -37,8 +37,8 @@ type ClaimedDeletion struct {
 // approved, not runnable, blocked, not yet due, or leased by someone else) it
 // returns an error matching ErrNothingToClaim; when it does not exist, one
 // matching ErrNotFound; when the catalog drifted, a *DriftBlockedError.
-func (s *Engine) ClaimRequest(ctx context.Context, id uuid.UUID, owner string, lease time.Duration) (*ClaimedDeletion, error) {
-	claimed, err := s.claim(ctx, &id, owner, lease)
+func (e *Engine) ClaimRequest(ctx context.Context, id uuid.UUID, owner string, lease time.Duration) (*ClaimedDeletion, error) {
+	claimed, err := e.claim(ctx, &id, owner, lease)
 	if err != nil {
 		return nil, fmt.Errorf("claim deletion %s: %w", id, err)
 	}
@@ -55,8 +55,8 @@ func (s *Engine) ClaimRequest(ctx context.Context, id uuid.UUID, owner string, l
 // 'claim:catalog_validation' checkpoint and returns a *DriftBlockedError
 // (matching ErrRefused). When nothing is claimable it returns an error
 // matching ErrNothingToClaim.
-func (s *Engine) ClaimNext(ctx context.Context, owner string, lease time.Duration) (*ClaimedDeletion, error) {
-	claimed, err := s.claim(ctx, nil, owner, lease)
+func (e *Engine) ClaimNext(ctx context.Context, owner string, lease time.Duration) (*ClaimedDeletion, error) {
+	claimed, err := e.claim(ctx, nil, owner, lease)
 	if err != nil {
 		return nil, fmt.Errorf("claim next deletion: %w", err)
 	}
@@ -146,11 +146,11 @@ func (s *store) claim(ctx context.Context, id *uuid.UUID, owner string, lease ti
 // and from StageFenced on under the token's fence generation with the
 // community fenced (or a tombstone) at it. It returns a stale-lease error
 // otherwise, and changes nothing.
-func (s *Engine) VerifyToken(ctx context.Context, token LeaseToken, stage Stage) error {
+func (e *Engine) VerifyToken(ctx context.Context, token LeaseToken, stage Stage) error {
 	if err := checkExecutionStage(stage); err != nil {
 		return err
 	}
-	err := s.tx(ctx, func(q *dbgen.Queries) error {
+	err := e.tx(ctx, func(q *dbgen.Queries) error {
 		return verifyTokenAt(ctx, q, token, stage)
 	})
 	if err != nil {
@@ -165,12 +165,12 @@ func (s *Engine) VerifyToken(ctx context.Context, token LeaseToken, stage Stage)
 // the token still owns the request, unexpired, unblocked, at a runnable
 // stage, approved, and under the token's fence generation (none before the
 // fence); otherwise it returns a stale-lease error and changes nothing.
-func (s *Engine) Heartbeat(ctx context.Context, token LeaseToken, lease time.Duration) error {
+func (e *Engine) Heartbeat(ctx context.Context, token LeaseToken, lease time.Duration) error {
 	duration, err := leaseInterval(lease)
 	if err != nil {
 		return err
 	}
-	err = s.tx(ctx, func(q *dbgen.Queries) error {
+	err = e.tx(ctx, func(q *dbgen.Queries) error {
 		n, err := q.DeletionRequestHeartbeat(ctx, dbgen.DeletionRequestHeartbeatParams{
 			LeaseDuration: duration, ID: token.RequestID, CommunityID: token.CommunityID,
 			LeaseOwner: &token.Owner, LeaseGeneration: token.Generation, FenceGeneration: token.FenceGeneration,
@@ -200,14 +200,14 @@ func (s *Engine) Heartbeat(ctx context.Context, token LeaseToken, lease time.Dur
 // can claim the request at once. A token that no longer holds its lease
 // releases nothing and returns a stale-lease error; the executor is marked
 // stopped even then.
-func (s *Engine) Stop(ctx context.Context, params StopParams) error {
+func (e *Engine) Stop(ctx context.Context, params StopParams) error {
 	token := params.Release
 	executorID, err := validateOperator(params.ExecutorID, "executor id")
 	if err != nil {
 		return err
 	}
 	released := true
-	err = s.tx(ctx, func(q *dbgen.Queries) error {
+	err = e.tx(ctx, func(q *dbgen.Queries) error {
 		if token != nil {
 			n, err := q.DeletionRequestReleaseLease(ctx, dbgen.DeletionRequestReleaseLeaseParams{
 				ID: token.RequestID, CommunityID: token.CommunityID, LeaseOwner: &token.Owner,
@@ -239,7 +239,7 @@ func (s *Engine) Stop(ctx context.Context, params StopParams) error {
 // same stage blocks the request durably instead, for an operator to Unblock;
 // advancing to the next stage resets the streak. A stale token returns a
 // stale-lease error and changes nothing.
-func (s *Engine) RecordRetry(ctx context.Context, token LeaseToken, params RetryParams) error {
+func (e *Engine) RecordRetry(ctx context.Context, token LeaseToken, params RetryParams) error {
 	stage, unitKey, errText, retryAfter := params.Stage, params.Unit, params.Err, params.After
 	if err := checkExecutionStage(stage); err != nil {
 		return err
@@ -254,7 +254,7 @@ func (s *Engine) RecordRetry(ctx context.Context, token LeaseToken, params Retry
 	message := boundText(errText, MaxErrorBytes)
 	stageName := string(stage)
 
-	err := s.tx(ctx, func(q *dbgen.Queries) error {
+	err := e.tx(ctx, func(q *dbgen.Queries) error {
 		if err := verifyTokenAt(ctx, q, token, stage); err != nil {
 			return err
 		}

@@ -125,7 +125,7 @@ func (e *Engine) Ping(ctx context.Context) error { return e.ping(ctx) }
 
 // Ping checks that the database is reachable and the deletion control plane
 // is installed.
-func (v *Serving) Ping(ctx context.Context) error { return v.ping(ctx) }
+func (s *Serving) Ping(ctx context.Context) error { return s.ping(ctx) }
 
 // Get returns deletion request id, or an error matching ErrNotFound.
 func (o *Operator) Get(ctx context.Context, id uuid.UUID) (*Request, error) { return o.get(ctx, id) }

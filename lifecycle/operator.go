@@ -109,7 +109,7 @@ type Page struct {
 // fenced or tombstoned community, and one that already has an open request
 // (of another requester, or past submitted), are refused with an error
 // matching ErrRefused; malformed arguments match ErrInvalidInput.
-func (s *Operator) Submit(ctx context.Context, host, requestedBy, reason string) (*Request, error) {
+func (o *Operator) Submit(ctx context.Context, host, requestedBy, reason string) (*Request, error) {
 	host, err := validateOperator(host, "community host")
 	if err != nil {
 		return nil, err
@@ -124,7 +124,7 @@ func (s *Operator) Submit(ctx context.Context, host, requestedBy, reason string)
 	}
 
 	var request *Request
-	err = s.tx(ctx, func(q *dbgen.Queries) error {
+	err = o.tx(ctx, func(q *dbgen.Queries) error {
 		row, err := q.DeletionRequestSubmit(ctx, dbgen.DeletionRequestSubmitParams{
 			Host: host, RequestedBy: requestedBy, Reason: reasonArg,
 		})
@@ -164,7 +164,7 @@ func submitRefusal(ctx context.Context, q *dbgen.Queries, host string) error {
 // pages by keyset: pass the returned Next as After for the following page;
 // requests created meanwhile never shift a page. Next is nil on the last
 // page.
-func (s *Operator) List(ctx context.Context, params ListParams) (*Page, error) {
+func (o *Operator) List(ctx context.Context, params ListParams) (*Page, error) {
 	if err := checkListLimit(params.Limit); err != nil {
 		return nil, err
 	}
@@ -183,7 +183,7 @@ func (s *Operator) List(ctx context.Context, params ListParams) (*Page, error) {
 	fetch := int32(params.Limit + 1)
 
 	var page *Page
-	err := s.tx(ctx, func(q *dbgen.Queries) error {
+	err := o.tx(ctx, func(q *dbgen.Queries) error {
 		var rows []dbgen.CommunityDeletionRequest
 		var err error
 		switch {
@@ -244,9 +244,9 @@ func (s *store) get(ctx context.Context, id uuid.UUID) (*Request, error) {
 
 // Inspect returns a request with its approval, its checkpoints and the
 // progress of its destructive key chunks, or an error matching ErrNotFound.
-func (s *Operator) Inspect(ctx context.Context, id uuid.UUID) (*Inspection, error) {
+func (o *Operator) Inspect(ctx context.Context, id uuid.UUID) (*Inspection, error) {
 	var inspection *Inspection
-	err := s.tx(ctx, func(q *dbgen.Queries) error {
+	err := o.tx(ctx, func(q *dbgen.Queries) error {
 		row, err := getRequestRow(ctx, q, id)
 		if err != nil {
 			return err
@@ -313,7 +313,7 @@ func (s *Operator) Inspect(ctx context.Context, id uuid.UUID) (*Inspection, erro
 // once and never change. inv must pass ValidateStorageManifest and
 // ValidateSchemaManifest (else ErrInvalidInput). A request that is not an
 // unblocked submitted request is refused with ErrRefused.
-func (s *Operator) FreezeInventory(ctx context.Context, id uuid.UUID, inv FrozenInventory) (*Request, error) {
+func (o *Operator) FreezeInventory(ctx context.Context, id uuid.UUID, inv FrozenInventory) (*Request, error) {
 	if err := ValidateStorageManifest(inv.Storage); err != nil {
 		return nil, err
 	}
@@ -326,7 +326,7 @@ func (s *Operator) FreezeInventory(ctx context.Context, id uuid.UUID, inv Frozen
 	}
 
 	var request *Request
-	err = s.tx(ctx, func(q *dbgen.Queries) error {
+	err = o.tx(ctx, func(q *dbgen.Queries) error {
 		current, err := lockRequestForOperator(ctx, q, id)
 		if err != nil {
 			return err
@@ -381,7 +381,7 @@ func freezeInventoryParams(id uuid.UUID, inv FrozenInventory) (dbgen.DeletionReq
 // approval is refused. The requester cannot approve their own request
 // (compared ignoring case and surrounding white space; the database enforces
 // the same rule). note is optional. Refusals match ErrRefused.
-func (s *Operator) Approve(ctx context.Context, id uuid.UUID, approvedBy, note string) (*Request, error) {
+func (o *Operator) Approve(ctx context.Context, id uuid.UUID, approvedBy, note string) (*Request, error) {
 	approvedBy, err := validateOperator(approvedBy, "approved_by")
 	if err != nil {
 		return nil, err
@@ -392,7 +392,7 @@ func (s *Operator) Approve(ctx context.Context, id uuid.UUID, approvedBy, note s
 	}
 
 	var request *Request
-	err = s.tx(ctx, func(q *dbgen.Queries) error {
+	err = o.tx(ctx, func(q *dbgen.Queries) error {
 		current, err := lockRequestForOperator(ctx, q, id)
 		if err != nil {
 			return err
@@ -475,7 +475,7 @@ func sameOperator(a, b string) bool {
 // reason and the time; its lease is cleared and its lease generation raised,
 // so every outstanding token is stale. A new request may then be submitted
 // for the community.
-func (s *Operator) Abort(ctx context.Context, id uuid.UUID, abortedBy, reason string) (*Request, error) {
+func (o *Operator) Abort(ctx context.Context, id uuid.UUID, abortedBy, reason string) (*Request, error) {
 	abortedBy, err := validateOperator(abortedBy, "aborted_by")
 	if err != nil {
 		return nil, err
@@ -486,7 +486,7 @@ func (s *Operator) Abort(ctx context.Context, id uuid.UUID, abortedBy, reason st
 	}
 
 	var request *Request
-	err = s.tx(ctx, func(q *dbgen.Queries) error {
+	err = o.tx(ctx, func(q *dbgen.Queries) error {
 		current, err := lockRequestForOperator(ctx, q, id)
 		if err != nil {
 			return err
@@ -574,7 +574,7 @@ func (s *Operator) Abort(ctx context.Context, id uuid.UUID, abortedBy, reason st
 // expired lease are cleared and the request is due at once. A request that
 // is not blocked, is terminal, or whose executor lease is still unexpired on
 // the database clock is refused with ErrRefused.
-func (s *Operator) Unblock(ctx context.Context, id uuid.UUID, unblockedBy, reason string) (*Request, error) {
+func (o *Operator) Unblock(ctx context.Context, id uuid.UUID, unblockedBy, reason string) (*Request, error) {
 	unblockedBy, err := validateOperator(unblockedBy, "unblocked_by")
 	if err != nil {
 		return nil, err
@@ -585,7 +585,7 @@ func (s *Operator) Unblock(ctx context.Context, id uuid.UUID, unblockedBy, reaso
 	}
 
 	var request *Request
-	err = s.tx(ctx, func(q *dbgen.Queries) error {
+	err = o.tx(ctx, func(q *dbgen.Queries) error {
 		locked, err := lockRequestWithLease(ctx, q, id)
 		if err != nil {
 			return err
@@ -628,14 +628,14 @@ func (s *Operator) Unblock(ctx context.Context, id uuid.UUID, unblockedBy, reaso
 // errText, which is stored bounded to MaxErrorBytes. It returns the blocked
 // request. A terminal request, or one an executor holds an unexpired lease
 // on (which must use Block instead), is refused with ErrRefused.
-func (s *Engine) BlockBeforeClaim(ctx context.Context, id uuid.UUID, unitKey, errText string) (*Request, error) {
+func (e *Engine) BlockBeforeClaim(ctx context.Context, id uuid.UUID, unitKey, errText string) (*Request, error) {
 	if err := checkUnitKey(unitKey); err != nil {
 		return nil, err
 	}
 	message := boundText(errText, MaxErrorBytes)
 
 	var request *Request
-	err := s.tx(ctx, func(q *dbgen.Queries) error {
+	err := e.tx(ctx, func(q *dbgen.Queries) error {
 		locked, err := lockRequestWithLease(ctx, q, id)
 		if err != nil {
 			return err
@@ -669,7 +669,7 @@ func (s *Engine) BlockBeforeClaim(ctx context.Context, id uuid.UUID, unitKey, er
 // Unblock. A token that no longer holds the request at stage (or under its
 // fence generation, from StageFenced on) returns a stale-lease error and
 // changes nothing.
-func (s *Engine) Block(ctx context.Context, token LeaseToken, params BlockParams) error {
+func (e *Engine) Block(ctx context.Context, token LeaseToken, params BlockParams) error {
 	stage, unitKey, errText := params.Stage, params.Unit, params.Err
 	if err := checkExecutionStage(stage); err != nil {
 		return err
@@ -678,7 +678,7 @@ func (s *Engine) Block(ctx context.Context, token LeaseToken, params BlockParams
 		return err
 	}
 	message := boundText(errText, MaxErrorBytes)
-	err := s.tx(ctx, func(q *dbgen.Queries) error {
+	err := e.tx(ctx, func(q *dbgen.Queries) error {
 		if err := verifyTokenAt(ctx, q, token, stage); err != nil {
 			return err
 		}

@@ -46,9 +46,9 @@ type Progress struct {
 // Progress returns request id's recorded purge progress per table and the
 // stamps of its deleted key chunks, read-only, or an error matching
 // ErrNotFound.
-func (s *Operator) Progress(ctx context.Context, id uuid.UUID) (*Progress, error) {
+func (o *Operator) Progress(ctx context.Context, id uuid.UUID) (*Progress, error) {
 	var progress *Progress
-	err := s.begin(ctx, true, func(tx pgx.Tx) error {
+	err := o.begin(ctx, true, func(tx pgx.Tx) error {
 		q := dbgen.New(tx)
 		if _, err := getRequestRow(ctx, q, id); err != nil {
 			return err
@@ -81,9 +81,9 @@ func (s *Operator) Progress(ctx context.Context, id uuid.UUID) (*Progress, error
 // PurgeProgress returns request id's recorded purge progress per table,
 // oldest update first (none before the purge starts). The executor reads it
 // to count only the rows a run purges itself.
-func (s *Engine) PurgeProgress(ctx context.Context, id uuid.UUID) ([]PurgeTableProgress, error) {
+func (e *Engine) PurgeProgress(ctx context.Context, id uuid.UUID) ([]PurgeTableProgress, error) {
 	var tables []PurgeTableProgress
-	err := s.begin(ctx, true, func(tx pgx.Tx) error {
+	err := e.begin(ctx, true, func(tx pgx.Tx) error {
 		var err error
 		tables, err = purgeTables(ctx, dbgen.New(tx), id)
 		return err
@@ -146,9 +146,9 @@ func (r *HealthReport) Healthy() bool { return len(r.Findings) == 0 && len(r.Dri
 // Health runs community_deletion_health() and community_deletion_catalog_drift()
 // in one read-only transaction and returns their rows. Any drift row stops
 // every deletion from destroying anything until it is fixed.
-func (s *Operator) Health(ctx context.Context) (*HealthReport, error) {
+func (o *Operator) Health(ctx context.Context) (*HealthReport, error) {
 	report := &HealthReport{Findings: []HealthFinding{}, Drift: []DriftFinding{}}
-	err := s.begin(ctx, true, func(tx pgx.Tx) error {
+	err := o.begin(ctx, true, func(tx pgx.Tx) error {
 		q := dbgen.New(tx)
 		findings, err := q.HealthFindings(ctx)
 		if err != nil {

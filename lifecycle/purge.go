@@ -222,7 +222,7 @@ type PurgeResult struct {
 // outside the community that still reference it are refused with
 // ErrRefused. The lease must stay current for the whole call: the caller
 // heartbeats it.
-func (s *Engine) EnterPostgresPurged(ctx context.Context, token LeaseToken, opts PurgeOptions) (*PurgeResult, error) {
+func (e *Engine) EnterPostgresPurged(ctx context.Context, token LeaseToken, opts PurgeOptions) (*PurgeResult, error) {
 	generation, err := requireFence(token)
 	if err != nil {
 		return nil, err
@@ -240,7 +240,7 @@ func (s *Engine) EnterPostgresPurged(ctx context.Context, token LeaseToken, opts
 		return nil, invalidf("unknown purge method %q", boundText(string(opts.Method), 64))
 	}
 	run := &purgeRun{
-		store: s.store, token: token, generation: generation, opts: opts, started: time.Now(),
+		store: e.store, token: token, generation: generation, opts: opts, started: time.Now(),
 		result: &PurgeResult{Deleted: map[string]int64{}, Nullified: map[string]int64{}},
 	}
 	for pass := 1; ; pass++ {
@@ -278,12 +278,12 @@ func (s *Engine) EnterPostgresPurged(ctx context.Context, token LeaseToken, opts
 // the shared schema-destruction lock after validating the catalog, so a
 // table created since the purge cannot escape the proof. Any failure is
 // refused with ErrRefused naming the table; it changes nothing.
-func (s *Engine) CheckPostgresPurged(ctx context.Context, token LeaseToken) error {
+func (e *Engine) CheckPostgresPurged(ctx context.Context, token LeaseToken) error {
 	generation, err := requireFence(token)
 	if err != nil {
 		return err
 	}
-	return purgeTx(ctx, s.store, func(tx pgx.Tx, q *dbgen.Queries) error {
+	return purgeTx(ctx, e.store, func(tx pgx.Tx, q *dbgen.Queries) error {
 		if err := lockSchemaShared(ctx, q); err != nil {
 			return err
 		}

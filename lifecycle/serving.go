@@ -220,12 +220,12 @@ func (s *Serving) VerifyWriteLease(ctx context.Context, lease *ServingWriteLease
 // and returns how many it deleted. Rows another transaction holds are skipped,
 // so concurrent reapers never wait for one another. limit must be between 1
 // and MaxServingLeaseReapBatch.
-func (s *Operator) ReapExpiredServingWriteLeases(ctx context.Context, limit int) (int64, error) {
+func (o *Operator) ReapExpiredServingWriteLeases(ctx context.Context, limit int) (int64, error) {
 	if limit < 1 || limit > MaxServingLeaseReapBatch {
 		return 0, invalidf("serving lease reap limit %d is outside 1..%d", limit, MaxServingLeaseReapBatch)
 	}
 	var reaped int64
-	err := s.tx(ctx, func(q *dbgen.Queries) error {
+	err := o.tx(ctx, func(q *dbgen.Queries) error {
 		rows, err := q.ServingWriteLeaseDeleteExpired(ctx, int32(limit))
 		if err != nil {
 			return fmt.Errorf("reap expired serving write leases: %w", err)
@@ -242,9 +242,9 @@ func (s *Operator) ReapExpiredServingWriteLeases(ctx context.Context, limit int)
 // ServingLeaseStats returns the number of active and expired serving write
 // leases and PostgreSQL's dead-tuple estimate for their table, for
 // monitoring the reaper. It counts the whole table.
-func (s *Operator) ServingLeaseStats(ctx context.Context) (ServingLeaseStats, error) {
+func (o *Operator) ServingLeaseStats(ctx context.Context) (ServingLeaseStats, error) {
 	var stats ServingLeaseStats
-	err := s.tx(ctx, func(q *dbgen.Queries) error {
+	err := o.tx(ctx, func(q *dbgen.Queries) error {
 		row, err := q.ServingWriteLeaseStats(ctx)
 		if err != nil {
 			return fmt.Errorf("serving write lease stats: %w", err)
@@ -284,9 +284,9 @@ func (s *Serving) IsActive(ctx context.Context, community uuid.UUID) (bool, erro
 // ServingWritesDrained reports whether community has no unexpired serving
 // write lease left. It is an observation: the fence repeats the count under
 // the exclusive community lock before it commits.
-func (s *Engine) ServingWritesDrained(ctx context.Context, community uuid.UUID) (bool, error) {
+func (e *Engine) ServingWritesDrained(ctx context.Context, community uuid.UUID) (bool, error) {
 	var drained bool
-	err := s.tx(ctx, func(q *dbgen.Queries) error {
+	err := e.tx(ctx, func(q *dbgen.Queries) error {
 		row, err := q.ServingWriteLeaseCountActive(ctx, community)
 		if err != nil {
 			return fmt.Errorf("count serving write leases of community %s: %w", community, err)

@@ -41,7 +41,7 @@ const (
 // m. Freezing the identical manifest again succeeds without change; a
 // different manifest is refused with ErrRefused. A malformed m fails with
 // ErrInvalidInput before any database work.
-func (s *Engine) FreezeDestructiveManifest(ctx context.Context, token LeaseToken, m StorageManifest) error {
+func (e *Engine) FreezeDestructiveManifest(ctx context.Context, token LeaseToken, m StorageManifest) error {
 	if _, err := requireFence(token); err != nil {
 		return err
 	}
@@ -52,7 +52,7 @@ func (s *Engine) FreezeDestructiveManifest(ctx context.Context, token LeaseToken
 	if err != nil {
 		return invalidf("encode destructive storage manifest: %w", err)
 	}
-	return s.tx(ctx, func(q *dbgen.Queries) error {
+	return e.tx(ctx, func(q *dbgen.Queries) error {
 		request, err := lockRequestRow(ctx, q, token.RequestID)
 		if err != nil {
 			return err
@@ -104,11 +104,11 @@ func (s *Engine) FreezeDestructiveManifest(ctx context.Context, token LeaseToken
 // token, so that an interrupted enumeration can start over. Once the
 // destructive manifest is frozen the chunks are bound to it and the call is
 // refused with ErrRefused (the chunk guard refuses it too).
-func (s *Engine) ClearManifestChunks(ctx context.Context, token LeaseToken) error {
+func (e *Engine) ClearManifestChunks(ctx context.Context, token LeaseToken) error {
 	if _, err := requireFence(token); err != nil {
 		return err
 	}
-	return s.tx(ctx, func(q *dbgen.Queries) error {
+	return e.tx(ctx, func(q *dbgen.Queries) error {
 		request, err := lockRequestRow(ctx, q, token.RequestID)
 		if err != nil {
 			return err
@@ -135,7 +135,7 @@ func (s *Engine) ClearManifestChunks(ctx context.Context, token LeaseToken) erro
 // again succeeds (a retry after a lost commit); a different chunk under an
 // existing number is refused with ErrRefused, as is any append after the
 // freeze.
-func (s *Engine) AppendManifestChunk(ctx context.Context, token LeaseToken, chunk ManifestKeyChunk) error {
+func (e *Engine) AppendManifestChunk(ctx context.Context, token LeaseToken, chunk ManifestKeyChunk) error {
 	if _, err := requireFence(token); err != nil {
 		return err
 	}
@@ -146,7 +146,7 @@ func (s *Engine) AppendManifestChunk(ctx context.Context, token LeaseToken, chun
 	if err != nil {
 		return invalidf("encode manifest key chunk %d: %w", chunk.ChunkNo, err)
 	}
-	return s.tx(ctx, func(q *dbgen.Queries) error {
+	return e.tx(ctx, func(q *dbgen.Queries) error {
 		if _, err := verifyLeaseAndFence(ctx, q, token, StageFenced); err != nil {
 			return err
 		}
@@ -176,12 +176,12 @@ func (s *Engine) AppendManifestChunk(ctx context.Context, token LeaseToken, chun
 // drained request of token whose keys are not yet stamped deleted, or nil
 // when every chunk is. A resumed executor continues there. token must be
 // current at StageDrained under its fence.
-func (s *Engine) NextPendingChunk(ctx context.Context, token LeaseToken) (*ManifestKeyChunk, error) {
+func (e *Engine) NextPendingChunk(ctx context.Context, token LeaseToken) (*ManifestKeyChunk, error) {
 	if _, err := requireFence(token); err != nil {
 		return nil, err
 	}
 	var next *ManifestKeyChunk
-	err := s.tx(ctx, func(q *dbgen.Queries) error {
+	err := e.tx(ctx, func(q *dbgen.Queries) error {
 		if _, err := verifyLeaseAndFence(ctx, q, token, StageDrained); err != nil {
 			return err
 		}
@@ -205,8 +205,8 @@ func (s *Engine) NextPendingChunk(ctx context.Context, token LeaseToken) (*Manif
 // requestID has and how many of them are stamped deleted. Both are zero
 // before the enumeration and again after the chunks are dropped at logical
 // verification.
-func (s *Engine) ChunkProgress(ctx context.Context, requestID uuid.UUID) (total, deleted int64, err error) {
-	err = s.tx(ctx, func(q *dbgen.Queries) error {
+func (e *Engine) ChunkProgress(ctx context.Context, requestID uuid.UUID) (total, deleted int64, err error) {
+	err = e.tx(ctx, func(q *dbgen.Queries) error {
 		row, err := q.DeletionManifestKeyProgress(ctx, requestID)
 		if err != nil {
 			return fmt.Errorf("manifest key chunk progress of deletion %s: %w", requestID, err)
@@ -226,7 +226,7 @@ func (s *Engine) ChunkProgress(ctx context.Context, requestID uuid.UUID) (total,
 // StageDrained with detail, in one transaction. A stamp is one-way: a chunk
 // that is missing or already stamped is refused with ErrRefused. detail must
 // encode as JSON; nil records {}.
-func (s *Engine) MarkChunkDeleted(ctx context.Context, token LeaseToken, chunkNo int64, detail any) error {
+func (e *Engine) MarkChunkDeleted(ctx context.Context, token LeaseToken, chunkNo int64, detail any) error {
 	if _, err := requireFence(token); err != nil {
 		return err
 	}
@@ -236,7 +236,7 @@ func (s *Engine) MarkChunkDeleted(ctx context.Context, token LeaseToken, chunkNo
 	if _, err := marshalDetail(detail); err != nil {
 		return err
 	}
-	return s.tx(ctx, func(q *dbgen.Queries) error {
+	return e.tx(ctx, func(q *dbgen.Queries) error {
 		if _, err := verifyLeaseAndFence(ctx, q, token, StageDrained); err != nil {
 			return err
 		}
@@ -296,7 +296,7 @@ type TaxonomySweepParams struct {
 // int64, more unknown than listed objects, or a sample larger than the
 // unknown count are refused with ErrInvalidInput. The sample keeps its first
 // MaxTaxonomySampleKeys keys, each bounded to MaxTaxonomySampleKeyBytes.
-func (s *Engine) RecordTaxonomySweep(ctx context.Context, params TaxonomySweepParams) (*TaxonomySweep, error) {
+func (e *Engine) RecordTaxonomySweep(ctx context.Context, params TaxonomySweepParams) (*TaxonomySweep, error) {
 	startedAt, listed, unknown, sample, objectCap := params.StartedAt, params.Listed, params.Unknown, params.Sample, params.ObjectCap
 	if startedAt.IsZero() {
 		return nil, invalidf("taxonomy sweep has no start time")
@@ -324,7 +324,7 @@ func (s *Engine) RecordTaxonomySweep(ctx context.Context, params TaxonomySweepPa
 		return nil, invalidf("encode taxonomy sweep sample: %w", err)
 	}
 	var sweep *TaxonomySweep
-	err = s.tx(ctx, func(q *dbgen.Queries) error {
+	err = e.tx(ctx, func(q *dbgen.Queries) error {
 		row, err := q.StorageTaxonomySweepInsert(ctx, dbgen.StorageTaxonomySweepInsertParams{
 			StartedAt: startedAt, ListedObjects: int64(listed), UnknownObjectCount: int64(unknown),
 			UnknownKeySample: encoded, ObjectCap: int64(objectCap),
@@ -347,9 +347,9 @@ func (s *Engine) RecordTaxonomySweep(ctx context.Context, params TaxonomySweepPa
 
 // LatestTaxonomySweep returns the sweep that completed last on the database
 // clock, or nil when none has been recorded.
-func (s *Operator) LatestTaxonomySweep(ctx context.Context) (*TaxonomySweep, error) {
+func (o *Operator) LatestTaxonomySweep(ctx context.Context) (*TaxonomySweep, error) {
 	var sweep *TaxonomySweep
-	err := s.tx(ctx, func(q *dbgen.Queries) error {
+	err := o.tx(ctx, func(q *dbgen.Queries) error {
 		row, err := q.StorageTaxonomySweepGetLatest(ctx)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil

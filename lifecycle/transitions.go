@@ -20,8 +20,8 @@ import (
 // and re-verifies the token under it, so it serializes with Abort. Calling
 // it again while quiescing is harmless. A stale token returns a stale-lease
 // error and changes nothing.
-func (s *Engine) BeginQuiescing(ctx context.Context, token LeaseToken) error {
-	err := s.tx(ctx, func(q *dbgen.Queries) error {
+func (e *Engine) BeginQuiescing(ctx context.Context, token LeaseToken) error {
+	err := e.tx(ctx, func(q *dbgen.Queries) error {
 		if _, err := lockTransition(ctx, q, token, StageApproved); err != nil {
 			return err
 		}
@@ -66,9 +66,9 @@ func (s *Engine) BeginQuiescing(ctx context.Context, token LeaseToken) error {
 // nothing; retry once they finish or expire. It takes the community lock
 // before any row lock and re-verifies the token under it. Use
 // token.WithFence(generation) for the calls that follow.
-func (s *Engine) EnterFenced(ctx context.Context, token LeaseToken) (int64, error) {
+func (e *Engine) EnterFenced(ctx context.Context, token LeaseToken) (int64, error) {
 	var generation int64
-	err := s.tx(ctx, func(q *dbgen.Queries) error {
+	err := e.tx(ctx, func(q *dbgen.Queries) error {
 		if _, err := lockTransition(ctx, q, token, StageApproved); err != nil {
 			return err
 		}
@@ -117,8 +117,8 @@ func (s *Engine) EnterFenced(ctx context.Context, token LeaseToken) (int64, erro
 // unexpired serving write leases remain. A stale token, or one under another
 // fence generation, returns a stale-lease error; a token without a fence
 // generation is refused. Nothing changes on any error.
-func (s *Engine) EnterDrained(ctx context.Context, token LeaseToken) error {
-	err := s.tx(ctx, func(q *dbgen.Queries) error {
+func (e *Engine) EnterDrained(ctx context.Context, token LeaseToken) error {
+	err := e.tx(ctx, func(q *dbgen.Queries) error {
 		row, err := lockTransition(ctx, q, token, StageFenced)
 		if err != nil {
 			return err
@@ -144,8 +144,8 @@ func (s *Engine) EnterDrained(ctx context.Context, token LeaseToken) error {
 // EnterBindingsRemoved records, with detail as the checkpoint's JSON detail,
 // that the community's object-store bindings were removed, and moves the
 // drained request token holds to bindings_removed.
-func (s *Engine) EnterBindingsRemoved(ctx context.Context, token LeaseToken, detail any) error {
-	if err := s.markStage(ctx, token, StageDrained, "remove_storage_bindings", detail, nil); err != nil {
+func (e *Engine) EnterBindingsRemoved(ctx context.Context, token LeaseToken, detail any) error {
+	if err := e.markStage(ctx, token, StageDrained, "remove_storage_bindings", detail, nil); err != nil {
 		return fmt.Errorf("mark deletion %s bindings removed: %w", token.RequestID, err)
 	}
 	return nil
@@ -154,8 +154,8 @@ func (s *Engine) EnterBindingsRemoved(ctx context.Context, token LeaseToken, det
 // EnterCachePurged records, with detail as the checkpoint's JSON detail, that
 // the community's cache namespace was purged, and moves the postgres_purged
 // request token holds to cache_purged.
-func (s *Engine) EnterCachePurged(ctx context.Context, token LeaseToken, detail any) error {
-	if err := s.markStage(ctx, token, StagePostgresPurged, "purge_cache_namespace", detail, nil); err != nil {
+func (e *Engine) EnterCachePurged(ctx context.Context, token LeaseToken, detail any) error {
+	if err := e.markStage(ctx, token, StagePostgresPurged, "purge_cache_namespace", detail, nil); err != nil {
 		return fmt.Errorf("mark deletion %s cache purged: %w", token.RequestID, err)
 	}
 	return nil
@@ -166,14 +166,14 @@ func (s *Engine) EnterCachePurged(ctx context.Context, token LeaseToken, detail 
 // moves the cache_purged request token holds to logically_verified. In the
 // same transaction it deletes the request's destructive key chunks: they are
 // working data, and the raw key list of a deleted community is not kept.
-func (s *Engine) EnterLogicallyVerified(ctx context.Context, token LeaseToken, detail any) error {
+func (e *Engine) EnterLogicallyVerified(ctx context.Context, token LeaseToken, detail any) error {
 	dropChunks := func(q *dbgen.Queries) error {
 		if _, err := q.DeletionManifestKeyDeleteByRequest(ctx, token.RequestID); err != nil {
 			return fmt.Errorf("delete manifest key chunks: %w", err)
 		}
 		return nil
 	}
-	if err := s.markStage(ctx, token, StageCachePurged, "verify_cross_store_absence", detail, dropChunks); err != nil {
+	if err := e.markStage(ctx, token, StageCachePurged, "verify_cross_store_absence", detail, dropChunks); err != nil {
 		return fmt.Errorf("mark deletion %s logically verified: %w", token.RequestID, err)
 	}
 	return nil
@@ -183,11 +183,11 @@ func (s *Engine) EnterLogicallyVerified(ctx context.Context, token LeaseToken, d
 // it records detail as the checkpoint's JSON detail and moves the request to
 // the terminal retention_pending stage, stamping completed_at and releasing
 // the lease. Only deferred physical expiry of shared storage remains.
-func (s *Engine) EnterRetentionPending(ctx context.Context, token LeaseToken, detail any) error {
+func (e *Engine) EnterRetentionPending(ctx context.Context, token LeaseToken, detail any) error {
 	if _, err := marshalDetail(detail); err != nil {
 		return err
 	}
-	err := s.tx(ctx, func(q *dbgen.Queries) error {
+	err := e.tx(ctx, func(q *dbgen.Queries) error {
 		if _, err := lockTransition(ctx, q, token, StageLogicallyVerified); err != nil {
 			return err
 		}
