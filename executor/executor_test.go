@@ -339,7 +339,7 @@ type blockingObjects struct {
 	entered chan struct{}
 }
 
-func (o *blockingObjects) Delete(ctx context.Context, keys []string) error {
+func (o *blockingObjects) Delete(ctx context.Context, _ []string) error {
 	select {
 	case o.entered <- struct{}{}:
 	default:

@@ -134,7 +134,7 @@ func FuzzFileObjectStore(f *testing.F) {
 			listed = append(listed, object{key, size})
 			return nil
 		})
-		any, anyErr := store.Any(ctx, prefix)
+		found, anyErr := store.Any(ctx, prefix)
 		if !fzStorable(prefix) {
 			return
 		}
@@ -154,7 +154,7 @@ func FuzzFileObjectStore(f *testing.F) {
 		}
 		slices.SortFunc(want, func(a, b object) int { return strings.Compare(a.key, b.key) })
 		require.Equal(t, want, listed, "List(%q) of %q", prefix, stored)
-		require.Equal(t, len(listed) > 0, any, "Any(%q)", prefix)
+		require.Equal(t, len(listed) > 0, found, "Any(%q)", prefix)
 
 		keys := make([]string, len(listed))
 		for i, o := range listed {
@@ -162,9 +162,9 @@ func FuzzFileObjectStore(f *testing.F) {
 		}
 		require.NoError(t, store.Delete(ctx, keys))
 		require.NoError(t, store.Delete(ctx, keys), "deleting again is not an error")
-		any, err = store.Any(ctx, prefix)
+		found, err = store.Any(ctx, prefix)
 		require.NoError(t, err)
-		require.False(t, any, "Any(%q) after deleting its listing", prefix)
+		require.False(t, found, "Any(%q) after deleting its listing", prefix)
 		for key := range sizes {
 			_, statErr := os.Stat(filepath.Join(root, filepath.FromSlash(key)))
 			if strings.HasPrefix(key, prefix) {

@@ -71,18 +71,18 @@ func advanceRequest(t *testing.T, b *testBundle, community, request uuid.UUID, s
 func (b *testBundle) requestAt(t *testing.T, stage string) (community, request uuid.UUID, generation int64) {
 	t.Helper()
 	target := slices.Index(requestPath, stage)
-	require.True(t, target >= 0, "unknown stage %q", stage)
-	switch {
-	case target == 0:
+	require.GreaterOrEqual(t, target, 0, "unknown stage %q", stage)
+	switch target {
+	case 0:
 		community = b.createCommunity(t)
 		request = b.submit(t, community, "requester")
 		return community, request, 0
-	case target == 1:
+	case 1:
 		community = b.createCommunity(t)
 		request = b.submit(t, community, "requester")
 		b.freeze(t, request)
 		return community, request, 0
-	case target == 2:
+	case 2:
 		community, request = b.approvedRequest(t)
 		return community, request, 0
 	}

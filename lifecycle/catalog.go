@@ -59,7 +59,7 @@ func (s *store) ping(ctx context.Context) error {
 	return nil
 }
 
-// validateCatalog checks the catalog contract the serving path's write
+// ValidateCatalog checks the catalog contract the serving path's write
 // fence relies on: the deletion columns of communities with their types and
 // nullability, the tables the fence and the lifecycle read, the functions
 // community_deletion_lock_key(uuid), community_write_allowed(uuid) (which

@@ -290,7 +290,7 @@ func verifyTokenAt(ctx context.Context, q *dbgen.Queries, token LeaseToken, stag
 	if !stage.Runnable() {
 		return refusef("deletion %s: %s is not an execution stage", token.RequestID, stage)
 	}
-	_, err := verifyLeaseAndFence(ctx, q, token, stage)
+	err := verifyLeaseAndFence(ctx, q, token, stage)
 	return err
 }
 

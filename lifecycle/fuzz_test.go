@@ -611,12 +611,12 @@ func FuzzParseStage(f *testing.F) {
 		stage, err := ParseStage(name)
 		known := slices.Contains(Stages(), Stage(name))
 		require.Equal(t, known, err == nil, "%q: %v", name, err)
-		var text Stage = StageFenced
+		text := StageFenced
 		textErr := text.UnmarshalText([]byte(name))
 		encoded, marshalErr := Stage(name).MarshalText()
 		jsonName, err2 := json.Marshal(name)
 		require.NoError(t, err2)
-		var fromJSON Stage = StageFenced
+		fromJSON := StageFenced
 		jsonErr := json.Unmarshal(jsonName, &fromJSON)
 
 		if !known {

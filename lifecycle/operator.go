@@ -180,7 +180,7 @@ func (o *Operator) List(ctx context.Context, params ListParams) (*Page, error) {
 		afterAt, afterID = &params.After.CreatedAt, &params.After.ID
 	}
 	// One row more than the page tells whether another page follows.
-	fetch := int32(params.Limit + 1)
+	fetch := int32(params.Limit + 1) //nolint:gosec // checkListLimit bounds Limit by MaxListLimit
 
 	var page *Page
 	err := o.tx(ctx, func(q *dbgen.Queries) error {

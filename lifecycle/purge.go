@@ -290,7 +290,7 @@ func (e *Engine) CheckPostgresPurged(ctx context.Context, token LeaseToken) erro
 		if err := purgeValidateCatalog(ctx, q); err != nil {
 			return err
 		}
-		if _, err := verifyLeaseAndFence(ctx, q, token, StageCachePurged); err != nil {
+		if err := verifyLeaseAndFence(ctx, q, token, StageCachePurged); err != nil {
 			return err
 		}
 		tombstoned, err := q.PurgeCommunityTombstoned(ctx, dbgen.PurgeCommunityTombstonedParams{
@@ -401,7 +401,7 @@ func (r *purgeRun) tx(ctx context.Context, work string, validate bool, fn func(t
 				return err
 			}
 		}
-		if _, err := verifyLeaseAndFence(ctx, q, r.token, StageBindingsRemoved); err != nil {
+		if err := verifyLeaseAndFence(ctx, q, r.token, StageBindingsRemoved); err != nil {
 			return err
 		}
 		if err := setExecutor(ctx, q, r.token.CommunityID, r.generation); err != nil {
@@ -444,7 +444,7 @@ func purgeValidateCatalog(ctx context.Context, q *dbgen.Queries) error {
 // checkpoints' done marks (a later pass).
 func (r *purgeRun) plan(ctx context.Context, recheck bool) (*purgePlan, error) {
 	plan := &purgePlan{}
-	_, err := r.tx(ctx, "plan", true, func(tx pgx.Tx, q *dbgen.Queries) error {
+	_, err := r.tx(ctx, "plan", true, func(_ pgx.Tx, q *dbgen.Queries) error {
 		shapes, err := q.PurgeTableShapes(ctx)
 		if err != nil {
 			return fmt.Errorf("list registered tables: %w", err)

@@ -226,7 +226,7 @@ func (o *Operator) ReapExpiredServingWriteLeases(ctx context.Context, limit int)
 	}
 	var reaped int64
 	err := o.tx(ctx, func(q *dbgen.Queries) error {
-		rows, err := q.ServingWriteLeaseDeleteExpired(ctx, int32(limit))
+		rows, err := q.ServingWriteLeaseDeleteExpired(ctx, int32(limit)) //nolint:gosec // limit is checked to be at most MaxServingLeaseReapBatch
 		if err != nil {
 			return fmt.Errorf("reap expired serving write leases: %w", err)
 		}

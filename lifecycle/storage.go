@@ -57,7 +57,7 @@ func (e *Engine) FreezeDestructiveManifest(ctx context.Context, token LeaseToken
 		if err != nil {
 			return err
 		}
-		if _, err := verifyLeaseAndFence(ctx, q, token, StageFenced); err != nil {
+		if err := verifyLeaseAndFence(ctx, q, token, StageFenced); err != nil {
 			return err
 		}
 		rows, err := q.DeletionManifestKeyListByRequest(ctx, token.RequestID)
@@ -113,7 +113,7 @@ func (e *Engine) ClearManifestChunks(ctx context.Context, token LeaseToken) erro
 		if err != nil {
 			return err
 		}
-		if _, err := verifyLeaseAndFence(ctx, q, token, StageFenced); err != nil {
+		if err := verifyLeaseAndFence(ctx, q, token, StageFenced); err != nil {
 			return err
 		}
 		if request.DestructiveStorageManifest != nil {
@@ -147,7 +147,7 @@ func (e *Engine) AppendManifestChunk(ctx context.Context, token LeaseToken, chun
 		return invalidf("encode manifest key chunk %d: %w", chunk.ChunkNo, err)
 	}
 	return e.tx(ctx, func(q *dbgen.Queries) error {
-		if _, err := verifyLeaseAndFence(ctx, q, token, StageFenced); err != nil {
+		if err := verifyLeaseAndFence(ctx, q, token, StageFenced); err != nil {
 			return err
 		}
 		inserted, err := q.DeletionManifestKeyInsert(ctx, dbgen.DeletionManifestKeyInsertParams{
@@ -182,7 +182,7 @@ func (e *Engine) NextPendingChunk(ctx context.Context, token LeaseToken) (*Manif
 	}
 	var next *ManifestKeyChunk
 	err := e.tx(ctx, func(q *dbgen.Queries) error {
-		if _, err := verifyLeaseAndFence(ctx, q, token, StageDrained); err != nil {
+		if err := verifyLeaseAndFence(ctx, q, token, StageDrained); err != nil {
 			return err
 		}
 		row, err := q.DeletionManifestKeyGetNextPending(ctx, token.RequestID)
@@ -237,7 +237,7 @@ func (e *Engine) MarkChunkDeleted(ctx context.Context, token LeaseToken, chunkNo
 		return err
 	}
 	return e.tx(ctx, func(q *dbgen.Queries) error {
-		if _, err := verifyLeaseAndFence(ctx, q, token, StageDrained); err != nil {
+		if err := verifyLeaseAndFence(ctx, q, token, StageDrained); err != nil {
 			return err
 		}
 		stamped, err := q.DeletionManifestKeyMarkDeleted(ctx, dbgen.DeletionManifestKeyMarkDeletedParams{
@@ -326,8 +326,8 @@ func (e *Engine) RecordTaxonomySweep(ctx context.Context, params TaxonomySweepPa
 	var sweep *TaxonomySweep
 	err = e.tx(ctx, func(q *dbgen.Queries) error {
 		row, err := q.StorageTaxonomySweepInsert(ctx, dbgen.StorageTaxonomySweepInsertParams{
-			StartedAt: startedAt, ListedObjects: int64(listed), UnknownObjectCount: int64(unknown),
-			UnknownKeySample: encoded, ObjectCap: int64(objectCap),
+			StartedAt: startedAt, ListedObjects: int64(listed), UnknownObjectCount: int64(unknown), //nolint:gosec // each checked <= MaxInt64 above
+			UnknownKeySample: encoded, ObjectCap: int64(objectCap), //nolint:gosec // checked <= MaxInt64 above
 		})
 		if errors.Is(err, pgx.ErrNoRows) {
 			return refusef("taxonomy sweep start %s is more than five minutes in the database's future",

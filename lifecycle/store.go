@@ -159,22 +159,22 @@ func verifyLease(ctx context.Context, q *dbgen.Queries, token LeaseToken, stage 
 
 // verifyLeaseAndFence proves token current at stage under its fence
 // generation, with the community fenced (or a tombstone) at that generation.
-func verifyLeaseAndFence(ctx context.Context, q *dbgen.Queries, token LeaseToken, stage Stage) (int64, error) {
+func verifyLeaseAndFence(ctx context.Context, q *dbgen.Queries, token LeaseToken, stage Stage) error {
 	generation, err := requireFence(token)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	valid, err := q.DeletionRequestLeaseFenceValid(ctx, dbgen.DeletionRequestLeaseFenceValidParams{
 		ID: token.RequestID, CommunityID: token.CommunityID, Stage: string(stage),
 		LeaseOwner: &token.Owner, LeaseGeneration: token.Generation, FenceGeneration: &generation,
 	})
 	if err != nil {
-		return 0, fmt.Errorf("verify deletion lease and fence: %w", err)
+		return fmt.Errorf("verify deletion lease and fence: %w", err)
 	}
 	if !valid {
-		return 0, staleLease(token)
+		return staleLease(token)
 	}
-	return generation, nil
+	return nil
 }
 
 // advance moves the leased request from one stage to its next.
@@ -224,7 +224,10 @@ func checkpointCompleted(ctx context.Context, q *dbgen.Queries, token LeaseToken
 
 // checkpointFailed records a failed unit; message is already bounded.
 func checkpointFailed(ctx context.Context, q *dbgen.Queries, request uuid.UUID, generation int64, stage Stage, unit, message string) error {
-	detail, _ := json.Marshal(map[string]string{"error": message})
+	detail, err := json.Marshal(map[string]string{"error": message})
+	if err != nil {
+		return fmt.Errorf("encode checkpoint failure: %w", err)
+	}
 	if err := q.DeletionCheckpointFail(ctx, dbgen.DeletionCheckpointFailParams{
 		RequestID: request, Stage: string(stage), UnitKey: unit,
 		LeaseGeneration: max(generation, 1), Detail: detail, Error: &message,

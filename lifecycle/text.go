@@ -18,22 +18,22 @@ const (
 )
 
 // boundText returns s as text a PostgreSQL text column accepts and no longer
-// than max bytes. Each run of invalid UTF-8 and each NUL byte becomes U+FFFD;
-// the result is then cut at the last rune boundary at or before max. Valid
+// than limit bytes. Each run of invalid UTF-8 and each NUL byte becomes U+FFFD;
+// the result is then cut at the last rune boundary at or before limit. Valid
 // input without NUL bytes therefore yields its longest fitting prefix, and
 // valid input that already fits is returned unchanged.
-func boundText(s string, max int) string {
-	if max <= 0 {
+func boundText(s string, limit int) string {
+	if limit <= 0 {
 		return ""
 	}
 	if !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0 {
 		s = strings.ToValidUTF8(s, "\uFFFD")
 		s = strings.ReplaceAll(s, "\x00", "\uFFFD")
 	}
-	if len(s) <= max {
+	if len(s) <= limit {
 		return s
 	}
-	end := max
+	end := limit
 	for end > 0 && !utf8.RuneStart(s[end]) {
 		end--
 	}

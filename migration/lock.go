@@ -70,7 +70,7 @@ func pollInterval(wait time.Duration) time.Duration {
 
 // keyString names the lock key in decimal and hexadecimal.
 func keyString(key int64) string {
-	return fmt.Sprintf("%d (%#x)", key, uint64(key))
+	return fmt.Sprintf("%d (%#x)", key, uint64(key)) //nolint:gosec // the same 64 bits, printed unsigned
 }
 
 // SessionLock takes the exclusive session-level advisory lock on conn,
@@ -192,7 +192,7 @@ WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
   AND l.classid::bigint = $1 AND l.objid::bigint = $2
   AND l.pid <> pg_backend_pid()
-ORDER BY l.pid`, int64(uint64(key)>>32), int64(uint64(key)&0xffffffff))
+ORDER BY l.pid`, int64(uint64(key)>>32), int64(uint64(key)&0xffffffff)) //nolint:gosec // splits the key's 64 bits into pg_locks' two 32-bit halves
 	if err != nil {
 		return ""
 	}

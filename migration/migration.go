@@ -316,7 +316,7 @@ func (m *Migrator) upTo(ctx context.Context, op string, target int64) ([]Result,
 func (m *Migrator) Down(ctx context.Context) (*Result, error) {
 	res, err := m.locked.Down(ctx)
 	if errors.Is(err, goose.ErrNoNextVersion) {
-		return nil, nil
+		return nil, nil //nolint:nilnil // documented: nothing to roll back is no result and no error
 	}
 	var list []*goose.MigrationResult
 	if res != nil {
@@ -511,7 +511,7 @@ func splitErrors(err error) []error {
 	}
 	walk(err)
 	for _, e := range all {
-		if e != sql.ErrTxDone && e != sql.ErrConnDone {
+		if e != sql.ErrTxDone && e != sql.ErrConnDone { //nolint:errorlint // e is a leaf of the error tree walked above
 			kept = append(kept, e)
 		}
 	}

@@ -70,7 +70,7 @@ const (
 // startLoad starts the bystander's traffic on the database at url and
 // returns once it runs.
 func startLoad(ctx context.Context, url string) (*bystanderLoad, error) {
-	cmd := exec.CommandContext(ctx, os.Args[0])
+	cmd := exec.CommandContext(ctx, os.Args[0]) //nolint:gosec // re-runs this benchmark's own binary as the bystander
 	cmd.Env = append(os.Environ(), bystanderEnv+"="+url)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
@@ -197,7 +197,7 @@ func runBystander(url string) error {
 	)
 	for w := range loadWorkers {
 		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			rng := rand.New(rand.NewPCG(uint64(w), 7)) //nolint:gosec // w ranges over loadWorkers, never negative
 			for {
 				select {
 				case <-stop:

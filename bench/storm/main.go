@@ -150,7 +150,7 @@ func storm(ctx context.Context, out io.Writer, s settings) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		config.MaxConns = int32(2*s.writers + 4)
+		config.MaxConns = int32(2*s.writers + 4) //nolint:gosec // writers is a small flag value
 		pool, err := pgxpool.NewWithConfig(ctx, config)
 		if err != nil {
 			return false, err

@@ -331,7 +331,7 @@ func TestRunUntilCancelled(t *testing.T) {
 		_, err := os.Stat(p)
 		require.ErrorIs(t, err, os.ErrNotExist)
 	}
-	_, err := http.Get("http://" + addr + "/healthz")
+	_, err := http.Get("http://" + addr + "/healthz") //nolint:bodyclose // the server is gone: Get fails and there is no body
 	require.Error(t, err, "the server stopped with the run")
 }
 

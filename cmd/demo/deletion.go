@@ -54,11 +54,11 @@ func deleteTarget(ctx context.Context, out io.Writer, r *roles, w *world) (*dele
 	}
 	fmt.Fprintf(out, "  inventory frozen: %d tables, %d prefixes, digest %s\n",
 		len(schema.ScopedTables), len(storage.Prefixes), request.InventoryDigest)
-	if _, err := r.alice.Approve(ctx, request.ID, "alice", "approving my own request"); err == nil {
+	_, err = r.alice.Approve(ctx, request.ID, "alice", "approving my own request")
+	if err == nil {
 		return nil, errors.New("the requester approved her own deletion")
-	} else {
-		fmt.Fprintf(out, "  alice's own approval refused: %v\n", err)
 	}
+	fmt.Fprintf(out, "  alice's own approval refused: %v\n", err)
 	if _, err := r.bob.Approve(ctx, request.ID, "bob", "checked the frozen inventory"); err != nil {
 		return nil, err
 	}

@@ -178,10 +178,10 @@ func (s *stores) openFiles(ctx context.Context) error {
 	s.objects, s.objectsURL, s.objectsKind = objects, raw, "a local directory"
 	s.put = func(_ context.Context, key string, body []byte) error {
 		path := filepath.Join(root, filepath.FromSlash(key))
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 			return err
 		}
-		return os.WriteFile(path, body, 0o644)
+		return os.WriteFile(path, body, 0o600)
 	}
 	return nil
 }

@@ -235,7 +235,7 @@ func TestServerRestartMidPurge(t *testing.T) {
 	restarted := false
 	cache, err := rediscache.New(rc, rediscache.Options{
 		Patterns: l.templates, ScanCount: 200, UnlinkBatch: 500,
-		Progress: func(n int64) {
+		Progress: func(_ int64) {
 			if !restarted {
 				restarted = true
 				require.NoError(t, srv.Restart(ctx))

@@ -114,7 +114,7 @@ func ParseURL(raw string) (Config, error) {
 			cfg.UnlinkBatch = n
 		}
 	}
-	if _, err := cfg.Options.validate(); err != nil {
+	if _, err := cfg.validate(); err != nil {
 		part := "query"
 		if errors.Is(err, ErrInvalidPattern) {
 			part = paramPattern

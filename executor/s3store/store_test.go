@@ -253,7 +253,7 @@ func TestThrottlingIsRetried(t *testing.T) {
 	// error says why, on one bounded line.
 	e2 := newEnv(t, func(c *s3store.Config) { c.MaxAttempts = 3 })
 	var attempts atomic.Int64
-	e2.proxy.SetHook(func(w http.ResponseWriter, r *http.Request, _ http.Handler) {
+	e2.proxy.SetHook(func(w http.ResponseWriter, _ *http.Request, _ http.Handler) {
 		attempts.Add(1)
 		s3server.WriteError(w, http.StatusServiceUnavailable, "SlowDown", "Please reduce your request rate.")
 	})
@@ -497,7 +497,7 @@ func TestContentMD5(t *testing.T) {
 func TestLongServerMessagesAreBounded(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *s3store.Config) { c.MaxAttempts = 1 })
-	e.proxy.SetHook(func(w http.ResponseWriter, r *http.Request, _ http.Handler) {
+	e.proxy.SetHook(func(w http.ResponseWriter, _ *http.Request, _ http.Handler) {
 		s3server.WriteError(w, http.StatusForbidden, "AccessDenied", strings.Repeat("very long\nmessage ", 6000))
 	})
 	_, err := e.store.Any(t.Context(), "x/")

@@ -241,7 +241,7 @@ func ParseCache(raw string) (Cache, error) {
 	}
 	scheme, _, ok := strings.Cut(raw, ":")
 	if !ok {
-		return fail(errors.New("no scheme: want redis://HOST:PORT/DB?pattern=…, redis+cluster://… or memory:"))
+		return fail(errors.New("no scheme: want a redis://HOST:PORT/DB?pattern=…, redis+cluster://… or memory: URL"))
 	}
 	switch lower := strings.ToLower(scheme); lower {
 	case "redis", "rediss", "redis+cluster", "rediss+cluster":

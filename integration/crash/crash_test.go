@@ -350,7 +350,7 @@ func (w *world) startChild(t *testing.T) *childProcess {
 func (c *childProcess) kill() {
 	_ = c.cmd.Process.Signal(syscall.SIGKILL)
 	_ = c.cmd.Wait()
-	for range c.events { //nolint:revive // drain
+	for range c.events { // drain
 	}
 }
 

@@ -239,8 +239,8 @@ func (c *cluster) logTail(offset int64) string {
 // pg_ctl's directory on PATH, else the highest version under binGlob.
 func findBinDir() (string, error) {
 	if p, err := exec.LookPath("pg_ctl"); err == nil {
-		if real, err := filepath.EvalSymlinks(p); err == nil && hasServerBinaries(filepath.Dir(real)) {
-			return filepath.Dir(real), nil // e.g. /usr/lib/postgresql/15/bin, not /usr/local/bin
+		if resolved, err := filepath.EvalSymlinks(p); err == nil && hasServerBinaries(filepath.Dir(resolved)) {
+			return filepath.Dir(resolved), nil // e.g. /usr/lib/postgresql/15/bin, not /usr/local/bin
 		}
 		if hasServerBinaries(filepath.Dir(p)) {
 			return filepath.Dir(p), nil

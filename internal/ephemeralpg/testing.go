@@ -26,8 +26,8 @@ func StartForTests(opts Options) (*Server, func()) {
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-	defer cancel()
 	s, err := Start(ctx, opts)
+	cancel()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: tests need PostgreSQL: %v\n", err)
 		os.Exit(1)
@@ -70,6 +70,7 @@ func NewEmptyTestDatabase(t testing.TB, s *Server) string {
 // testDrop drops a test's database, failing the test on error. It cannot
 // use t.Context, which is canceled before cleanups run.
 func testDrop(t testing.TB, drop func(context.Context) error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	if err := drop(ctx); err != nil {

@@ -14,30 +14,30 @@ import (
 const Max = 600
 
 // IsLine reports whether s keeps the promise Line makes: one line of valid
-// UTF-8 of at most max bytes.
-func IsLine(s string, max int) bool {
-	return !strings.ContainsAny(s, "\r\n") && len(s) <= max && utf8.ValidString(s)
+// UTF-8 of at most limit bytes.
+func IsLine(s string, limit int) bool {
+	return !strings.ContainsAny(s, "\r\n") && len(s) <= limit && utf8.ValidString(s)
 }
 
 // Line returns s on one line (line breaks become spaces), cut to at most
-// max bytes (max >= 64).
-func Line(s string, max int) string {
+// limit bytes (limit >= 64).
+func Line(s string, limit int) string {
 	s = strings.Map(func(r rune) rune {
 		if r == '\n' || r == '\r' {
 			return ' '
 		}
 		return r
 	}, s)
-	return Clip(s, max)
+	return Clip(s, limit)
 }
 
-// Clip cuts s to at most max bytes (max >= 64) on a rune boundary, ending
+// Clip cuts s to at most limit bytes (limit >= 64) on a rune boundary, ending
 // with a note of how many bytes it cut.
-func Clip(s string, max int) string {
-	if len(s) <= max {
+func Clip(s string, limit int) string {
+	if len(s) <= limit {
 		return s
 	}
-	cut := max - 32 // room for the note
+	cut := limit - 32 // room for the note
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
