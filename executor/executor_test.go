@@ -2,7 +2,6 @@ package executor_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -218,7 +217,7 @@ func TestTwoRunnersNeverBothAct(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
-	require.True(t, results[0] != results[1], "exactly one runner claims: %v", results)
+	require.NotEqual(t, results[0], results[1], "exactly one runner claims: %v", results)
 	b.requireDeleted(t, id, target)
 	objects.requireEachOnce(t, chunksOf(4))
 }
@@ -282,7 +281,7 @@ func TestRunStopsOnCancel(t *testing.T) {
 		}
 	}
 	err := b.runner(t, cfg).Run(ctx)
-	require.True(t, errors.Is(err, context.Canceled))
+	require.ErrorIs(t, err, context.Canceled)
 	b.requireDeleted(t, id, target)
 }
 
@@ -336,6 +335,7 @@ func TestLeftoverObjectRetriesVerification(t *testing.T) {
 // blockingObjects parks Delete until its context ends.
 type blockingObjects struct {
 	executor.ObjectStore
+
 	entered chan struct{}
 }
 
@@ -361,7 +361,7 @@ func TestStaleHeartbeatCancelsWork(t *testing.T) {
 	cfg.HeartbeatInterval = 10 * time.Millisecond
 	done := make(chan error, 1)
 	go func() {
-		_, err := b.runner(t, cfg).RunRequest(t.Context(), id)
+		_, err := b.runner(t, cfg).RunRequest(t.Context(), id) //nolint:testifylint // b.runner only builds the runner; its require cannot fail after setup
 		done <- err
 	}()
 	<-objects.entered

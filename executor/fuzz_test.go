@@ -6,7 +6,6 @@ package executor_test
 // go test ./executor -run '^$' -fuzz '^FuzzFileObjectStore$'.
 
 import (
-	"errors"
 	"maps"
 	"os"
 	"path/filepath"
@@ -168,7 +167,7 @@ func FuzzFileObjectStore(f *testing.F) {
 		for key := range sizes {
 			_, statErr := os.Stat(filepath.Join(root, filepath.FromSlash(key)))
 			if strings.HasPrefix(key, prefix) {
-				require.True(t, errors.Is(statErr, os.ErrNotExist), "%q survived", key)
+				require.ErrorIs(t, statErr, os.ErrNotExist, "%q survived", key)
 			} else {
 				require.NoError(t, statErr, "%q, outside prefix %q, was deleted", key, prefix)
 			}

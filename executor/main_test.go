@@ -37,6 +37,7 @@ func TestMain(m *testing.M) {
 // who approves and the service), a temporary object-store root and a cache.
 type testBundle struct {
 	*testfactory.DB
+
 	root  string
 	files *executor.FileObjectStore
 	cache *executor.MemoryCache
@@ -73,13 +74,10 @@ func (b *testBundle) createCommunity(t *testing.T, files int) community {
 	c := community{id: id, host: created.Host}
 	for i := range files {
 		// "a/…" and "a-…" interleave by byte order, not directory order.
-		for _, key := range []string{
+		c.keys = append(c.keys,
 			fmt.Sprintf("media/%s/a/%03d.bin", id, i),
 			fmt.Sprintf("media/%s/a-%03d.bin", id, i),
-			fmt.Sprintf("uploads/%s/%03d", id, i),
-		} {
-			c.keys = append(c.keys, key)
-		}
+			fmt.Sprintf("uploads/%s/%03d", id, i))
 	}
 	c.keys = append(c.keys, fmt.Sprintf("media/%s/z", id))
 	sort.Strings(c.keys)
@@ -193,6 +191,7 @@ func (b *testBundle) awaitNextAttempt(t *testing.T, requestID uuid.UUID) {
 // and failing Delete while fail is set.
 type countingObjects struct {
 	executor.ObjectStore
+
 	mu      sync.Mutex
 	calls   map[string]int
 	fail    bool

@@ -123,7 +123,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 			for _, d := range done {
 				reg.Unregister(d)
 			}
-			return fmt.Errorf("Metrics: %v (give each Runner its own registry, or wrap it with prometheus.WrapRegistererWith)", err)
+			return fmt.Errorf("Metrics: %v (give each Runner its own registry, or wrap it with prometheus.WrapRegistererWith)", err) //nolint:staticcheck // names the Config field Metrics
 		}
 		done = append(done, c)
 	}

@@ -355,6 +355,7 @@ func TestLockKeysMatchTheGoConstants(t *testing.T) {
 	require.Equal(t, communitydeletion.SchemaDestructionLockKey, key)
 
 	var first, again, other int64
+	//nolint:dupword // the same key twice, to show it is stable
 	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT community_deletion_lock_key('11111111-1111-1111-1111-111111111111'),
 		community_deletion_lock_key('11111111-1111-1111-1111-111111111111'),
 		community_deletion_lock_key('22222222-2222-2222-2222-222222222222')`).Scan(&first, &again, &other))

@@ -174,7 +174,7 @@ func TestWriteFenceAdmitsOnlyTheAuthorizedExecutor(t *testing.T) {
 	require.NoError(t, tx.Rollback(ctx))
 	var setting string
 	require.NoError(t, conn.QueryRow(ctx, "SELECT current_setting('community_deletion.fence_generation', true)").Scan(&setting))
-	require.Equal(t, "", setting)
+	require.Empty(t, setting)
 	_, err = conn.Exec(ctx, "INSERT INTO fixture_members (community_id, handle) VALUES ($1, 'reset')", community)
 	requireSQLState(t, err, sqlstateFenced, "is fenced")
 	_, err = conn.Exec(ctx, "SELECT set_config('community_deletion.fence_generation', 'not-a-number', false)")

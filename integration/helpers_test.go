@@ -77,7 +77,7 @@ func requireSQLState(t *testing.T, err error, code, contains string) {
 	t.Helper()
 	require.Error(t, err)
 	var pgErr *pgconn.PgError
-	require.True(t, errors.As(err, &pgErr), "want a PostgreSQL error, got %v", err)
+	require.ErrorAs(t, err, &pgErr, "want a PostgreSQL error, got %v", err)
 	require.Equal(t, code, pgErr.Code, "unexpected SQLSTATE for: %s", pgErr.Message)
 	if contains != "" {
 		require.Contains(t, pgErr.Message, contains)
@@ -222,7 +222,7 @@ func (b *testBundle) tombstone(t *testing.T, community uuid.UUID) {
 
 // insertMember writes one fixture row for community.
 func insertMember(ctx context.Context, q interface {
-	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }, community uuid.UUID, handle string) error {
 	_, err := q.Exec(ctx, "INSERT INTO fixture_members (community_id, handle) VALUES ($1, $2)", community, handle)
 	return err

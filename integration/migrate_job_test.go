@@ -371,14 +371,13 @@ func schemaFingerprint(t *testing.T, conn *pgx.Conn) []string {
 // cut to its first line so that a failure names the objects briefly.
 func setDifference(want, got []string) (missing, extra []string) {
 	firstLine := func(s string) string { line, _, _ := strings.Cut(s, "\n"); return line }
-	in := func(list []string, s string) bool { return slices.Contains(list, s) }
 	for _, w := range want {
-		if !in(got, w) {
+		if !slices.Contains(got, w) {
 			missing = append(missing, firstLine(w))
 		}
 	}
 	for _, g := range got {
-		if !in(want, g) {
+		if !slices.Contains(want, g) {
 			extra = append(extra, firstLine(g))
 		}
 	}

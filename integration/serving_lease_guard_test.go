@@ -13,7 +13,7 @@ import (
 
 // leaseQuerier is a pool, connection or transaction.
 type leaseQuerier interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // acquireLease inserts a one-minute serving write lease for community at

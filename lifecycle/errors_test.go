@@ -35,7 +35,7 @@ func TestStaleLeaseErrorMessage(t *testing.T) {
 	require.Equal(t, `stale deletion lease 6f1c2b4e-0d7a-4c1e-9a55-3b8e2f9d1c07 (owner "executor-1", generation 3)`, err.Error())
 
 	var target *StaleLeaseError
-	require.True(t, errors.As(fmt.Errorf("wrapped: %w", err), &target))
+	require.ErrorAs(t, fmt.Errorf("wrapped: %w", err), &target)
 	require.Equal(t, int64(3), target.Generation)
 }
 
@@ -53,7 +53,7 @@ func TestServingWritesNotDrainedError(t *testing.T) {
 	require.NotContains(t, err.Error(), "\n")
 
 	var target *ServingWritesNotDrainedError
-	require.True(t, errors.As(fmt.Errorf("drain: %w", err), &target))
+	require.ErrorAs(t, fmt.Errorf("drain: %w", err), &target)
 	require.Equal(t, int64(2), target.ActiveCount)
 
 	none := &ServingWritesNotDrainedError{CommunityID: id, ActiveCount: 1}
@@ -78,7 +78,7 @@ func TestClassifiedErrorHelpers(t *testing.T) {
 		require.ErrorIs(t, tc.err, cause, "a %w argument stays reachable")
 		require.Equal(t, tc.kind.Error()+": ", tc.err.Error()[:len(tc.kind.Error())+2])
 		for _, other := range []error{ErrRefused, ErrInvalidInput, ErrNotFound, ErrAccessDenied, ErrStaleLease} {
-			if other != tc.kind {
+			if other != tc.kind { //nolint:errorlint // compares two sentinels, not a returned error
 				require.NotErrorIs(t, tc.err, other)
 			}
 		}

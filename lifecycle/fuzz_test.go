@@ -620,7 +620,7 @@ func FuzzParseStage(f *testing.F) {
 		jsonErr := json.Unmarshal(jsonName, &fromJSON)
 
 		if !known {
-			require.Equal(t, "", string(stage))
+			require.Empty(t, string(stage))
 			for _, err := range []error{err, textErr, marshalErr, jsonErr} {
 				require.ErrorIs(t, err, ErrInvalidInput)
 				require.True(t, utf8.ValidString(err.Error()), "the refusal is printable: %q", err.Error())

@@ -138,7 +138,7 @@ func (b *testBundle) holdCommunityLock(t *testing.T, community uuid.UUID) pgx.Tx
 func requirePgCode(t *testing.T, err error, code string) {
 	t.Helper()
 	var pgErr *pgconn.PgError
-	require.True(t, errors.As(err, &pgErr), "want a wrapped PostgreSQL error, got %v", err)
+	require.ErrorAs(t, err, &pgErr, "want a wrapped PostgreSQL error, got %v", err)
 	require.Equal(t, code, pgErr.Code, pgErr.Message)
 }
 
@@ -210,7 +210,7 @@ var staleTokens = []staleToken{
 		require.Greater(t, next.Generation, holder.Generation)
 		return holder, next
 	}},
-	{name: "other owner", stale: func(_ *testing.T, b *testBundle, holder lifecycle.LeaseToken) (lifecycle.LeaseToken, lifecycle.LeaseToken) {
+	{name: "other owner", stale: func(_ *testing.T, _ *testBundle, holder lifecycle.LeaseToken) (lifecycle.LeaseToken, lifecycle.LeaseToken) {
 		presented := holder
 		presented.Owner = "impostor"
 		return presented, holder
@@ -220,7 +220,7 @@ var staleTokens = []staleToken{
 		presented.CommunityID = testfactory.Community(t.Context(), t, b.DB, nil).ID
 		return presented, holder
 	}},
-	{name: "wrong fence generation", stale: func(_ *testing.T, b *testBundle, holder lifecycle.LeaseToken) (lifecycle.LeaseToken, lifecycle.LeaseToken) {
+	{name: "wrong fence generation", stale: func(_ *testing.T, _ *testBundle, holder lifecycle.LeaseToken) (lifecycle.LeaseToken, lifecycle.LeaseToken) {
 		if holder.FenceGeneration == nil {
 			return holder.WithFence(7), holder
 		}
@@ -239,7 +239,7 @@ var staleTokens = []staleToken{
 		},
 		restore: "UPDATE community_deletion_requests SET blocked_at = NULL, blocked_reason = NULL WHERE id = $1"},
 	{name: "missing fence generation", dropsFence: true,
-		stale: func(_ *testing.T, b *testBundle, holder lifecycle.LeaseToken) (lifecycle.LeaseToken, lifecycle.LeaseToken) {
+		stale: func(_ *testing.T, _ *testBundle, holder lifecycle.LeaseToken) (lifecycle.LeaseToken, lifecycle.LeaseToken) {
 			presented := holder
 			presented.FenceGeneration = nil
 			return presented, holder

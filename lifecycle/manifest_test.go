@@ -37,7 +37,7 @@ func TestEmptyKeysDigest(t *testing.T) {
 	t.Parallel()
 
 	sum := sha256.Sum256(nil)
-	require.Equal(t, hex.EncodeToString(sum[:]), EmptyKeysDigest)
+	require.Equal(t, EmptyKeysDigest, hex.EncodeToString(sum[:]))
 
 	var d KeyStreamDigest
 	digest, count := d.Sum()

@@ -46,7 +46,7 @@ func (b *testBundle) explainQuery(t *testing.T, file, name string, args ...any) 
 	var plan []byte
 	require.NoError(t, b.Pool.QueryRow(t.Context(), "EXPLAIN (FORMAT JSON) "+query, args...).Scan(&plan))
 	var doc []struct {
-		Plan map[string]any `json:"Plan"`
+		Plan map[string]any `json:"Plan"` //nolint:tagliatelle // the key of PostgreSQL's EXPLAIN (FORMAT JSON)
 	}
 	require.NoError(t, json.Unmarshal(plan, &doc))
 	require.Len(t, doc, 1)

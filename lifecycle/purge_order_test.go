@@ -1,7 +1,6 @@
 package lifecycle
 
 import (
-	"errors"
 	"slices"
 	"testing"
 
@@ -150,7 +149,7 @@ func TestPurgeOrderRefusesAHardCycleNamingItsTables(t *testing.T) {
 	}
 	_, err := purgeOrder(tables, edges)
 	require.Error(t, err)
-	require.True(t, errors.Is(err, ErrRefused), "%v", err)
+	require.ErrorIs(t, err, ErrRefused, "%v", err)
 	require.Contains(t, err.Error(), "[customers, invoices, orders]")
 	require.Contains(t, err.Error(), "[x, y]")
 	require.NotContains(t, err.Error(), "leaf")

@@ -22,22 +22,22 @@ func TestBoundTextKeepsShortTextAndCutsOnRuneBoundaries(t *testing.T) {
 	t.Parallel()
 
 	require.Equal(t, "short", boundText("short", MaxErrorBytes))
-	require.Equal(t, "", boundText("", 10))
-	require.Equal(t, "", boundText("anything", 0))
+	require.Empty(t, boundText("", 10))
+	require.Empty(t, boundText("anything", 0))
 	require.Equal(t, "exact", boundText("exact", 5))
 	require.Equal(t, "héllo", boundText("héllo wörld", 6))
 	require.Equal(t, "h", boundText("hé", 2), "never splits the two bytes of é")
 
 	valid := "añ🛸zé" + strings.Repeat("ü", 10)
-	for max := 0; max <= len(valid)+1; max++ {
-		got := boundText(valid, max)
-		require.LessOrEqual(t, len(got), max)
+	for limit := 0; limit <= len(valid)+1; limit++ {
+		got := boundText(valid, limit)
+		require.LessOrEqual(t, len(got), limit)
 		require.True(t, utf8.ValidString(got))
 		require.True(t, strings.HasPrefix(valid, got))
 		// The longest fitting prefix: the next rune would not have fit.
 		if len(got) < len(valid) {
 			_, size := utf8.DecodeRuneInString(valid[len(got):])
-			require.Greater(t, len(got)+size, max)
+			require.Greater(t, len(got)+size, limit)
 		}
 	}
 }
@@ -55,10 +55,10 @@ func TestBoundTextNeverYieldsUnstorableText(t *testing.T) {
 		strings.Repeat("x", 4095) + "\xf0\x9f\x9b\xb8\xff",
 	}
 	for _, in := range inputs {
-		for _, max := range []int{1, 2, 3, 4, 5, 8, MaxErrorBytes} {
-			got := boundText(in, max)
-			require.LessOrEqual(t, len(got), max, "%q bounded to %d", in, max)
-			require.True(t, utf8.ValidString(got), "%q bounded to %d", in, max)
+		for _, limit := range []int{1, 2, 3, 4, 5, 8, MaxErrorBytes} {
+			got := boundText(in, limit)
+			require.LessOrEqual(t, len(got), limit, "%q bounded to %d", in, limit)
+			require.True(t, utf8.ValidString(got), "%q bounded to %d", in, limit)
 			require.NotContains(t, got, "\x00")
 		}
 	}

@@ -2,7 +2,6 @@ package lifecycle_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -20,7 +19,7 @@ import (
 // readyToPurge walks a new deletion of a community with rows in the fixture
 // tables to bindings_removed through the real clients, and returns the
 // claim's token (fenced).
-func readyToPurge(t *testing.T, ctx context.Context, url string, pool *pgxpool.Pool, rows int) (lifecycle.LeaseToken, fixture.Clients) {
+func readyToPurge(t *testing.T, ctx context.Context, url string, pool *pgxpool.Pool, rows int) (lifecycle.LeaseToken, fixture.Clients) { //nolint:revive // t first, as in every test helper
 	t.Helper()
 	c := fixture.NewClients(t, url)
 	var community string
@@ -98,7 +97,7 @@ func TestPurgeWaitsForAReplicaThatFallsBehind(t *testing.T) {
 	_, err = c.Engine.EnterPostgresPurged(ctx, token, opts)
 	var paused *lifecycle.PurgePausedError
 	require.ErrorAs(t, err, &paused)
-	require.False(t, errors.Is(err, lifecycle.ErrRefused), "a pause is not a refusal")
+	require.NotErrorIs(t, err, lifecycle.ErrRefused, "a pause is not a refusal")
 	require.Contains(t, paused.Reason, "replication lag")
 	require.GreaterOrEqual(t, paused.Paused, opts.MaxPause)
 	mu.Lock()

@@ -426,7 +426,7 @@ func TestTransitionsAbortRacingDrainNeverDeadlocks(t *testing.T) {
 
 		requireNoDeadlock(t, abortErr)
 		requireNoDeadlock(t, drainErr)
-		require.True(t, (abortErr == nil) != (drainErr == nil), "iteration %d: exactly one wins (abort %v, drain %v)", i, abortErr, drainErr)
+		require.NotEqual(t, abortErr == nil, drainErr == nil, "iteration %d: exactly one wins (abort %v, drain %v)", i, abortErr, drainErr)
 		current, err := b.Operator.Get(ctx, request.ID)
 		require.NoError(t, err)
 		state := b.community(t, request.CommunityID).State

@@ -60,7 +60,7 @@ func TestLegacyProbesCoverEveryMigration(t *testing.T) {
 
 func TestVersionRanges(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, "", versionRanges(nil))
+	require.Empty(t, versionRanges(nil))
 	require.Equal(t, "4", versionRanges([]int64{4}))
 	require.Equal(t, "1-8", versionRanges([]int64{1, 2, 3, 4, 5, 6, 7, 8}))
 	require.Equal(t, "1-2, 4, 6-7", versionRanges([]int64{1, 2, 4, 6, 7}))

@@ -96,7 +96,7 @@ func startLoad(ctx context.Context, url string) (*bystanderLoad, error) {
 		}
 		ready <- nil
 		var report loadReport
-		err := dec.Decode(&report)
+		err := dec.Decode(&report) //nolint:musttag // encoded by the bystander with the same struct
 		if waitErr := cmd.Wait(); err == nil {
 			err = waitErr
 		}
@@ -230,7 +230,7 @@ func runBystander(url string) error {
 	_, _ = io.Copy(io.Discard, os.Stdin) // until the parent closes it
 	close(stop)
 	wg.Wait()
-	return enc.Encode(report)
+	return enc.Encode(report) //nolint:musttag // decoded by startLoad with the same struct: field names are the keys
 }
 
 // heapSampler tracks the process's peak heap in use while it runs, read

@@ -174,7 +174,7 @@ func runExecutor(ctx context.Context, engine *lifecycle.Engine, cfg config, stdo
 		return fmt.Errorf("run: %w", err)
 	}
 	if registry != nil {
-		stop, err := serveMetrics(cfg.metricsAddr, registry, runner.Health, log)
+		stop, err := serveMetrics(ctx, cfg.metricsAddr, registry, runner.Health, log)
 		if err != nil {
 			return err
 		}
@@ -216,9 +216,9 @@ func runExecutor(ctx context.Context, engine *lifecycle.Engine, cfg config, stdo
 }
 
 // serveMetrics serves registry at /metrics and health at /healthz on addr
-// until the returned stop is called.
-func serveMetrics(addr string, registry *prometheus.Registry, health func(context.Context) error, log *slog.Logger) (func(), error) {
-	ln, err := net.Listen("tcp", addr)
+// until the returned stop is called; ctx bounds only the listen.
+func serveMetrics(ctx context.Context, addr string, registry *prometheus.Registry, health func(context.Context) error, log *slog.Logger) (func(), error) {
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("run: --metrics-addr: %w", err)
 	}
@@ -230,7 +230,7 @@ func serveMetrics(addr string, registry *prometheus.Registry, health func(contex
 	go func() {
 		defer close(done)
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.LogAttrs(context.Background(), slog.LevelError, "metrics server failed", slog.String("error", err.Error()))
+			log.LogAttrs(context.WithoutCancel(ctx), slog.LevelError, "metrics server failed", slog.String("error", err.Error()))
 		}
 	}()
 	log.LogAttrs(context.Background(), slog.LevelInfo, "serving /metrics and /healthz", slog.String("addr", ln.Addr().String()))

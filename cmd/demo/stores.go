@@ -104,9 +104,7 @@ func openStores(ctx context.Context, out io.Writer, mode string) (_ *stores, err
 		}
 	}
 	if !useRedis {
-		if err := s.openMemory(); err != nil {
-			return nil, err
-		}
+		s.openMemory()
 	}
 	fmt.Fprintf(out, "object store: %s at %s\ncache: %s at %s\n", s.objectsKind, s.objectsURL, s.cacheKind, s.cacheURL)
 	return s, nil
@@ -219,7 +217,7 @@ func (s *stores) openRedis(ctx context.Context) error {
 }
 
 // openMemory opens the in-process cache.
-func (s *stores) openMemory() error {
+func (s *stores) openMemory() {
 	mem := executor.NewMemoryCache()
 	s.cache, s.cacheURL, s.cacheKind = mem, "memory:", "in-process"
 	s.cachePut = func(_ context.Context, community uuid.UUID, k string) error {
@@ -227,7 +225,6 @@ func (s *stores) openMemory() error {
 		return nil
 	}
 	s.cacheLen = func(_ context.Context, community uuid.UUID) (int, error) { return mem.Len(community), nil }
-	return nil
 }
 
 // oneLine folds an error onto one line.

@@ -31,6 +31,7 @@ func (e *URLError) Unwrap() error { return ErrInvalidURL }
 // server's or a cluster's go-redis options.
 type Config struct {
 	Options
+
 	Client  *redis.Options        // a single server (or nil)
 	Cluster *redis.ClusterOptions // a cluster (or nil)
 }

@@ -50,9 +50,10 @@ func TestExecutorDeletesThroughS3(t *testing.T) {
 			id, "c-"+id.String()+".example")
 		require.NoError(t, err)
 		keys, decoy := communityKeys(id)
-		e.put(t, append(keys, decoy)...)
+		all := append(keys, decoy) //nolint:gocritic // keys is not used again
+		e.put(t, all...)
 		if id == other {
-			otherKeys = append(keys, decoy)
+			otherKeys = all
 		}
 	}
 	targetKeys, targetDecoy := communityKeys(target)

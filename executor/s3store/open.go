@@ -25,8 +25,9 @@ const (
 // Credentials and region come from the SDK's default chain (environment,
 // shared config and credentials files, container and instance roles), each
 // overridden by the field that is set.
-type Config struct {
+type Config struct { //nolint:recvcheck // URL takes a copy so a Config value can print itself; the setters need a pointer
 	Options
+
 	// Endpoint is the base URL of an S3-compatible server, e.g.
 	// "http://127.0.0.1:9000"; empty means Amazon S3.
 	Endpoint string

@@ -185,7 +185,7 @@ func TestSoakServingWritesAgainstTheFence(t *testing.T) {
 	t.Parallel()
 	db := newDB(t)
 	ctx := t.Context()
-	serving := db.Clients.Serving
+	serving := db.Serving
 	servingPool := fixture.RolePool(t, db.URL, fixture.RoleServing)
 	n := iterations(t)
 	outcomes := map[string]int{}

@@ -105,7 +105,7 @@ func FuzzParseInterspersed(f *testing.F) {
 		again := fzFlagSet()
 		got, err := ParseInterspersed(again, canonical)
 		require.NoError(t, err, "canonical form %q of %q", canonical, args)
-		require.Equal(t, len(positional), len(got))
+		require.Len(t, got, len(positional))
 		require.True(t, len(got) == 0 || slices.Equal(positional, got), "%q parsed to %q, its canonical form %q to %q", args, positional, canonical, got)
 		require.Equal(t, flags, fzSetFlags(again))
 

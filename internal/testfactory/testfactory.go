@@ -37,11 +37,12 @@ import (
 // its superuser, and Clients are the lifecycle clients over the fixture's
 // test logins. Tests use the same clients for the calls under test.
 type DB struct {
+	fixture.Clients
+
 	// URL is the superuser connection string of the test database.
 	URL string
 	// Pool is a superuser pool on it.
 	Pool *pgxpool.Pool
-	fixture.Clients
 }
 
 // NewDB returns the DB of the test database at url, with pool a superuser
