@@ -72,8 +72,7 @@ func ExampleIsWriteFenceRefusal() {
 		_, err := tx.Exec(ctx, "INSERT INTO fixture_members (community_id, handle) VALUES ($1, 'late member')", community)
 		return err
 	})
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
 		fmt.Println("SQLSTATE", pgErr.Code, "constraint", pgErr.ConstraintName)
 	}
 	fmt.Println("write fence refusal:", lifecycle.IsWriteFenceRefusal(err))

@@ -2,7 +2,6 @@ package lifecycle_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 
 	"github.com/google/uuid"
@@ -141,7 +140,7 @@ func TestPurgePostgresFailsLoudlyOnRowsHiddenMidway(t *testing.T) {
 	require.True(t, hidden)
 	require.ErrorIs(t, err, lifecycle.ErrAccessDenied)
 	var pgErr *pgconn.PgError
-	require.True(t, errors.As(err, &pgErr), "want the database's error, got %v", err)
+	require.ErrorAs(t, err, &pgErr, "want the database's error, got %v", err)
 	require.Equal(t, "42501", pgErr.Code)
 	require.Contains(t, pgErr.Message, `row-level security policy for table "tenant_secrets"`)
 	require.Equal(t, lifecycle.StageBindingsRemoved, b.stage(t, s.token.RequestID))

@@ -200,6 +200,7 @@ func (m *Migrator) checksumState(version int64, recorded sql.NullString) Checksu
 // in one).
 type checksumStore struct {
 	database.StoreExtender
+
 	// checksums are the shipped checksums by version; filled once the
 	// migrations are loaded, before any Insert.
 	checksums map[int64]string
@@ -246,6 +247,7 @@ func (s *checksumStore) Insert(ctx context.Context, db database.DBTxConn, req da
 // recorded for it.
 type appliedChecksum struct {
 	legacyRow
+
 	checksum sql.NullString
 }
 

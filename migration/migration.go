@@ -453,8 +453,7 @@ func (m *Migrator) finish(ctx context.Context, op string, res []*goose.Migration
 	if unadopted, ok := errors.AsType[*unadoptedError](err); ok {
 		return out, fmt.Errorf("%s: %w", op, unadopted)
 	}
-	var mismatch *ChecksumMismatchError
-	if errors.As(err, &mismatch) {
+	if mismatch, ok := errors.AsType[*ChecksumMismatchError](err); ok {
 		return out, fmt.Errorf("%s: %w", op, mismatch)
 	}
 	var lockErr *lockError

@@ -251,7 +251,7 @@ func appendValue(b []byte, v any) ([]byte, error) {
 func appendString(b []byte, s string) []byte {
 	const hexDigits = "0123456789abcdef"
 	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
+	for i := range len(s) {
 		c := s[i]
 		switch {
 		case c == '"' || c == '\\':
@@ -276,7 +276,7 @@ func appendString(b []byte, s string) []byte {
 }
 
 func isASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
+	for i := range len(s) {
 		if s[i] >= utf8.RuneSelf {
 			return false
 		}

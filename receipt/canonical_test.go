@@ -104,11 +104,11 @@ func TestParseRefusesNonCanonical(t *testing.T) {
 	if _, err := Parse([]byte(goldenBody)); err != nil {
 		t.Fatal(err)
 	}
-	replace := func(old, new string) string {
-		if !strings.Contains(goldenBody, old) {
-			t.Fatalf("the golden body has no %q", old)
+	replace := func(from, to string) string {
+		if !strings.Contains(goldenBody, from) {
+			t.Fatalf("the golden body has no %q", from)
 		}
-		return strings.Replace(goldenBody, old, new, 1)
+		return strings.Replace(goldenBody, from, to, 1)
 	}
 	var indented bytes.Buffer
 	must(t, json.Indent(&indented, []byte(goldenBody), "", "  "))

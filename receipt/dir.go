@@ -26,7 +26,7 @@ func FileName(r Receipt) string {
 // bytes is left alone; one with other bytes is refused, never overwritten,
 // since it is someone's evidence. Each file is written whole or not at all.
 func WriteDir(dir string, envelopes []Envelope) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return fmt.Errorf("export receipts: %w", err)
 	}
 	for i, env := range envelopes {

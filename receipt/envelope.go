@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 )
 
@@ -37,7 +38,11 @@ func Sign(r Receipt, key ed25519.PrivateKey) (Envelope, error) {
 	if len(key) != ed25519.PrivateKeySize {
 		return Envelope{}, fmt.Errorf("sign receipt: the private key is %d bytes, not an Ed25519 key", len(key))
 	}
-	r.Signer = KeyID(key.Public().(ed25519.PublicKey))
+	pub, ok := key.Public().(ed25519.PublicKey)
+	if !ok {
+		return Envelope{}, errors.New("sign receipt: the private key has no Ed25519 public key")
+	}
+	r.Signer = KeyID(pub)
 	body, err := Canonical(r)
 	if err != nil {
 		return Envelope{}, fmt.Errorf("sign receipt %d: %w", r.Sequence, err)

@@ -18,8 +18,8 @@ import (
 // completed returns the body of a completed deletion's receipt, as the
 // executor fills it in from the database.
 func completed(n int) receipt.Receipt {
-	at := func(min int) time.Time {
-		return time.Date(2025, 3, 1, 9, min, 0, 0, time.UTC).Add(time.Duration(n) * time.Hour)
+	at := func(minutes int) time.Time {
+		return time.Date(2025, 3, 1, 9, minutes, 0, 0, time.UTC).Add(time.Duration(n) * time.Hour)
 	}
 	digest := func(s string) string { return fmt.Sprintf("%x", sha256.Sum256([]byte(s))) }
 	return receipt.Receipt{

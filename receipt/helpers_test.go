@@ -27,7 +27,7 @@ func digest(s string) string {
 // chained or signed.
 func sample(n int) Receipt {
 	base := time.Date(2025, 3, 1, 9, 0, 0, 123456000, time.UTC).Add(time.Duration(n) * time.Hour)
-	at := func(min int) time.Time { return base.Add(time.Duration(min) * time.Minute) }
+	at := func(minutes int) time.Time { return base.Add(time.Duration(minutes) * time.Minute) }
 	return Receipt{
 		Format:    Format,
 		RequestID: uuid.NewSHA1(uuid.NameSpaceURL, fmt.Appendf(nil, "request-%d", n)),

@@ -9,7 +9,6 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -27,29 +26,52 @@ func KeyID(pub ed25519.PublicKey) string {
 // (what `openssl genpkey -algorithm ed25519` writes), or the 32-byte seed in
 // standard base64. The error never quotes the key.
 func ParsePrivateKey(data []byte) (ed25519.PrivateKey, error) {
+	return keyFormat[ed25519.PrivateKey]{
+		what: "signing key", blockType: "PRIVATE KEY", der: "PKCS#8", hint: ", as openssl genpkey -algorithm ed25519 writes",
+		parseDER: x509.ParsePKCS8PrivateKey, rawSize: ed25519.SeedSize, rawName: "a base64 32-byte seed",
+		fromRaw: ed25519.NewKeyFromSeed,
+	}.parse(data)
+}
+
+// keyFormat is how a key of type K is written: a PEM block of blockType
+// holding DER, or rawSize bytes in standard base64.
+type keyFormat[K ed25519.PrivateKey | ed25519.PublicKey] struct {
+	what      string // in errors: "signing key" or "public key"
+	blockType string // the PEM block's type
+	der       string // the DER format's name
+	hint      string // where such a block comes from, for the refusal
+	parseDER  func([]byte) (any, error)
+	rawSize   int
+	rawName   string // in errors: the raw form
+	fromRaw   func([]byte) K
+}
+
+// parse reads data in f's format; its errors never quote the key.
+func (f keyFormat[K]) parse(data []byte) (K, error) {
+	var zero K
 	data = bytes.TrimSpace(data)
 	if block, rest := pem.Decode(data); block != nil {
-		if block.Type != "PRIVATE KEY" {
-			return nil, fmt.Errorf("parse receipt signing key: a PEM %q block, want \"PRIVATE KEY\" (PKCS#8, as openssl genpkey -algorithm ed25519 writes)", block.Type)
+		if block.Type != f.blockType {
+			return zero, fmt.Errorf("parse receipt %s: a PEM %q block, want %q (%s%s)", f.what, block.Type, f.blockType, f.der, f.hint)
 		}
 		if len(bytes.TrimSpace(rest)) != 0 {
-			return nil, errors.New("parse receipt signing key: data follows the PEM block; give one key")
+			return zero, fmt.Errorf("parse receipt %s: data follows the PEM block; give one key", f.what)
 		}
-		key, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+		key, err := f.parseDER(block.Bytes)
 		if err != nil {
-			return nil, fmt.Errorf("parse receipt signing key: not PKCS#8: %w", err)
+			return zero, fmt.Errorf("parse receipt %s: not %s: %w", f.what, f.der, err)
 		}
-		priv, ok := key.(ed25519.PrivateKey)
+		k, ok := key.(K)
 		if !ok {
-			return nil, fmt.Errorf("parse receipt signing key: a %T, want an Ed25519 key", key)
+			return zero, fmt.Errorf("parse receipt %s: a %T, want an Ed25519 key", f.what, key)
 		}
-		return priv, nil
+		return k, nil
 	}
-	seed, err := base64.StdEncoding.Strict().DecodeString(string(data))
-	if err != nil || len(seed) != ed25519.SeedSize {
-		return nil, errors.New("parse receipt signing key: neither a PEM PKCS#8 Ed25519 key nor a base64 32-byte seed")
+	raw, err := base64.StdEncoding.Strict().DecodeString(string(data))
+	if err != nil || len(raw) != f.rawSize {
+		return zero, fmt.Errorf("parse receipt %s: neither a PEM %s Ed25519 key nor %s", f.what, f.der, f.rawName)
 	}
-	return ed25519.NewKeyFromSeed(seed), nil
+	return f.fromRaw(raw), nil
 }
 
 // LoadPrivateKey reads ParsePrivateKey's input from the file at path.
@@ -69,29 +91,11 @@ func LoadPrivateKey(path string) (ed25519.PrivateKey, error) {
 // holding PKIX (what `openssl pkey -pubout` writes), or the 32 raw bytes in
 // standard base64.
 func ParsePublicKey(data []byte) (ed25519.PublicKey, error) {
-	data = bytes.TrimSpace(data)
-	if block, rest := pem.Decode(data); block != nil {
-		if block.Type != "PUBLIC KEY" {
-			return nil, fmt.Errorf("parse receipt public key: a PEM %q block, want \"PUBLIC KEY\" (PKIX)", block.Type)
-		}
-		if len(bytes.TrimSpace(rest)) != 0 {
-			return nil, errors.New("parse receipt public key: data follows the PEM block; give one key")
-		}
-		key, err := x509.ParsePKIXPublicKey(block.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("parse receipt public key: not PKIX: %w", err)
-		}
-		pub, ok := key.(ed25519.PublicKey)
-		if !ok {
-			return nil, fmt.Errorf("parse receipt public key: a %T, want an Ed25519 key", key)
-		}
-		return pub, nil
-	}
-	raw, err := base64.StdEncoding.Strict().DecodeString(string(data))
-	if err != nil || len(raw) != ed25519.PublicKeySize {
-		return nil, errors.New("parse receipt public key: neither a PEM PKIX Ed25519 key nor 32 bytes in base64")
-	}
-	return ed25519.PublicKey(raw), nil
+	return keyFormat[ed25519.PublicKey]{
+		what: "public key", blockType: "PUBLIC KEY", der: "PKIX", hint: ", as openssl pkey -pubout writes",
+		parseDER: x509.ParsePKIXPublicKey, rawSize: ed25519.PublicKeySize, rawName: "32 bytes in base64",
+		fromRaw: func(raw []byte) ed25519.PublicKey { return ed25519.PublicKey(raw) },
+	}.parse(data)
 }
 
 // LoadPublicKey reads ParsePublicKey's input from the file at path.

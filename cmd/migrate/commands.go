@@ -198,9 +198,8 @@ func status(ctx context.Context, m *migration.Migrator, stdout io.Writer, asJSON
 		}
 	}
 	checksumErr := migration.ChecksumError(list)
-	var mismatch *migration.ChecksumMismatchError
 	mismatches := 0
-	if errors.As(checksumErr, &mismatch) {
+	if mismatch, ok := errors.AsType[*migration.ChecksumMismatchError](checksumErr); ok {
 		mismatches = len(mismatch.Problems)
 	}
 	if asJSON {

@@ -84,7 +84,7 @@ func ExampleOpen() {
 func ExampleNew() {
 	ctx := context.Background()
 	server, root := exampleBucket("uploads/c1/report.pdf")
-	var client *s3.Client = server.Client("") // the service's own client
+	var client = server.Client("") // the service's own client
 
 	store, err := s3store.New(client, s3store.Options{Bucket: server.Bucket, Root: root})
 	if err != nil {

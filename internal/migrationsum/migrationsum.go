@@ -48,8 +48,8 @@ type entry struct {
 	version int64
 }
 
-// Scan reads the migration files of sqlDir (a file system rooted at sql/).
-func Scan(sqlDir fs.FS) ([]entry, error) {
+// scan reads the migration files of sqlDir (a file system rooted at sql/).
+func scan(sqlDir fs.FS) ([]entry, error) {
 	var out []entry
 	for _, dir := range Dirs {
 		names, err := fs.Glob(sqlDir, dir+"/*.sql")
@@ -180,7 +180,7 @@ func Verify(sqlDir fs.FS, sum []byte) error {
 	if err != nil {
 		return err
 	}
-	files, err := Scan(sqlDir)
+	files, err := scan(sqlDir)
 	if err != nil {
 		return err
 	}
@@ -206,7 +206,7 @@ func Record(sqlDir fs.FS, sum []byte) ([]byte, error) {
 			return nil, err
 		}
 	}
-	files, err := Scan(sqlDir)
+	files, err := scan(sqlDir)
 	if err != nil {
 		return nil, err
 	}
@@ -214,5 +214,5 @@ func Record(sqlDir fs.FS, sum []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return format(append(recorded, fresh...)), nil
+	return format(slices.Concat(recorded, fresh)), nil
 }

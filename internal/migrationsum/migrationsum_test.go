@@ -1,6 +1,7 @@
 package migrationsum_test
 
 import (
+	"errors"
 	"io/fs"
 	"os"
 	"testing"
@@ -16,13 +17,13 @@ import (
 func released(t *testing.T) (fstest.MapFS, []byte) {
 	t.Helper()
 	copyFS := fstest.MapFS{}
-	real := os.DirFS("../../sql")
+	repo := os.DirFS("../../sql")
 	for _, dir := range migrationsum.Dirs {
-		names, err := fs.Glob(real, dir+"/*.sql")
+		names, err := fs.Glob(repo, dir+"/*.sql")
 		require.NoError(t, err)
 		require.NotEmpty(t, names)
 		for _, name := range names {
-			body, err := fs.ReadFile(real, name)
+			body, err := fs.ReadFile(repo, name)
 			require.NoError(t, err)
 			copyFS[name] = &fstest.MapFile{Data: body}
 		}
@@ -104,7 +105,7 @@ func TestTamperedMigrationsAreRefused(t *testing.T) {
 			require.ErrorIs(t, err, tc.want)
 			require.ErrorContains(t, err, tc.says)
 			require.NotContains(t, err.Error(), "\n", "one line")
-			if tc.want == migrationsum.ErrReleasedMigrationChanged {
+			if errors.Is(tc.want, migrationsum.ErrReleasedMigrationChanged) {
 				_, err := migrationsum.Record(files, sum)
 				require.ErrorIs(t, err, tc.want, "recording cannot launder a changed release")
 			}

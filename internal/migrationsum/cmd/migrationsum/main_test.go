@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -30,7 +29,7 @@ func TestTheCheckFailsOnACopyWithAnEditedReleasedMigration(t *testing.T) {
 	err = run(true)
 	require.Error(t, err)
 	msg := err.Error()
-	require.False(t, strings.Contains(msg, "\n"), "one line: %q", msg)
+	require.NotContains(t, msg, "\n", "one line: %q", msg)
 	require.Contains(t, msg, edited+" was edited after release")
 	require.Contains(t, msg, "add a new migration instead")
 

@@ -18,8 +18,9 @@ func main() {
 	check := flag.Bool("check", false, "fail when "+structure.Path+" is stale instead of writing it")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, *check); err != nil {
+	err := run(ctx, *check)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "structure:", err)
 		os.Exit(1)
 	}
@@ -31,7 +32,7 @@ func run(ctx context.Context, check bool) error {
 		return err
 	}
 	if !check {
-		return os.WriteFile(structure.Path, want, 0o644)
+		return os.WriteFile(structure.Path, want, 0o644) //nolint:gosec // a committed source file, readable like the rest of the tree
 	}
 	have, err := os.ReadFile(structure.Path)
 	if err != nil {
