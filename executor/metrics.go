@@ -1,7 +1,9 @@
 package executor
 
 import (
+	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -51,6 +53,7 @@ type metrics struct {
 	fenceWait       prometheus.Histogram
 	inFlight        prometheus.GaugeFunc
 	sinceProgress   prometheus.GaugeFunc
+	inGrace         prometheus.GaugeFunc
 }
 
 // durationBuckets span 10ms to about two hours.
@@ -105,13 +108,29 @@ func newMetrics(r *Runner) *metrics {
 			Namespace: MetricsNamespace, Name: "seconds_since_progress",
 			Help: "Seconds since the claim in flight that progressed least recently last reported progress (any event: a claim, a listed or deleted chunk, a purge batch, a stage); 0 when no claim is in flight.",
 		}, func() float64 { _, d := r.inFlight(time.Now()); return d.Seconds() }),
+		inGrace: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: MetricsNamespace, Name: "requests_in_grace",
+			Help: "Approved, unblocked requests waiting for their grace period to end (read from the database at each scrape; NaN when it did not answer within 2s).",
+		}, r.requestsInGrace),
 	}
+}
+
+// requestsInGrace reads the number of requests in their grace period, bounded
+// by a short timeout so that a slow database cannot stall a scrape.
+func (r *Runner) requestsInGrace() float64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	n, err := r.cfg.Engine.RequestsInGrace(ctx)
+	if err != nil {
+		return math.NaN()
+	}
+	return float64(n)
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		m.claims, m.deletions, m.stageDuration, m.rowsPurged, m.pauses, m.objectsDeleted, m.chunksDeleted, m.cacheKeys,
-		m.retries, m.blocks, m.renewals, m.renewalFailures, m.leaseLosses, m.fenceWait, m.inFlight, m.sinceProgress,
+		m.retries, m.blocks, m.renewals, m.renewalFailures, m.leaseLosses, m.fenceWait, m.inFlight, m.sinceProgress, m.inGrace,
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	dbgen "github.com/tombstoneworks/communitydeletion/db/gen"
 )
@@ -32,6 +33,9 @@ type Approval struct {
 	Note string
 	// ApprovedAt is when the approval was recorded, on the database clock.
 	ApprovedAt time.Time
+	// GraceUntil is when its grace period ends, or nil for an approval
+	// recorded before grace periods existed.
+	GraceUntil *time.Time
 }
 
 // Checkpoint is one recorded unit of a request's work, or an operator's
@@ -212,6 +216,9 @@ func (o *Operator) List(ctx context.Context, params ListParams) (*Page, error) {
 		if err != nil {
 			return err
 		}
+		if err := fillGraceUntil(ctx, q, requests...); err != nil {
+			return err
+		}
 		page = &Page{Requests: requests}
 		if more {
 			last := rows[len(rows)-1]
@@ -233,8 +240,10 @@ func (s *store) get(ctx context.Context, id uuid.UUID) (*Request, error) {
 		if err != nil {
 			return err
 		}
-		request, err = requestFromRow(&row)
-		return err
+		if request, err = requestFromRow(&row); err != nil {
+			return err
+		}
+		return fillGraceUntil(ctx, q, request)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("get deletion %s: %w", id, err)
@@ -268,7 +277,9 @@ func (o *Operator) Inspect(ctx context.Context, id uuid.UUID) (*Inspection, erro
 				ApprovedBy:      approval.ApprovedBy,
 				Note:            deref(approval.Note),
 				ApprovedAt:      approval.ApprovedAt,
+				GraceUntil:      approval.GraceUntil,
 			}
+			request.GraceUntil = approval.GraceUntil
 		}
 
 		checkpoints, err := q.DeletionCheckpointListByRequest(ctx, id)
@@ -382,6 +393,12 @@ func freezeInventoryParams(id uuid.UUID, inv FrozenInventory) (dbgen.DeletionReq
 // (compared ignoring case and surrounding white space; the database enforces
 // the same rule). note is optional. Refusals match ErrRefused.
 func (o *Operator) Approve(ctx context.Context, id uuid.UUID, approvedBy, note string) (*Request, error) {
+	return o.approve(ctx, id, approvedBy, note, pgtype.Interval{})
+}
+
+// approve records the approval with grace, a NULL interval for the
+// deployment's default grace period.
+func (o *Operator) approve(ctx context.Context, id uuid.UUID, approvedBy, note string, grace pgtype.Interval) (*Request, error) {
 	approvedBy, err := validateOperator(approvedBy, "approved_by")
 	if err != nil {
 		return nil, err
@@ -408,7 +425,7 @@ func (o *Operator) Approve(ctx context.Context, id uuid.UUID, approvedBy, note s
 		}
 		if _, err := q.DeletionApprovalInsert(ctx, dbgen.DeletionApprovalInsertParams{
 			RequestID: id, CommunityID: current.CommunityID, InventoryDigest: current.InventoryDigest,
-			ApprovedBy: approvedBy, Note: noteArg,
+			ApprovedBy: approvedBy, Note: noteArg, GracePeriod: grace,
 		}); err != nil {
 			return fmt.Errorf("record approval: %w", err)
 		}
@@ -419,8 +436,10 @@ func (o *Operator) Approve(ctx context.Context, id uuid.UUID, approvedBy, note s
 		if err != nil {
 			return err
 		}
-		request, err = requestFromRow(&row)
-		return err
+		if request, err = requestFromRow(&row); err != nil {
+			return err
+		}
+		return fillGraceUntil(ctx, q, request)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("approve deletion %s: %w", id, err)

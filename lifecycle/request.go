@@ -77,6 +77,16 @@ type Request struct {
 	AbortedAt *time.Time
 	// CompletedAt is when the request reached a terminal stage, or nil.
 	CompletedAt *time.Time
+	// GraceUntil is when the approval's grace period ends (database time),
+	// or nil before approval and for an approval without one. Before then
+	// nothing is quiesced or fenced.
+	GraceUntil *time.Time
+}
+
+// InGrace reports whether the request is approved and waiting for its grace
+// period to end at now (database time is authoritative; now is a hint).
+func (r *Request) InGrace(now time.Time) bool {
+	return r.Stage == StageApproved && r.GraceUntil != nil && r.GraceUntil.After(now)
 }
 
 // Blocked reports whether the request is durably blocked.

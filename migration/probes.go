@@ -148,6 +148,11 @@ var legacyProbes = map[int64][]check{
 	15: { // 00015_community_deletion_trust_first_slice.sql
 		trigger("communities", "communities_tombstone_proof"),
 	},
+	16: { // 00016_community_deletion_grace_and_protection.sql
+		table("community_deletion_protection_events"),
+		function("community_deletion_protection_state(uuid)"),
+		trigger("communities", "communities_grace_fence_guard"),
+	},
 }
 
 // querier is what probes and the version-table reads run on: a *sql.DB,

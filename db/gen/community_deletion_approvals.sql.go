@@ -7,12 +7,14 @@ package dbgen
 
 import (
 	"context"
+	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const deletionApprovalGetByRequest = `-- name: DeletionApprovalGetByRequest :one
-SELECT request_id, community_id, inventory_digest, approved_by, note, approved_at, approved_by_role
+SELECT request_id, community_id, inventory_digest, approved_by, note, approved_at, approved_by_role, grace_period, grace_until
 FROM community_deletion_approvals
 WHERE request_id = $1
 `
@@ -28,14 +30,49 @@ func (q *Queries) DeletionApprovalGetByRequest(ctx context.Context, requestID uu
 		&i.Note,
 		&i.ApprovedAt,
 		&i.ApprovedByRole,
+		&i.GracePeriod,
+		&i.GraceUntil,
 	)
 	return i, err
 }
 
+const deletionApprovalGraceUntil = `-- name: DeletionApprovalGraceUntil :many
+SELECT request_id, grace_until
+FROM community_deletion_approvals
+WHERE request_id = ANY ($1::uuid[])
+  AND grace_until IS NOT NULL
+`
+
+type DeletionApprovalGraceUntilRow struct {
+	RequestID  uuid.UUID
+	GraceUntil *time.Time
+}
+
+// When the grace period of each of the given requests' approvals ends.
+func (q *Queries) DeletionApprovalGraceUntil(ctx context.Context, requestIds []uuid.UUID) ([]DeletionApprovalGraceUntilRow, error) {
+	rows, err := q.db.Query(ctx, deletionApprovalGraceUntil, requestIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []DeletionApprovalGraceUntilRow{}
+	for rows.Next() {
+		var i DeletionApprovalGraceUntilRow
+		if err := rows.Scan(&i.RequestID, &i.GraceUntil); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const deletionApprovalInsert = `-- name: DeletionApprovalInsert :one
-INSERT INTO community_deletion_approvals (request_id, community_id, inventory_digest, approved_by, note)
-VALUES ($1, $2, $3, $4, $5)
-RETURNING request_id, community_id, inventory_digest, approved_by, note, approved_at, approved_by_role
+INSERT INTO community_deletion_approvals (request_id, community_id, inventory_digest, approved_by, note, grace_period)
+VALUES ($1, $2, $3, $4, $5, $6::interval)
+RETURNING request_id, community_id, inventory_digest, approved_by, note, approved_at, approved_by_role, grace_period, grace_until
 `
 
 type DeletionApprovalInsertParams struct {
@@ -44,8 +81,11 @@ type DeletionApprovalInsertParams struct {
 	InventoryDigest []byte
 	ApprovedBy      string
 	Note            *string
+	GracePeriod     pgtype.Interval
 }
 
+// The approval guard sets approved_at and grace_until on database time;
+// a NULL grace_period takes the deployment's default.
 func (q *Queries) DeletionApprovalInsert(ctx context.Context, arg DeletionApprovalInsertParams) (CommunityDeletionApproval, error) {
 	row := q.db.QueryRow(ctx, deletionApprovalInsert,
 		arg.RequestID,
@@ -53,6 +93,7 @@ func (q *Queries) DeletionApprovalInsert(ctx context.Context, arg DeletionApprov
 		arg.InventoryDigest,
 		arg.ApprovedBy,
 		arg.Note,
+		arg.GracePeriod,
 	)
 	var i CommunityDeletionApproval
 	err := row.Scan(
@@ -63,6 +104,25 @@ func (q *Queries) DeletionApprovalInsert(ctx context.Context, arg DeletionApprov
 		&i.Note,
 		&i.ApprovedAt,
 		&i.ApprovedByRole,
+		&i.GracePeriod,
+		&i.GraceUntil,
 	)
 	return i, err
+}
+
+const deletionRequestsInGrace = `-- name: DeletionRequestsInGrace :one
+SELECT count(*)
+FROM community_deletion_requests request
+JOIN community_deletion_approvals approval ON approval.request_id = request.id
+WHERE request.stage = 'approved'
+  AND request.blocked_at IS NULL
+  AND approval.grace_until > now()
+`
+
+// How many approved, unblocked requests wait for their grace period to end.
+func (q *Queries) DeletionRequestsInGrace(ctx context.Context) (int64, error) {
+	row := q.db.QueryRow(ctx, deletionRequestsInGrace)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
 }

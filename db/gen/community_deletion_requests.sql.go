@@ -308,13 +308,14 @@ WHERE request.blocked_at IS NULL
   AND community_deletion_stage_runnable(request.stage)
   AND request.next_attempt_at <= now()
   AND (request.lease_until IS NULL OR request.lease_until < now())
+  AND (approval.grace_until IS NULL OR approval.grace_until <= now())
 ORDER BY request.created_at, request.id
 LIMIT 1
 FOR UPDATE OF request SKIP LOCKED
 `
 
-// The oldest claimable request: approved for its frozen inventory, runnable,
-// unblocked, due and not leased. Rows another claim holds are skipped. Served
+// The oldest claimable request: approved for its frozen inventory, past its
+// grace period, runnable, unblocked, due and not leased. Rows another claim holds are skipped. Served
 // by community_deletion_requests_claimable_idx.
 func (q *Queries) DeletionRequestClaimNextCandidate(ctx context.Context) (CommunityDeletionRequest, error) {
 	row := q.db.QueryRow(ctx, deletionRequestClaimNextCandidate)
@@ -369,6 +370,7 @@ WHERE request.id = $1
   AND community_deletion_stage_runnable(request.stage)
   AND request.next_attempt_at <= now()
   AND (request.lease_until IS NULL OR request.lease_until < now())
+  AND (approval.grace_until IS NULL OR approval.grace_until <= now())
 FOR UPDATE OF request SKIP LOCKED
 `
 

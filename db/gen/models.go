@@ -31,6 +31,8 @@ type CommunityDeletionApproval struct {
 	Note            *string
 	ApprovedAt      time.Time
 	ApprovedByRole  *string
+	GracePeriod     pgtype.Interval
+	GraceUntil      *time.Time
 }
 
 type CommunityDeletionCheckpoint struct {
@@ -73,6 +75,16 @@ type CommunityDeletionManifestKey struct {
 	Prefix    string
 	Keys      []byte
 	DeletedAt *time.Time
+}
+
+type CommunityDeletionProtectionEvent struct {
+	Sequence    int64
+	CommunityID uuid.UUID
+	Action      string
+	Actor       string
+	ActorRole   string
+	Reason      string
+	RecordedAt  time.Time
 }
 
 type CommunityDeletionPurgeProgress struct {
@@ -135,6 +147,7 @@ type CommunityDeletionSetting struct {
 	Reason             string
 	ChangedBy          string
 	ChangedAt          time.Time
+	DefaultGracePeriod pgtype.Interval
 }
 
 type CommunityDeletionStepAuthorization struct {

@@ -78,6 +78,10 @@ type Querier interface {
 	// refused: ...") unless community_write_allowed() admits the transaction.
 	CommunityWriteAssertAllowed(ctx context.Context, communityID uuid.UUID) error
 	DeletionApprovalGetByRequest(ctx context.Context, requestID uuid.UUID) (CommunityDeletionApproval, error)
+	// When the grace period of each of the given requests' approvals ends.
+	DeletionApprovalGraceUntil(ctx context.Context, requestIds []uuid.UUID) ([]DeletionApprovalGraceUntilRow, error)
+	// The approval guard sets approved_at and grace_until on database time;
+	// a NULL grace_period takes the deployment's default.
 	DeletionApprovalInsert(ctx context.Context, arg DeletionApprovalInsertParams) (CommunityDeletionApproval, error)
 	// Appends the completion of a unit; a unit completes once, so a repeated
 	// completion (a step retried after its commit was lost) keeps the first.
@@ -131,8 +135,8 @@ type Querier interface {
 	// generation. The lease runs from clock_timestamp(), so time spent waiting
 	// for locks is not lost from it.
 	DeletionRequestClaim(ctx context.Context, arg DeletionRequestClaimParams) (CommunityDeletionRequest, error)
-	// The oldest claimable request: approved for its frozen inventory, runnable,
-	// unblocked, due and not leased. Rows another claim holds are skipped. Served
+	// The oldest claimable request: approved for its frozen inventory, past its
+	// grace period, runnable, unblocked, due and not leased. Rows another claim holds are skipped. Served
 	// by community_deletion_requests_claimable_idx.
 	DeletionRequestClaimNextCandidate(ctx context.Context) (CommunityDeletionRequest, error)
 	// The request id when it is claimable, on the same terms as
@@ -201,6 +205,8 @@ type Querier interface {
 	// Clears a block after an operator's remediation: the retry streak, the last
 	// error and any expired lease go, and the request is due now.
 	DeletionRequestUnblock(ctx context.Context, id uuid.UUID) (CommunityDeletionRequest, error)
+	// How many approved, unblocked requests wait for their grace period to end.
+	DeletionRequestsInGrace(ctx context.Context) (int64, error)
 	// community_deletion_health(): prepared transactions holding an advisory
 	// lock of the database, one row each.
 	// (sqlc does not see the RETURNS TABLE columns, sqlc-dev/sqlc#3391: the
@@ -220,6 +226,11 @@ type Querier interface {
 	// ('purge:<table>' or 'nullify:<table>'): rows so far, whether the table is
 	// done, and when the row was last written, oldest first.
 	ProgressPurgeUnits(ctx context.Context, requestID uuid.UUID) ([]ProgressPurgeUnitsRow, error)
+	// The protection guard checks the order of events and the second operator,
+	// and sets actor_role and recorded_at.
+	ProtectionEventInsert(ctx context.Context, arg ProtectionEventInsertParams) (CommunityDeletionProtectionEvent, error)
+	// A community's protection history, newest first.
+	ProtectionEventsByCommunity(ctx context.Context, arg ProtectionEventsByCommunityParams) ([]CommunityDeletionProtectionEvent, error)
 	// The partitions of registered 'delete' tables, partitioned LIST
 	// (community_id), whose bound holds exactly this community: they go by
 	// DETACH PARTITION and DROP TABLE instead of row deletes, where the purging

@@ -82,8 +82,8 @@ WHERE id = @id
 RETURNING *;
 
 -- name: DeletionRequestClaimNextCandidate :one
--- The oldest claimable request: approved for its frozen inventory, runnable,
--- unblocked, due and not leased. Rows another claim holds are skipped. Served
+-- The oldest claimable request: approved for its frozen inventory, past its
+-- grace period, runnable, unblocked, due and not leased. Rows another claim holds are skipped. Served
 -- by community_deletion_requests_claimable_idx.
 SELECT request.*
 FROM community_deletion_requests request
@@ -94,6 +94,7 @@ WHERE request.blocked_at IS NULL
   AND community_deletion_stage_runnable(request.stage)
   AND request.next_attempt_at <= now()
   AND (request.lease_until IS NULL OR request.lease_until < now())
+  AND (approval.grace_until IS NULL OR approval.grace_until <= now())
 ORDER BY request.created_at, request.id
 LIMIT 1
 FOR UPDATE OF request SKIP LOCKED;
@@ -111,6 +112,7 @@ WHERE request.id = @id
   AND community_deletion_stage_runnable(request.stage)
   AND request.next_attempt_at <= now()
   AND (request.lease_until IS NULL OR request.lease_until < now())
+  AND (approval.grace_until IS NULL OR approval.grace_until <= now())
 FOR UPDATE OF request SKIP LOCKED;
 
 -- name: DeletionRequestComplete :execrows
