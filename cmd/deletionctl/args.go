@@ -53,8 +53,20 @@ Commands:
         no prefix holds objects. (The approval binds the prefixes: run
         deletes whatever they hold when it fences the community, and blocks
         a request whose prefixes are not the community's)
-  approve --request ID --by NAME [--note TEXT]
-        approve the frozen inventory; NAME must not be the requester
+  approve --request ID --by NAME [--note TEXT] [--grace D]
+        approve the frozen inventory; NAME must not be the requester.
+        --grace is how long the approved request waits before anything is
+        quiesced or fenced (0 to 720h; default the deployment's
+        default_grace_period setting, zero unless set); abort undoes it
+        with no effect on the community until then
+  protect --host HOST --by NAME --reason TEXT
+        mark the community deletion-protected: submit is refused for it
+        (refused while a request is open: abort it first)
+  unprotect --host HOST --by NAME --reason TEXT [--approve]
+        ask to clear the protection; a second operator (another name and
+        login) then runs it with --approve to clear it
+  protection --host HOST
+        show whether the community is protected and its protection history
   list [--stage STAGE] [--blocked[=false]] [--limit N] [--after CURSOR] [--json]
         list requests newest first, one page of at most N (default 50, at
         most 1000), only those at STAGE and only blocked (--blocked=false:
@@ -155,6 +167,9 @@ type config struct {
 
 	reap int // 0: no reaping
 
+	grace   *time.Duration // approve: the grace period; nil: the deployment's default
+	approve bool           // unprotect: approve a pending clear request as the second operator
+
 	objects     string        // run, inventory: object-store URL (storeurl.ParseObjects); "" none
 	cache       string        // run: cache URL (storeurl.ParseCache)
 	metricsAddr string        // run: address of the /metrics and /healthz server; "" none
@@ -188,15 +203,18 @@ func (l *stringList) Set(v string) error {
 // commandFlags lists, per command, the flags it accepts besides
 // --database-url, and which of them are required.
 var commandFlags = map[string]struct{ accepted, required []string }{
-	"submit":    {[]string{"host", "by", "reason"}, []string{"host", "by"}},
-	"inventory": {[]string{"request", "prefix", "objects", "objects-dir"}, []string{"request"}},
-	"approve":   {[]string{"request", "by", "note"}, []string{"request", "by"}},
-	"list":      {[]string{"stage", "blocked", "limit", "after", "json"}, nil},
-	"inspect":   {[]string{"request", "json"}, []string{"request"}},
-	"abort":     {[]string{"request", "by", "reason"}, []string{"request", "by", "reason"}},
-	"unblock":   {[]string{"request", "by", "reason"}, []string{"request", "by", "reason"}},
-	"leases":    {[]string{"reap"}, nil},
-	"health":    {[]string{"json"}, nil},
+	"submit":     {[]string{"host", "by", "reason"}, []string{"host", "by"}},
+	"inventory":  {[]string{"request", "prefix", "objects", "objects-dir"}, []string{"request"}},
+	"approve":    {[]string{"request", "by", "note", "grace"}, []string{"request", "by"}},
+	"protect":    {[]string{"host", "by", "reason"}, []string{"host", "by", "reason"}},
+	"unprotect":  {[]string{"host", "by", "reason", "approve"}, []string{"host", "by", "reason"}},
+	"protection": {[]string{"host"}, []string{"host"}},
+	"list":       {[]string{"stage", "blocked", "limit", "after", "json"}, nil},
+	"inspect":    {[]string{"request", "json"}, []string{"request"}},
+	"abort":      {[]string{"request", "by", "reason"}, []string{"request", "by", "reason"}},
+	"unblock":    {[]string{"request", "by", "reason"}, []string{"request", "by", "reason"}},
+	"leases":     {[]string{"reap"}, nil},
+	"health":     {[]string{"json"}, nil},
 	"run": {[]string{"request", "once", "owner", "objects", "objects-dir", "cache", "metrics-addr", "log-level", "log-format",
 		"lease", "chunk-size"}, nil},
 }
@@ -241,6 +259,9 @@ func parseArgs(args []string, getenv func(string) string) (config, error) {
 	fs.StringVar(&cfg.owner, "owner", "", "")
 	fs.DurationVar(&cfg.lease, "lease", 0, "")
 	fs.IntVar(&cfg.chunkSize, "chunk-size", 0, "")
+	var grace time.Duration
+	fs.DurationVar(&grace, "grace", 0, "")
+	fs.BoolVar(&cfg.approve, "approve", false, "")
 
 	command, positional, err := cliflag.ParseCommand(fs, args)
 	if err != nil {
@@ -307,6 +328,12 @@ func parseArgs(args []string, getenv func(string) string) (config, error) {
 			return config{}, usagef("list: --after: %v", err)
 		}
 		cfg.after = c
+	}
+	if set["grace"] {
+		if grace < 0 || grace > lifecycle.MaxGracePeriod {
+			return config{}, usagef("approve: --grace must be between 0 and %s, got %s", lifecycle.MaxGracePeriod, grace)
+		}
+		cfg.grace = &grace
 	}
 	if set["reap"] && (cfg.reap < 1 || cfg.reap > lifecycle.MaxServingLeaseReapBatch) {
 		return config{}, usagef("leases: --reap must be between 1 and %d, got %d", lifecycle.MaxServingLeaseReapBatch, cfg.reap)

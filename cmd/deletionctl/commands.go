@@ -52,12 +52,16 @@ func dispatch(ctx context.Context, store *lifecycle.Operator, cfg config, stdout
 	case "inventory":
 		return inventory(ctx, store, cfg, stdout)
 	case "approve":
-		r, err := store.Approve(ctx, cfg.requestID, cfg.by, cfg.note)
+		r, err := store.ApproveWithParams(ctx, cfg.requestID, lifecycle.ApproveParams{
+			ApprovedBy: cfg.by, Note: cfg.note, GracePeriod: cfg.grace,
+		})
 		if err != nil {
 			return fmt.Errorf("approve of request %s by %q: %w", cfg.requestID, cfg.by, err)
 		}
-		fmt.Fprintf(stdout, "%s %s %s\n", r.ID, r.Stage, r.InventoryDigest)
+		fmt.Fprintf(stdout, "%s %s %s%s\n", r.ID, r.Stage, r.InventoryDigest, graceSuffix(r))
 		return nil
+	case "protect", "unprotect", "protection":
+		return protection(ctx, store, cfg, stdout)
 	case "list":
 		return list(ctx, store, cfg, stdout)
 	case "inspect":
@@ -162,10 +166,14 @@ func list(ctx context.Context, store *lifecycle.Operator, cfg config, stdout io.
 		return writeJSON(stdout, rep)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tHOST\tSTAGE\tBLOCKED\tCREATED AT\tREQUESTED BY")
+	fmt.Fprintln(tw, "ID\tHOST\tSTAGE\tBLOCKED\tCREATED AT\tREQUESTED BY\tGRACE UNTIL")
 	for _, r := range page.Requests {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%s\t%s\n", r.ID, r.CommunityHost, r.Stage, r.Blocked(),
-			r.CreatedAt.UTC().Format(time.RFC3339), strconv.Quote(r.RequestedBy))
+		grace := "-"
+		if r.GraceUntil != nil {
+			grace = r.GraceUntil.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%s\t%s\t%s\n", r.ID, r.CommunityHost, r.Stage, r.Blocked(),
+			r.CreatedAt.UTC().Format(time.RFC3339), strconv.Quote(r.RequestedBy), grace)
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("list: write: %w", err)
@@ -187,10 +195,11 @@ type inspectReport struct {
 }
 
 type approvalView struct {
-	InventoryDigest string    `json:"inventory_digest"`
-	ApprovedBy      string    `json:"approved_by"`
-	Note            string    `json:"note"`
-	ApprovedAt      time.Time `json:"approved_at"`
+	InventoryDigest string     `json:"inventory_digest"`
+	ApprovedBy      string     `json:"approved_by"`
+	Note            string     `json:"note"`
+	ApprovedAt      time.Time  `json:"approved_at"`
+	GraceUntil      *time.Time `json:"grace_until,omitempty"`
 }
 
 type checkpointView struct {
@@ -237,6 +246,7 @@ type requestView struct {
 	AbortReason                string                     `json:"abort_reason,omitempty"`
 	AbortedAt                  *time.Time                 `json:"aborted_at,omitempty"`
 	CompletedAt                *time.Time                 `json:"completed_at,omitempty"`
+	GraceUntil                 *time.Time                 `json:"grace_until,omitempty"`
 }
 
 // viewRequest converts r; the inventories only with full.
@@ -251,6 +261,7 @@ func viewRequest(r *lifecycle.Request, full bool) requestView {
 		LastError: r.LastError, LastErrorAt: r.LastErrorAt, NextAttemptAt: r.NextAttemptAt,
 		LeaseOwner: r.LeaseOwner, LeaseGeneration: r.LeaseGeneration, LeaseUntil: r.LeaseUntil,
 		AbortedBy: r.AbortedBy, AbortReason: r.AbortReason, AbortedAt: r.AbortedAt, CompletedAt: r.CompletedAt,
+		GraceUntil: r.GraceUntil,
 	}
 	if full {
 		v.Inventory = r.Inventory
@@ -276,7 +287,8 @@ func inspect(ctx context.Context, store *lifecycle.Operator, cfg config, stdout 
 		Progress:      buildProgress(in, progress),
 	}
 	if a := in.Approval; a != nil {
-		rep.Approval = &approvalView{InventoryDigest: a.InventoryDigest, ApprovedBy: a.ApprovedBy, Note: a.Note, ApprovedAt: a.ApprovedAt}
+		rep.Approval = &approvalView{InventoryDigest: a.InventoryDigest, ApprovedBy: a.ApprovedBy, Note: a.Note, ApprovedAt: a.ApprovedAt,
+			GraceUntil: a.GraceUntil}
 	}
 	for _, c := range in.Checkpoints {
 		rep.Checkpoints = append(rep.Checkpoints, checkpointView{
@@ -339,6 +351,7 @@ func writeInspection(w io.Writer, rep inspectReport) error {
 		line("approved by", strconv.Quote(a.ApprovedBy))
 		optStr("approval note", a.Note)
 		line("approved at", a.ApprovedAt.UTC().Format(time.RFC3339Nano))
+		optTime("grace period ends", a.GraceUntil)
 	} else {
 		line("approval", "none")
 	}
@@ -445,6 +458,56 @@ func writeJSON(w io.Writer, v any) error {
 	enc.SetIndent("", "  ")
 	if err := enc.Encode(v); err != nil {
 		return fmt.Errorf("write JSON: %w", err)
+	}
+	return nil
+}
+
+// graceSuffix is approve's note of when the grace period ends, if any.
+func graceSuffix(r *lifecycle.Request) string {
+	if r.GraceUntil == nil || !r.GraceUntil.After(r.UpdatedAt) {
+		return ""
+	}
+	return " grace-until " + r.GraceUntil.UTC().Format(time.RFC3339)
+}
+
+// protection runs protect, unprotect (a clear request, or with --approve the
+// second operator's clear) and protection (show) for the community of
+// --host, printing the community, whether it is protected, and its newest
+// events.
+func protection(ctx context.Context, store *lifecycle.Operator, cfg config, stdout io.Writer) error {
+	op := fmt.Sprintf("%s of %q", cfg.command, cfg.host)
+	community, err := store.CommunityByHost(ctx, cfg.host)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	var p *lifecycle.Protection
+	switch {
+	case cfg.command == "protect":
+		p, err = store.Protect(ctx, community, cfg.by, cfg.reason)
+	case cfg.command == "unprotect" && cfg.approve:
+		p, err = store.ApproveUnprotect(ctx, community, cfg.by, cfg.reason)
+	case cfg.command == "unprotect":
+		p, err = store.RequestUnprotect(ctx, community, cfg.by, cfg.reason)
+	default:
+		p, err = store.Protection(ctx, community)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	state := "unprotected"
+	switch {
+	case p.ClearPending:
+		state = "protected (clear requested: a second operator runs unprotect --approve)"
+	case p.Protected:
+		state = "protected"
+	}
+	fmt.Fprintf(stdout, "%s %s\n", p.CommunityID, state)
+	if cfg.command != "protection" {
+		return nil
+	}
+	for _, e := range p.Events {
+		fmt.Fprintf(stdout, "%s %s by %s (%s): %s\n", e.RecordedAt.UTC().Format(time.RFC3339), e.Action,
+			strconv.Quote(e.Actor), e.ActorRole, strconv.Quote(e.Reason))
 	}
 	return nil
 }

@@ -428,7 +428,7 @@ func TestList(t *testing.T) {
 	out := db.ok(t, "list", "--limit", "2")
 	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
 	require.Len(t, lines, 4, out)
-	require.Equal(t, []string{"ID", "HOST", "STAGE", "BLOCKED", "CREATED", "AT", "REQUESTED", "BY"}, strings.Fields(lines[0]))
+	require.Equal(t, []string{"ID", "HOST", "STAGE", "BLOCKED", "CREATED", "AT", "REQUESTED", "BY", "GRACE", "UNTIL"}, strings.Fields(lines[0]))
 	col := strings.Index(lines[0], "STAGE")
 	for i, line := range lines[1:3] {
 		f := strings.Fields(line)
@@ -436,6 +436,7 @@ func TestList(t *testing.T) {
 		require.Equal(t, "submitted", f[2])
 		require.Equal(t, "false", f[3])
 		require.Equal(t, `"alice"`, f[5])
+		require.Equal(t, "-", f[6], "no grace period before approval")
 		require.Equal(t, "submitted", line[col:col+len("submitted")], "aligned columns")
 	}
 	require.True(t, strings.HasPrefix(lines[3], "next: "), lines[3])
