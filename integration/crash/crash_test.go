@@ -289,7 +289,10 @@ func newWorld(t *testing.T, scale int) *world {
 	require.NoError(t, err)
 	_, err = clients.Operator.FreezeInventory(ctx, request.ID, lifecycle.FrozenInventory{Schema: *schema, Storage: storage})
 	require.NoError(t, err)
-	_, err = clients.Approver.Approve(ctx, request.ID, "bob", "crash suite")
+	// A short grace period: the first executor starts while it runs and
+	// must wait it out before anything is quiesced.
+	_, err = clients.Approver.ApproveWithParams(ctx, request.ID, lifecycle.ApproveParams{
+		ApprovedBy: "bob", Note: "crash suite", GracePeriod: new(300 * time.Millisecond)})
 	require.NoError(t, err)
 	w.request = request.ID
 	return w

@@ -9,6 +9,7 @@ package soak
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"sync"
@@ -123,6 +124,75 @@ func TestSoakAbortAgainstTheFence(t *testing.T) {
 			outcomes["fenced, then aborted"]++
 		default:
 			t.Fatalf("iteration %d: both refused: %v; %v", i, errs[0], errs[1])
+		}
+	}
+	t.Logf("%d iterations, 0 violations, 0 deadlocks: %v", n, outcomes)
+}
+
+// An operator's abort races the end of a short grace period, while an
+// executor keeps trying to claim and quiesce: never is the community
+// quiesced before the grace period ended on the database clock, and the
+// state is always one of the legal ones: aborted with the community active
+// (the abort won, or came after the quiesce and restored it), or quiescing
+// under the executor's claim.
+func TestSoakAbortAgainstTheEndOfGrace(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	ctx := t.Context()
+	n := iterations(t)
+	grace := 30 * time.Millisecond
+	outcomes := map[string]int{}
+	for i := range n {
+		request, _ := testfactory.Request(ctx, t, db, &testfactory.RequestOpts{Stage: lifecycle.StageApproved, GracePeriod: &grace})
+		errs := race(
+			func() error {
+				time.Sleep(time.Duration(rand.Int64N(int64(2 * grace)))) // around the end of the grace period
+				_, err := db.Operator.Abort(ctx, request.ID, "operator", "soak")
+				return err
+			},
+			func() error {
+				deadline := time.Now().Add(10 * time.Second)
+				for time.Now().Before(deadline) {
+					claim, err := db.Engine.ClaimRequest(ctx, request.ID, "executor", time.Minute)
+					if errors.Is(err, lifecycle.ErrNothingToClaim) {
+						if r, getErr := db.Operator.Get(ctx, request.ID); getErr == nil && r.Stage == lifecycle.StageAborted {
+							return err // the abort won before any claim
+						}
+						continue // still in grace
+					}
+					if err != nil {
+						return err
+					}
+					return db.Engine.BeginQuiescing(ctx, claim.Lease)
+				}
+				return errors.New("never claimed")
+			},
+		)
+		for _, err := range errs {
+			require.False(t, isDeadlock(err), "iteration %d: deadlock: %v", i, err)
+		}
+		var early bool
+		// The quiesce's checkpoint is append-only evidence of when it
+		// committed (an abort clears the request's quiescing_started_at).
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM community_deletion_checkpoints c
+			JOIN community_deletion_approvals a ON a.request_id = c.request_id
+			WHERE c.request_id = $1 AND c.unit_key = 'quiesce_serving_writes' AND c.completed_at < a.grace_until)`, request.ID).Scan(&early))
+		require.False(t, early, "iteration %d: quiesced before the grace period ended", i)
+		community, _, stage := state(t, db, request)
+		switch {
+		case stage == "aborted":
+			require.Equal(t, "active", community, "iteration %d", i)
+			if errs[1] == nil {
+				outcomes["quiesced, then aborted"]++
+			} else {
+				outcomes["aborted in grace"]++
+			}
+		case stage == "approved" && errs[0] != nil:
+			require.Equal(t, "quiescing", community, "iteration %d", i)
+			require.NoError(t, errs[1], "iteration %d", i)
+			outcomes["quiesced, abort refused"]++
+		default:
+			t.Fatalf("iteration %d: request %s, community %s: abort %v; executor %v", i, stage, community, errs[0], errs[1])
 		}
 	}
 	t.Logf("%d iterations, 0 violations, 0 deadlocks: %v", n, outcomes)

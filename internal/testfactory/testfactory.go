@@ -217,6 +217,10 @@ type RequestOpts struct {
 	ApprovedBy string
 	// ApprovalNote is the approval's note; default none.
 	ApprovalNote string
+	// GracePeriod is the approval's grace period; default the deployment's
+	// (zero unless set). A request walked past approved waits for its end,
+	// on the database clock, before the claim.
+	GracePeriod *time.Duration
 	// Claimed claims an approved request; every later stage is claimed.
 	Claimed bool
 	// Quiesced claims an approved request and begins quiescing its
@@ -315,8 +319,13 @@ func Request(ctx context.Context, tb testing.TB, db *DB, opts *RequestOpts) (*li
 	}
 	if reaches(lifecycle.StageApproved) {
 		w.step("approve", func() (*lifecycle.Request, error) {
-			return db.Approver.Approve(ctx, id, cmp.Or(opts.ApprovedBy, "approver"), opts.ApprovalNote)
+			return db.Approver.ApproveWithParams(ctx, id, lifecycle.ApproveParams{
+				ApprovedBy: cmp.Or(opts.ApprovedBy, "approver"), Note: opts.ApprovalNote, GracePeriod: opts.GracePeriod,
+			})
 		})
+	}
+	if claimed {
+		AwaitGrace(ctx, tb, db, id)
 	}
 	if claimed {
 		owner := cmp.Or(opts.LeaseOwner, "executor")
@@ -497,4 +506,14 @@ func ServingLease(ctx context.Context, tb testing.TB, db *DB, opts *ServingLease
 			"testfactory: expire serving write lease %s", lease.ID)
 	}
 	return lease
+}
+
+// AwaitGrace waits until the grace period of request's approval, if any,
+// has ended on the database clock.
+func AwaitGrace(ctx context.Context, tb testing.TB, db *DB, request uuid.UUID) {
+	tb.Helper()
+	var wait time.Duration
+	require.NoError(tb, db.Pool.QueryRow(ctx, `SELECT GREATEST(coalesce(max(grace_until), now()) - clock_timestamp(), interval '0')
+		FROM community_deletion_approvals WHERE request_id = $1`, request).Scan(&wait), "testfactory: read the grace period of %s", request)
+	time.Sleep(wait)
 }
