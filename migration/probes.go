@@ -153,6 +153,11 @@ var legacyProbes = map[int64][]check{
 		function("community_deletion_protection_state(uuid)"),
 		trigger("communities", "communities_grace_fence_guard"),
 	},
+	17: { // 00017_community_deletion_receipts.sql
+		table("community_deletion_receipts"),
+		function("community_deletion_receipt_chain_head()"),
+		trigger("community_deletion_requests", "community_deletion_requests_receipt_required"),
+	},
 }
 
 // querier is what probes and the version-table reads run on: a *sql.DB,

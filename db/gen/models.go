@@ -96,6 +96,17 @@ type CommunityDeletionPurgeProgress struct {
 	UpdatedAt       time.Time
 }
 
+type CommunityDeletionReceipt struct {
+	Sequence       int64
+	RequestID      uuid.UUID
+	Body           string
+	BodySha256     string
+	PreviousSha256 *string
+	Signature      string
+	Signer         string
+	CreatedAt      time.Time
+}
+
 type CommunityDeletionRequest struct {
 	ID                         uuid.UUID
 	CommunityID                uuid.UUID
