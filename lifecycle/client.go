@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"time"
 
@@ -26,6 +27,10 @@ type Opts struct {
 	// deletion lock or a row lock) before it gives up with a
 	// *LockWaitError. Zero means DefaultLockWait.
 	LockWait time.Duration
+	// ReceiptKey signs the receipt an Engine writes as each deletion
+	// completes (docs/receipts.md); nil writes unsigned receipts, which say
+	// so. Only an Engine uses it; it must be an Ed25519 private key.
+	ReceiptKey ed25519.PrivateKey
 }
 
 // Operator is the deletion lifecycle for operators (people, deletionctl):
@@ -102,6 +107,12 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, opts *Opts, role string) 
 	s := &store{pool: pool, lockWait: DefaultLockWait}
 	if opts != nil && opts.LockWait != 0 {
 		s.lockWait = max(opts.LockWait, time.Millisecond)
+	}
+	if opts != nil && opts.ReceiptKey != nil {
+		if len(opts.ReceiptKey) != ed25519.PrivateKeySize {
+			return nil, invalidf("the receipt key is %d bytes, not an Ed25519 private key", len(opts.ReceiptKey))
+		}
+		s.receiptKey = opts.ReceiptKey
 	}
 	var member bool
 	var login string

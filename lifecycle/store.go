@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -37,6 +38,8 @@ const MaxLeaseDuration = time.Hour
 type store struct {
 	pool     *pgxpool.Pool
 	lockWait time.Duration
+	// receiptKey signs the Engine's receipts; nil for unsigned.
+	receiptKey ed25519.PrivateKey
 }
 
 // rowSecurityOff is in every transaction's BEGIN: a row-level security

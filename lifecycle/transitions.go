@@ -182,7 +182,10 @@ func (e *Engine) EnterLogicallyVerified(ctx context.Context, token LeaseToken, d
 // EnterRetentionPending completes the logically verified request token holds:
 // it records detail as the checkpoint's JSON detail and moves the request to
 // the terminal retention_pending stage, stamping completed_at and releasing
-// the lease. Only deferred physical expiry of shared storage remains.
+// the lease. Only deferred physical expiry of shared storage remains. In
+// the same transaction it writes the deletion's receipt, the next in the
+// chain, signed with Opts.ReceiptKey (or unsigned): the database refuses a
+// completion without one, so both commit or neither does.
 func (e *Engine) EnterRetentionPending(ctx context.Context, token LeaseToken, detail any) error {
 	if _, err := marshalDetail(detail); err != nil {
 		return err
@@ -204,7 +207,7 @@ func (e *Engine) EnterRetentionPending(ctx context.Context, token LeaseToken, de
 		if n != 1 {
 			return staleLease(token)
 		}
-		return nil
+		return writeReceipt(ctx, q, token, e.receiptKey)
 	})
 	if err != nil {
 		return fmt.Errorf("mark deletion %s retention pending: %w", token.RequestID, err)

@@ -282,6 +282,19 @@ type Querier interface {
 	// whether a valid, non-partial index leads with community_id; whether any
 	// foreign key references the table.
 	PurgeTableShapes(ctx context.Context) ([]PurgeTableShapesRow, error)
+	// The newest receipt's sequence and hash (0 and '' for none) and the
+	// schema version (0 if unknown), after queueing on the chain's advisory lock.
+	ReceiptChainHead(ctx context.Context) (ReceiptChainHeadRow, error)
+	// What a completed request's receipt states from its request, approval,
+	// community (the tombstone) and the deployment's settings.
+	ReceiptFacts(ctx context.Context, id uuid.UUID) (ReceiptFactsRow, error)
+	ReceiptGetByRequest(ctx context.Context, requestID uuid.UUID) (ReceiptGetByRequestRow, error)
+	ReceiptInsert(ctx context.Context, arg ReceiptInsertParams) error
+	// Receipts after sequence after, in chain order, at most max_rows.
+	ReceiptList(ctx context.Context, arg ReceiptListParams) ([]ReceiptListRow, error)
+	// The completed checkpoints of the units that moved a request from stage
+	// to stage: at most one row per (stage, unit), found through the unit index.
+	ReceiptStageCheckpoints(ctx context.Context, arg ReceiptStageCheckpointsParams) ([]ReceiptStageCheckpointsRow, error)
 	SchemaDestructionLockKey(ctx context.Context) (int64, error)
 	// Takes the schema-destruction lock shared until the transaction ends; a
 	// running migration holds it exclusively.
