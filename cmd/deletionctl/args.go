@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,6 +29,9 @@ const (
 	envMetricsAddr = "DELETIONCTL_METRICS_ADDR" // --metrics-addr
 	envLogLevel    = "DELETIONCTL_LOG_LEVEL"    // --log-level
 	envLogFormat   = "DELETIONCTL_LOG_FORMAT"   // --log-format
+	// envReceiptKey holds the receipt signing key itself (PEM PKCS#8 or the
+	// base64 seed), not a file name: --receipt-key names a file.
+	envReceiptKey = "COMMUNITYDELETION_RECEIPT_KEY" // --receipt-key
 )
 
 const usage = `usage: deletionctl [--database-url URL] <command> [flags]
@@ -89,12 +93,30 @@ Commands:
         print what community_deletion_health() (prepared transactions
         holding an advisory lock) and community_deletion_catalog_drift()
         report; exit 3 when either reports anything
+  receipt show REQUEST
+        print the deletion receipt of a completed request: its body as
+        indented JSON, then its signature (docs/receipts.md)
+  receipt export --dir DIR [--after N] [--limit N]
+        write the stored receipts after sequence N (default 0: from the
+        first), at most N of them (default all), into DIR, one file each;
+        a file already there with other content is refused
+  receipt verify --dir DIR --public-key FILE [--allow-unsigned]
+        verify the receipts exported in DIR offline, with no database:
+        each signature with the public key (PEM PKIX or base64), the chain
+        and each receipt's consistency; one line per receipt verified and a
+        summary, or exit 3 naming the first failure. Unsigned receipts
+        fail unless --allow-unsigned
   run --objects URL --cache URL [--once] [--request ID] [--owner NAME]
       [--lease D] [--chunk-size N] [--metrics-addr HOST:PORT]
-      [--log-level LEVEL] [--log-format FORMAT]
+      [--log-level LEVEL] [--log-format FORMAT] [--receipt-key FILE]
         execute approved deletions (the executor loop): fence, freeze the
         destructive manifest, delete the objects, purge PostgreSQL and the
-        cache, verify and complete.
+        cache, verify and complete, writing each deletion's receipt as it
+        completes, signed with --receipt-key FILE (PEM PKCS#8 Ed25519, as
+        openssl genpkey -algorithm ed25519 writes, or its base64 seed) or
+        $COMMUNITYDELETION_RECEIPT_KEY (the key itself); without either the
+        receipts are unsigned and say so. An unreadable key is a usage
+        error.
         --objects is the object store: s3://BUCKET[/ROOT/][?endpoint=URL&
         region=R&path_style=true&max_attempts=N&max_backoff=D&profile=P&
         content_md5=true] (credentials from the AWS SDK's default chain) or
@@ -136,12 +158,16 @@ Environment (a flag given wins):
   DELETIONCTL_METRICS_ADDR   --metrics-addr (run)
   DELETIONCTL_LOG_LEVEL      --log-level (run)
   DELETIONCTL_LOG_FORMAT     --log-format (run)
+  COMMUNITYDELETION_RECEIPT_KEY
+                             the receipt signing key itself (run), where
+                             --receipt-key names a file
 
 Exit codes:
   0 success, 1 failure, 2 usage error (also a store URL that cannot be
   opened), 3 refused (a lifecycle safety refusal, access denied, stale
-  lease, a run --once that blocked the request or scheduled a retry, or a
-  health finding), 4 not found, 5 invalid input
+  lease, a run --once that blocked the request or scheduled a retry, a
+  health finding, or a receipt verify that failed), 4 not found, 5 invalid
+  input
 `
 
 // defaultListLimit is list's page size without --limit.
@@ -179,6 +205,13 @@ type config struct {
 	owner       string        // run: executor identity; "" means the default
 	lease       time.Duration // run: claim length; 0 means the executor default
 	chunkSize   int           // run: keys per manifest chunk; 0 means the executor default
+	receiptKey  string        // run: --receipt-key file; "" none
+	receiptEnv  string        // run: $COMMUNITYDELETION_RECEIPT_KEY, when --receipt-key is not given
+
+	dir           string // receipt export, verify: the export directory
+	afterSequence int64  // receipt export: the sequence to export after
+	publicKey     string // receipt verify: the public key file
+	allowUnsigned bool   // receipt verify
 }
 
 // usageError is a malformed command line (exit code 2).
@@ -216,8 +249,14 @@ var commandFlags = map[string]struct{ accepted, required []string }{
 	"leases":     {[]string{"reap"}, nil},
 	"health":     {[]string{"json"}, nil},
 	"run": {[]string{"request", "once", "owner", "objects", "objects-dir", "cache", "metrics-addr", "log-level", "log-format",
-		"lease", "chunk-size"}, nil},
+		"lease", "chunk-size", "receipt-key"}, nil},
+	"receipt show":   {nil, nil},
+	"receipt export": {[]string{"dir", "after", "limit"}, []string{"dir"}},
+	"receipt verify": {[]string{"dir", "public-key", "allow-unsigned"}, []string{"dir", "public-key"}},
 }
+
+// receiptCommands are the subcommands of receipt.
+var receiptCommands = []string{"show", "export", "verify"}
 
 // parseArgs parses the command line; getenv supplies DATABASE_URL and the
 // DELETIONCTL_* variables of flags not given. Flags may come before or after
@@ -262,12 +301,32 @@ func parseArgs(args []string, getenv func(string) string) (config, error) {
 	var grace time.Duration
 	fs.DurationVar(&grace, "grace", 0, "")
 	fs.BoolVar(&cfg.approve, "approve", false, "")
+	fs.StringVar(&cfg.receiptKey, "receipt-key", "", "")
+	fs.StringVar(&cfg.dir, "dir", "", "")
+	fs.StringVar(&cfg.publicKey, "public-key", "", "")
+	fs.BoolVar(&cfg.allowUnsigned, "allow-unsigned", false, "")
 
 	command, positional, err := cliflag.ParseCommand(fs, args)
 	if err != nil {
 		return config{}, err
 	}
 	cfg.command = command
+	if command == "receipt" {
+		if len(positional) == 0 || !slices.Contains(receiptCommands, positional[0]) {
+			return config{}, usagef("receipt needs a subcommand: show, export or verify")
+		}
+		cfg.command, positional = "receipt "+positional[0], positional[1:]
+		if cfg.command == "receipt show" {
+			if len(positional) != 1 {
+				return config{}, usagef("receipt show needs one request id")
+			}
+			id, err := uuid.Parse(positional[0])
+			if err != nil {
+				return config{}, usagef("receipt show: %q is not a request uuid", positional[0])
+			}
+			cfg.requestID, positional = id, nil
+		}
+	}
 	spec, ok := commandFlags[cfg.command]
 	if !ok {
 		return config{}, usagef("unknown command %q", cfg.command)
@@ -319,10 +378,22 @@ func parseArgs(args []string, getenv func(string) string) (config, error) {
 	if set["blocked"] {
 		cfg.blocked = &blocked
 	}
-	if set["limit"] && (cfg.limit < 1 || cfg.limit > lifecycle.MaxListLimit) {
+	if cfg.command == "receipt export" {
+		if err := cfg.exportFlags(set, after); err != nil {
+			return config{}, err
+		}
+	} else if set["limit"] && (cfg.limit < 1 || cfg.limit > lifecycle.MaxListLimit) {
 		return config{}, usagef("list: --limit must be between 1 and %d, got %d", lifecycle.MaxListLimit, cfg.limit)
 	}
-	if set["after"] {
+	for _, name := range []string{"dir", "public-key", "receipt-key"} {
+		if set[name] && strings.TrimSpace(fs.Lookup(name).Value.String()) == "" {
+			return config{}, usagef("%s: --%s must not be empty", cfg.command, name)
+		}
+	}
+	if cfg.command == "run" && !set["receipt-key"] {
+		cfg.receiptEnv = getenv(envReceiptKey)
+	}
+	if set["after"] && cfg.command == "list" {
 		c, err := decodeCursor(after)
 		if err != nil {
 			return config{}, usagef("list: --after: %v", err)
@@ -359,6 +430,24 @@ func parseArgs(args []string, getenv func(string) string) (config, error) {
 		cfg.databaseURL = getenv(envDatabaseURL)
 	}
 	return cfg, nil
+}
+
+// exportFlags checks receipt export's --after (a sequence, not a list
+// cursor) and --limit (0, the default, means every receipt after --after).
+func (cfg *config) exportFlags(set map[string]bool, after string) error {
+	if !set["limit"] {
+		cfg.limit = 0
+	} else if cfg.limit < 1 {
+		return usagef("receipt export: --limit must be at least 1, got %d", cfg.limit)
+	}
+	if set["after"] {
+		n, err := strconv.ParseInt(after, 10, 64)
+		if err != nil || n < 0 {
+			return usagef("receipt export: --after must be a receipt sequence (0 or more), got %q", after)
+		}
+		cfg.afterSequence = n
+	}
+	return nil
 }
 
 // fromEnv fills *value from the environment variable env when the command

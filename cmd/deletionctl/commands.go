@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -21,6 +22,16 @@ import (
 // (lifecycle.Operator), each making its changes in one call, which is one
 // transaction. The connection's login must be a member of the role.
 func execute(ctx context.Context, cfg config, stdout io.Writer) error {
+	if cfg.command == "receipt verify" {
+		return receiptVerify(cfg, stdout)
+	}
+	var key ed25519.PrivateKey
+	if cfg.command == "run" {
+		var err error
+		if key, err = receiptKey(cfg); err != nil {
+			return err
+		}
+	}
 	poolCfg, err := pgxpool.ParseConfig(cfg.databaseURL)
 	if err != nil {
 		return usagef("--database-url: %v", err)
@@ -31,7 +42,7 @@ func execute(ctx context.Context, cfg config, stdout io.Writer) error {
 	}
 	defer pool.Close()
 	if cfg.command == "run" {
-		engine, err := lifecycle.NewEngine(ctx, pool, nil)
+		engine, err := lifecycle.NewEngine(ctx, pool, &lifecycle.Opts{ReceiptKey: key})
 		if err != nil {
 			return fmt.Errorf("run: %w", err)
 		}
@@ -82,6 +93,10 @@ func dispatch(ctx context.Context, store *lifecycle.Operator, cfg config, stdout
 		return nil
 	case "leases":
 		return leases(ctx, store, cfg, stdout)
+	case "receipt show":
+		return receiptShow(ctx, store, cfg, stdout)
+	case "receipt export":
+		return receiptExport(ctx, store, cfg, stdout)
 	case "health":
 		return health(ctx, store, cfg, stdout)
 	}

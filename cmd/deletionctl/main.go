@@ -13,7 +13,7 @@
 //	deletionctl [--database-url URL] <command> [flags]
 //
 // The commands are submit, inventory, approve, list, inspect, abort,
-// unblock, leases, health and run; "deletionctl -h" prints the full usage,
+// unblock, leases, health, receipt (show, export, verify) and run; "deletionctl -h" prints the full usage,
 // flags, environment variables and exit codes.
 //
 // Object stores and caches are named by URL (package executor/storeurl):
@@ -49,9 +49,14 @@
 // one-line progress bar between the records; --metrics-addr serves
 // Prometheus metrics at /metrics and a health check at /healthz.
 //
+// receipt show prints a completed deletion's receipt, receipt export writes
+// receipts into a directory (package receipt's format), and receipt verify
+// checks such a directory offline, never connecting to a database.
+//
 // Exit codes: 0 success, 1 failure, 2 usage error, 3 refused (a lifecycle
 // safety refusal, an access denial, a stale lease, a run --once that
-// blocked the request or scheduled a retry, or a health finding), 4 not
+// blocked the request or scheduled a retry, a health finding, or a failed
+// receipt verification), 4 not
 // found, 5 invalid input. Every error is one line on stderr naming the
 // operation and the lifecycle's reason.
 package main
@@ -109,7 +114,7 @@ func exitCode(err error) int {
 		return exitOK
 	case errors.As(err, &usageErr):
 		return exitUsage
-	case runRefused(err):
+	case runRefused(err), verifyFailed(err):
 		return exitRefused
 	case errors.Is(err, lifecycle.ErrInvalidInput):
 		return exitInvalidInput
