@@ -37,7 +37,8 @@ var (
 // Config configures a Runner.
 type Config struct {
 	// Engine is the lifecycle engine, over a pool whose login is a member of
-	// community_deletion_executor. Required.
+	// community_deletion_executor. Required. Give it lifecycle.Opts.ReceiptKey
+	// to sign the receipt each completed deletion writes (else unsigned).
 	Engine *lifecycle.Engine
 	// Objects is the object store holding the communities' files. Required.
 	Objects ObjectStore

@@ -16,6 +16,7 @@ import (
 	"github.com/tombstoneworks/communitydeletion/internal/fixture"
 	"github.com/tombstoneworks/communitydeletion/internal/testfactory"
 	"github.com/tombstoneworks/communitydeletion/lifecycle"
+	"github.com/tombstoneworks/communitydeletion/receipt"
 )
 
 // chunksOf is the number of manifest chunks that a community holding
@@ -47,6 +48,30 @@ func TestFullDeletion(t *testing.T) {
 	b.requireDeleted(t, id, target)
 	b.requireIntact(t, other, otherRows)
 	objects.requireEachOnce(t, chunksOf(3))
+
+	// The completion wrote the receipt, with what the runner recorded:
+	// objects per prefix, the cache purge, and absence in every store.
+	env, err := cfg.Engine.Receipt(t.Context(), id)
+	require.NoError(t, err)
+	r, err := env.Receipt()
+	require.NoError(t, err)
+	require.Equal(t, id, r.RequestID)
+	var stores []string
+	for _, a := range r.Absence {
+		stores = append(stores, a.Store)
+	}
+	require.Equal(t, []string{receipt.StoreCache, receipt.StoreObjects, receipt.StorePostgres}, stores)
+	require.Len(t, r.Cache, 1)
+	done, err := cfg.Engine.Get(t.Context(), id)
+	require.NoError(t, err)
+	require.Len(t, r.Objects, len(done.DestructiveStorage.Prefixes))
+	var deleted int64
+	for i, o := range r.Objects {
+		require.Equal(t, done.DestructiveStorage.Prefixes[i].Prefix, o.Prefix)
+		require.EqualValues(t, done.DestructiveStorage.Prefixes[i].ObjectCount, o.Deleted)
+		deleted += o.Deleted
+	}
+	require.Positive(t, deleted)
 
 	stages := map[lifecycle.Stage]bool{}
 	var purgeRows, chunkEvents bool

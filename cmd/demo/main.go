@@ -4,8 +4,10 @@
 // it runs the migration job, registers the fixture tenant tables, creates
 // three communities with rows, files in an object store and cache entries,
 // keeps a writer running against each, and deletes one of them with the
-// executor runtime — submitted by one operator, approved by another. It
-// prints the progress stage by stage and a final report, and exits 0 only if
+// executor runtime — submitted by one operator, approved by another, with a
+// receipt signing key it generates. It prints the progress stage by stage,
+// a final report and the deletion's receipt, which it exports and verifies
+// offline with the public key, and exits 0 only if the receipt verifies,
 // the target is gone everywhere, the other two communities' rows, files and
 // cache entries are unchanged, their writers kept succeeding, and the
 // target's writer was refused from the fence on.
@@ -23,6 +25,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"flag"
 	"fmt"
 	"io"
@@ -86,7 +89,16 @@ func run(ctx context.Context, out io.Writer, mode string) error {
 		return fmt.Errorf("connect: %w", err)
 	}
 	defer pool.Close()
-	roles, err := connectRoles(ctx, out, url)
+	keyDir, err := os.MkdirTemp("", "demo-receipts-")
+	if err != nil {
+		return fmt.Errorf("create the receipt key directory: %w", err)
+	}
+	defer os.RemoveAll(keyDir)
+	keys, err := generateKeys(out, keyDir)
+	if err != nil {
+		return err
+	}
+	roles, err := connectRoles(ctx, out, url, keys.private)
 	if err != nil {
 		return err
 	}
@@ -125,7 +137,10 @@ func run(ctx context.Context, out io.Writer, mode string) error {
 	if err != nil {
 		return err
 	}
-	return report(ctx, out, pool, w, deletion, before, after, writerResults, time.Since(started))
+	return report(ctx, out, pool, w, deletion, before, after, writerResults, time.Since(started),
+		func(check func(bool, string, ...any)) error {
+			return checkReceipt(ctx, out, roles.alice, deletion.request, keys, check)
+		})
 }
 
 // migrate runs the migration job's library and registers the fixture.
@@ -175,7 +190,8 @@ type roles struct {
 }
 
 // connectRoles creates the demo's logins and connects as each.
-func connectRoles(ctx context.Context, out io.Writer, url string) (*roles, error) {
+// The executor's Engine signs each receipt with receiptKey.
+func connectRoles(ctx context.Context, out io.Writer, url string, receiptKey ed25519.PrivateKey) (*roles, error) {
 	if err := fixture.EnsureLogins(ctx, url, demoLogins); err != nil {
 		return nil, err
 	}
@@ -205,7 +221,7 @@ func connectRoles(ctx context.Context, out io.Writer, url string) (*roles, error
 	var err error
 	if r.alice, err = lifecycle.NewOperator(ctx, pools[0], nil); err == nil {
 		if r.bob, err = lifecycle.NewOperator(ctx, pools[1], nil); err == nil {
-			r.executor, err = lifecycle.NewEngine(ctx, pools[2], nil)
+			r.executor, err = lifecycle.NewEngine(ctx, pools[2], &lifecycle.Opts{ReceiptKey: receiptKey})
 		}
 	}
 	if err != nil {

@@ -31,6 +31,8 @@ func TestDemoDeletesOneCommunityAndKeepsTheOthers(t *testing.T) {
 				require.Contains(t, out.String(), w)
 			}
 			require.Contains(t, out.String(), "beta.demo.example: its 50 cache entries kept")
+			require.Contains(t, out.String(), "\nreceipt 1 of request ")
+			require.Contains(t, out.String(), "verifies offline with receipt.pub: 1 signed with key ")
 		})
 	}
 }

@@ -20,7 +20,8 @@ import (
 // report prints the final report and returns an error naming every check
 // that failed.
 func report(ctx context.Context, out io.Writer, pool *pgxpool.Pool, w *world, d *deletion,
-	before, after *snapshot, writers map[uuid.UUID]*writerResult, took time.Duration) error {
+	before, after *snapshot, writers map[uuid.UUID]*writerResult, took time.Duration,
+	receiptChecks func(check func(bool, string, ...any)) error) error {
 	var failed []string
 	check := func(ok bool, format string, args ...any) {
 		mark := "ok  "
@@ -101,6 +102,9 @@ func report(ctx context.Context, out io.Writer, pool *pgxpool.Pool, w *world, d 
 		t.host, r.succeeded, r.refused, r.orphaned, r.succeededAfterRefusal, len(r.otherErrors))
 	for _, e := range r.otherErrors {
 		fmt.Fprintf(out, "       %s\n", e)
+	}
+	if err := receiptChecks(check); err != nil {
+		return fmt.Errorf("read the receipt: %w", err)
 	}
 	fmt.Fprintf(out, "\ndeleted %s: %d rows, %d files, %d cache entries in %s\n",
 		t.host, totalRows, before.count[t.id], before.cache[t.id], took.Round(time.Millisecond))

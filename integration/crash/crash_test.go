@@ -505,6 +505,9 @@ func TestDeletionSurvivesKillsAndRestartsAtEveryStage(t *testing.T) {
 	var stage string
 	require.NoError(t, w.pool.QueryRow(ctx, "SELECT stage FROM community_deletion_requests WHERE id = $1", w.request).Scan(&stage))
 	require.Equal(t, string(lifecycle.StageRetentionPending), stage)
+	var receipts int
+	require.NoError(t, w.pool.QueryRow(ctx, "SELECT count(*) FROM community_deletion_receipts WHERE request_id = $1", w.request).Scan(&receipts))
+	require.Equal(t, 1, receipts, "seed %d: the completed deletion has exactly one receipt", seed)
 	require.Empty(t, w.leftovers(t, w.target), "nothing of the target is left")
 	require.Equal(t, bystanderBefore, w.fingerprint(t, w.bystander), "the bystander is unchanged")
 	require.GreaterOrEqual(t, total, kills, "seed %d: fewer kill points than asked", seed)
