@@ -15,7 +15,7 @@ import (
 	"github.com/tombstoneworks/communitydeletion/internal/fixture"
 )
 
-// The receipts' guards (migration 00016): community_deletion_receipts is
+// The receipts' guards (migration 00017): community_deletion_receipts is
 // append-only for every role, the owner included; an insert needs the
 // executor, a request at retention_pending, the next place in the chain and
 // a body that agrees with its row; and a request reaches retention_pending

@@ -95,8 +95,12 @@ func writeReceipt(ctx context.Context, q *dbgen.Queries, token LeaseToken, key e
 	var env receipt.Envelope
 	signer := receipt.SignerUnsigned
 	if key != nil {
+		pub, ok := key.Public().(ed25519.PublicKey)
+		if !ok {
+			return refusef("the receipt signing key of deletion %s has no Ed25519 public key", token.RequestID)
+		}
 		env, err = receipt.Sign(r, key)
-		signer = receipt.KeyID(key.Public().(ed25519.PublicKey))
+		signer = receipt.KeyID(pub)
 	} else {
 		env, err = receipt.Unsigned(r)
 	}
@@ -318,7 +322,7 @@ func (s *store) receipts(ctx context.Context, p ReceiptsParams) ([]receipt.Envel
 	}
 	var envs []receipt.Envelope
 	err := s.begin(ctx, true, func(tx pgx.Tx) error {
-		rows, err := dbgen.New(tx).ReceiptList(ctx, dbgen.ReceiptListParams{After: p.After, MaxRows: int32(p.Limit)})
+		rows, err := dbgen.New(tx).ReceiptList(ctx, dbgen.ReceiptListParams{After: p.After, MaxRows: int32(p.Limit)}) //nolint:gosec // p.Limit is checked to be at most MaxReceiptsLimit above
 		if err != nil {
 			return err
 		}

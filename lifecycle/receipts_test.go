@@ -144,7 +144,7 @@ func TestReceiptChainAcrossCompletions(t *testing.T) {
 	_, err = receipt.Verify(envs, pub, receipt.VerifyOpts{FromGenesis: true})
 	require.ErrorIs(t, err, receipt.ErrUnsigned)
 	var ve *receipt.VerifyError
-	require.True(t, errors.As(err, &ve))
+	require.ErrorAs(t, err, &ve)
 	require.Equal(t, int64(2), ve.Sequence)
 	rep, err := receipt.Verify(envs, pub, receipt.VerifyOpts{FromGenesis: true, AllowUnsigned: true})
 	require.NoError(t, err)

@@ -312,19 +312,8 @@ func parseArgs(args []string, getenv func(string) string) (config, error) {
 	}
 	cfg.command = command
 	if command == "receipt" {
-		if len(positional) == 0 || !slices.Contains(receiptCommands, positional[0]) {
-			return config{}, usagef("receipt needs a subcommand: show, export or verify")
-		}
-		cfg.command, positional = "receipt "+positional[0], positional[1:]
-		if cfg.command == "receipt show" {
-			if len(positional) != 1 {
-				return config{}, usagef("receipt show needs one request id")
-			}
-			id, err := uuid.Parse(positional[0])
-			if err != nil {
-				return config{}, usagef("receipt show: %q is not a request uuid", positional[0])
-			}
-			cfg.requestID, positional = id, nil
+		if positional, err = cfg.receiptSubcommand(positional); err != nil {
+			return config{}, err
 		}
 	}
 	spec, ok := commandFlags[cfg.command]
@@ -400,36 +389,73 @@ func parseArgs(args []string, getenv func(string) string) (config, error) {
 		}
 		cfg.after = c
 	}
-	if set["grace"] {
-		if grace < 0 || grace > lifecycle.MaxGracePeriod {
-			return config{}, usagef("approve: --grace must be between 0 and %s, got %s", lifecycle.MaxGracePeriod, grace)
-		}
-		cfg.grace = &grace
-	}
-	if set["reap"] && (cfg.reap < 1 || cfg.reap > lifecycle.MaxServingLeaseReapBatch) {
-		return config{}, usagef("leases: --reap must be between 1 and %d, got %d", lifecycle.MaxServingLeaseReapBatch, cfg.reap)
+	if err := cfg.boundedFlags(set, grace); err != nil {
+		return config{}, err
 	}
 
 	if err := cfg.storeFlags(set, objectsDir, getenv); err != nil {
 		return config{}, err
 	}
-	if set["owner"] {
-		cfg.owner = strings.TrimSpace(cfg.owner)
-		if cfg.owner == "" {
-			return config{}, usagef("run: --owner must not be empty")
-		}
-	}
-	if set["lease"] && cfg.lease <= 0 {
-		return config{}, usagef("run: --lease must be positive, got %s", cfg.lease)
-	}
-	if set["chunk-size"] && (cfg.chunkSize < 1 || cfg.chunkSize > lifecycle.MaxManifestChunkKeys) {
-		return config{}, usagef("run: --chunk-size must be between 1 and %d, got %d", lifecycle.MaxManifestChunkKeys, cfg.chunkSize)
+	if err := cfg.runFlags(set); err != nil {
+		return config{}, err
 	}
 
 	if cfg.databaseURL == "" {
 		cfg.databaseURL = getenv(envDatabaseURL)
 	}
 	return cfg, nil
+}
+
+// receiptSubcommand takes receipt's subcommand (and show's request id) off
+// positional and returns what is left.
+func (cfg *config) receiptSubcommand(positional []string) ([]string, error) {
+	if len(positional) == 0 || !slices.Contains(receiptCommands, positional[0]) {
+		return nil, usagef("receipt needs a subcommand: show, export or verify")
+	}
+	cfg.command, positional = "receipt "+positional[0], positional[1:]
+	if cfg.command != "receipt show" {
+		return positional, nil
+	}
+	if len(positional) != 1 {
+		return nil, usagef("receipt show needs one request id")
+	}
+	id, err := uuid.Parse(positional[0])
+	if err != nil {
+		return nil, usagef("receipt show: %q is not a request uuid", positional[0])
+	}
+	cfg.requestID = id
+	return nil, nil
+}
+
+// boundedFlags checks approve's --grace and leases' --reap.
+func (cfg *config) boundedFlags(set map[string]bool, grace time.Duration) error {
+	if set["grace"] {
+		if grace < 0 || grace > lifecycle.MaxGracePeriod {
+			return usagef("approve: --grace must be between 0 and %s, got %s", lifecycle.MaxGracePeriod, grace)
+		}
+		cfg.grace = &grace
+	}
+	if set["reap"] && (cfg.reap < 1 || cfg.reap > lifecycle.MaxServingLeaseReapBatch) {
+		return usagef("leases: --reap must be between 1 and %d, got %d", lifecycle.MaxServingLeaseReapBatch, cfg.reap)
+	}
+	return nil
+}
+
+// runFlags checks run's --owner, --lease and --chunk-size.
+func (cfg *config) runFlags(set map[string]bool) error {
+	if set["owner"] {
+		cfg.owner = strings.TrimSpace(cfg.owner)
+		if cfg.owner == "" {
+			return usagef("run: --owner must not be empty")
+		}
+	}
+	if set["lease"] && cfg.lease <= 0 {
+		return usagef("run: --lease must be positive, got %s", cfg.lease)
+	}
+	if set["chunk-size"] && (cfg.chunkSize < 1 || cfg.chunkSize > lifecycle.MaxManifestChunkKeys) {
+		return usagef("run: --chunk-size must be between 1 and %d, got %d", lifecycle.MaxManifestChunkKeys, cfg.chunkSize)
+	}
+	return nil
 }
 
 // exportFlags checks receipt export's --after (a sequence, not a list
