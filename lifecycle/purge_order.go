@@ -2,9 +2,12 @@ package lifecycle
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"slices"
 	"strings"
+
+	dbgen "github.com/tombstoneworks/communitydeletion/db/gen"
 )
 
 // purgeEdge is one foreign key between two registered 'delete' tables: rows
@@ -164,4 +167,42 @@ func purgeHardCycles(nodes []string, refs map[string]map[string]bool) []string {
 		out = append(out, fmt.Sprintf("[%s]", strings.Join(nodes, ", ")))
 	}
 	return out
+}
+
+// PurgeOrder validates the catalog as ValidateCatalog does and returns the
+// registered 'delete' tables in the order a purge deletes them, child before
+// parent. A catalog that drifted, or a cycle of hard foreign keys no order
+// can satisfy, returns an error matching ErrRefused that names the problem;
+// a test of a service's adoption calls it to prove its tables can be purged.
+func (e *Engine) PurgeOrder(ctx context.Context) ([]string, error) {
+	var order []string
+	err := e.tx(ctx, func(q *dbgen.Queries) error {
+		if _, err := checkDeletionCatalog(ctx, q); err != nil {
+			return err
+		}
+		shapes, err := q.PurgeTableShapes(ctx)
+		if err != nil {
+			return fmt.Errorf("list registered tables: %w", err)
+		}
+		keys, err := q.PurgeForeignKeys(ctx)
+		if err != nil {
+			return fmt.Errorf("list foreign keys: %w", err)
+		}
+		var deleteNames []string
+		for _, shape := range shapes {
+			if shape.PurgeAction == purgeActionDelete {
+				deleteNames = append(deleteNames, shape.TableName)
+			}
+		}
+		edges := make([]purgeEdge, 0, len(keys))
+		for _, k := range keys {
+			edges = append(edges, purgeEdge{Child: k.ChildTable, Parent: k.ParentTable, Constraint: k.ConstraintName, Soft: k.Soft})
+		}
+		order, err = purgeOrder(deleteNames, edges)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("purge order: %w", catalogMissing(err))
+	}
+	return order, nil
 }
