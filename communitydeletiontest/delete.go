@@ -1,0 +1,273 @@
+package communitydeletiontest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tombstoneworks/communitydeletion/executor"
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
+)
+
+// DeleteParams are the inputs of DeleteAndVerify.
+type DeleteParams struct {
+	// CommunityID is the community to delete, seeded by the service's own
+	// code. Required.
+	CommunityID uuid.UUID
+	// Objects is the object store holding the community's files. Required.
+	Objects executor.ObjectStore
+	// Cache is the cache holding its entries; nil is an empty in-memory one.
+	Cache executor.Cache
+	// Prefixes are the community's object-store prefixes, each ending in
+	// "/" and containing its id; they are listed into the inventory the
+	// second operator approves. Required, even for an empty store.
+	Prefixes []string
+	// WritePaths are the service's own write paths for the community. Each
+	// is run once the deletion has finished (the fence then holds for good)
+	// and must fail with a write-fence refusal.
+	WritePaths []func(ctx context.Context) error
+}
+
+// maxKeysShown bounds the leftover keys a problem line names.
+const maxKeysShown = 5
+
+// DeleteAndCheck deletes p.CommunityID end to end and returns one line per
+// problem found afterwards. An operator submits the deletion and freezes an
+// inventory listing p.Prefixes in p.Objects, a second operator approves it
+// without a grace period, and the real executor (executor.Runner) runs it to
+// retention_pending. Then it checks that every write path is refused by the
+// write fence; that no row of any table in any non-system schema (the
+// control plane's own records excepted) carries the community's id in a
+// uuid, text or json column; that no object is left under the prefixes; that
+// the cache holds nothing of it; and that every other community's rows in
+// the tables with a community_id column, and in communities, are unchanged.
+// An error means the deletion itself could not be run or checked.
+func (k *Kit) DeleteAndCheck(ctx context.Context, p DeleteParams) ([]string, error) {
+	if p.CommunityID == uuid.Nil || p.Objects == nil || len(p.Prefixes) == 0 {
+		return nil, errors.New("communitydeletiontest: DeleteParams needs CommunityID, Objects and Prefixes; " +
+			"pass the community's object-store prefixes (an empty store is fine)")
+	}
+	if p.Cache == nil {
+		p.Cache = executor.NewMemoryCache()
+	}
+	before, err := k.fingerprint(ctx, p.CommunityID)
+	if err != nil {
+		return nil, err
+	}
+	if err := k.delete(ctx, p); err != nil {
+		return nil, err
+	}
+	var problems []string
+	for i, write := range p.WritePaths {
+		err := write(ctx)
+		switch {
+		case err == nil:
+			problems = append(problems, fmt.Sprintf("write path %d succeeded for deleted community %s; it writes a table without the write fence (register the table, or call assert_community_write_allowed)", i+1, p.CommunityID))
+		case !lifecycle.IsWriteFenceRefusal(err):
+			problems = append(problems, fmt.Sprintf("write path %d failed but not with a write-fence refusal: %v", i+1, err))
+		}
+	}
+	leftovers, err := k.leftoverRows(ctx, p.CommunityID)
+	if err != nil {
+		return nil, err
+	}
+	problems = append(problems, leftovers...)
+	for _, prefix := range p.Prefixes {
+		var keys []string
+		err := p.Objects.List(ctx, prefix, func(key string, _ int64) error {
+			keys = append(keys, key)
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("communitydeletiontest: list %s: %w", prefix, err)
+		}
+		if len(keys) > 0 {
+			shown := keys[:min(len(keys), maxKeysShown)]
+			problems = append(problems, fmt.Sprintf("%d object(s) left under %s: %s", len(keys), prefix, strings.Join(shown, ", ")))
+		}
+	}
+	empty, err := p.Cache.Empty(ctx, p.CommunityID)
+	if err != nil {
+		return nil, fmt.Errorf("communitydeletiontest: check the cache: %w", err)
+	}
+	if !empty {
+		problems = append(problems, fmt.Sprintf("the cache still holds entries of community %s", p.CommunityID))
+	}
+	after, err := k.fingerprint(ctx, p.CommunityID)
+	if err != nil {
+		return nil, err
+	}
+	for _, table := range slices.Sorted(maps.Keys(before)) {
+		if sum := before[table]; after[table] != sum {
+			problems = append(problems, fmt.Sprintf("table %s: other communities' rows changed (%s before, %s after)", table, sum, after[table]))
+		}
+	}
+	return problems, nil
+}
+
+// DeleteAndVerify is DeleteAndCheck for a test: it fails tb with one line
+// per problem, and fatally when the deletion cannot be run.
+func (k *Kit) DeleteAndVerify(tb testing.TB, p DeleteParams) {
+	tb.Helper()
+	problems, err := k.DeleteAndCheck(tb.Context(), p)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, problem := range problems {
+		tb.Error("communitydeletiontest: delete and verify: " + problem)
+	}
+}
+
+// Identities of the kit's deletion, recorded on the request.
+const (
+	requester = "communitydeletiontest"
+	approver  = "communitydeletiontest-approver"
+	owner     = "communitydeletiontest-executor"
+)
+
+// delete runs the deletion of p.CommunityID to retention_pending.
+func (k *Kit) delete(ctx context.Context, p DeleteParams) error {
+	var host string
+	if err := k.owner.QueryRow(ctx, "SELECT host FROM communities WHERE id = $1", p.CommunityID).Scan(&host); err != nil {
+		return fmt.Errorf("communitydeletiontest: look up community %s (the service must insert its communities row): %w", p.CommunityID, err)
+	}
+	storage, err := executor.SummarizeStorage(ctx, p.Objects, p.Prefixes)
+	if err != nil {
+		return fmt.Errorf("communitydeletiontest: list the prefixes: %w", err)
+	}
+	request, err := k.Operator.Submit(ctx, host, requester, "DeleteAndVerify")
+	if err != nil {
+		return fmt.Errorf("communitydeletiontest: submit: %w", err)
+	}
+	schema, err := k.Operator.InventorySchema(ctx, p.CommunityID)
+	if err != nil {
+		return fmt.Errorf("communitydeletiontest: inventory: %w", err)
+	}
+	if _, err := k.Operator.FreezeInventory(ctx, request.ID, lifecycle.FrozenInventory{Schema: *schema, Storage: storage}); err != nil {
+		return fmt.Errorf("communitydeletiontest: freeze the inventory: %w", err)
+	}
+	var noGrace time.Duration
+	if _, err := k.Approver.ApproveWithParams(ctx, request.ID, lifecycle.ApproveParams{ApprovedBy: approver, GracePeriod: &noGrace}); err != nil {
+		return fmt.Errorf("communitydeletiontest: approve: %w", err)
+	}
+	runner, err := executor.New(executor.Config{Engine: k.Engine, Objects: p.Objects, Cache: p.Cache, Owner: owner})
+	if err != nil {
+		return fmt.Errorf("communitydeletiontest: %w", err)
+	}
+	claimed, err := runner.RunRequest(ctx, request.ID)
+	if err != nil {
+		return fmt.Errorf("communitydeletiontest: run the deletion: %w", err)
+	}
+	if !claimed {
+		return fmt.Errorf("communitydeletiontest: the executor could not claim request %s", request.ID)
+	}
+	done, err := k.Operator.Get(ctx, request.ID)
+	if err != nil {
+		return fmt.Errorf("communitydeletiontest: read back request %s: %w", request.ID, err)
+	}
+	if done.Stage != lifecycle.StageRetentionPending {
+		return fmt.Errorf("communitydeletiontest: the deletion stopped at %s, not %s", done.Stage, lifecycle.StageRetentionPending)
+	}
+	return nil
+}
+
+// userTables selects the tables a scan covers: every table (a partitioned
+// one as a whole) outside the system schemas, less the control plane's own
+// tables beside communities, which keep the deletion's record by design.
+const userTables = `
+	FROM pg_class c
+	JOIN pg_namespace n ON n.oid = c.relnamespace
+	WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
+	  AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+	  AND n.nspname !~ '^pg_(toast|temp_|toast_temp_)'
+	  AND NOT (c.relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = 'communities'::regclass)
+	           AND community_deletion_control_table(c.relname::text))`
+
+// leftoverRows scans every uuid, text and json column of the user tables for
+// community's id and returns one line per column that still holds it.
+func (k *Kit) leftoverRows(ctx context.Context, community uuid.UUID) ([]string, error) {
+	rows, err := k.owner.Query(ctx, `SELECT n.nspname::text, c.relname::text, a.attname::text, a.atttypid::regtype::text
+	FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+	WHERE a.attnum > 0 AND NOT a.attisdropped
+	  AND a.atttypid IN ('uuid'::regtype, 'text'::regtype, 'character varying'::regtype, 'character'::regtype,
+	                     'json'::regtype, 'jsonb'::regtype)
+	  AND c.oid IN (SELECT c.oid`+userTables+`)
+	ORDER BY 1, 2, a.attnum`)
+	if err != nil {
+		return nil, fmt.Errorf("communitydeletiontest: list the columns to scan: %w", err)
+	}
+	type column struct{ schema, table, name, typ string }
+	cols, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (column, error) {
+		var c column
+		return c, r.Scan(&c.schema, &c.table, &c.name, &c.typ)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("communitydeletiontest: list the columns to scan: %w", err)
+	}
+	var problems []string
+	for _, c := range cols {
+		ident := pgx.Identifier{c.name}.Sanitize()
+		where := "strpos(lower(" + ident + "::text), $1) > 0"
+		if c.typ == "uuid" {
+			where = ident + " = $1::uuid"
+		}
+		var n int64
+		query := "SELECT count(*) FROM " + pgx.Identifier{c.schema, c.table}.Sanitize() + " WHERE " + where
+		if err := k.owner.QueryRow(ctx, query, community.String()).Scan(&n); err != nil {
+			return nil, fmt.Errorf("communitydeletiontest: scan %s.%s.%s: %w", c.schema, c.table, c.name, err)
+		}
+		if n > 0 {
+			problems = append(problems, fmt.Sprintf("%d row(s) of %s.%s still hold community %s in column %s (%s)",
+				n, c.schema, c.table, community, c.name, c.typ))
+		}
+	}
+	return problems, nil
+}
+
+// fingerprint digests, per table, the rows of every community but this one:
+// communities' other rows, and the rows of each user table with a
+// community_id column whose value is another community.
+func (k *Kit) fingerprint(ctx context.Context, community uuid.UUID) (map[string]string, error) {
+	rows, err := k.owner.Query(ctx, `SELECT n.nspname::text, c.relname::text`+userTables+`
+	  AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'community_id' AND NOT a.attisdropped)
+	ORDER BY 1, 2`)
+	if err != nil {
+		return nil, fmt.Errorf("communitydeletiontest: list the tenant tables: %w", err)
+	}
+	tables, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([2]string, error) {
+		var t [2]string
+		return t, r.Scan(&t[0], &t[1])
+	})
+	if err != nil {
+		return nil, fmt.Errorf("communitydeletiontest: list the tenant tables: %w", err)
+	}
+	sums := make(map[string]string, len(tables)+1)
+	digest := func(name, from, where string) error {
+		var n int64
+		var sum string
+		query := "SELECT count(*), coalesce(md5(string_agg(md5(t::text), '' ORDER BY md5(t::text))), '') FROM " + from + " t WHERE " + where
+		if err := k.owner.QueryRow(ctx, query, community).Scan(&n, &sum); err != nil {
+			return fmt.Errorf("communitydeletiontest: fingerprint %s: %w", name, err)
+		}
+		sums[name] = fmt.Sprintf("%d rows, md5 %.8s", n, sum)
+		return nil
+	}
+	if err := digest("communities", "communities", "id <> $1"); err != nil {
+		return nil, err
+	}
+	for _, t := range tables {
+		name := t[0] + "." + t[1]
+		if err := digest(name, pgx.Identifier{t[0], t[1]}.Sanitize(), "community_id::text <> $1::text"); err != nil {
+			return nil, err
+		}
+	}
+	return sums, nil
+}

@@ -1,0 +1,183 @@
+package communitydeletiontest_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/tombstoneworks/communitydeletion/communitydeletiontest"
+	"github.com/tombstoneworks/communitydeletion/executor"
+)
+
+func TestRequireCoverageCatchesAForgottenTable(t *testing.T) {
+	t.Parallel()
+	kit := communitydeletiontest.Start(t, communitydeletiontest.WithServiceMigrations(sqlMigration(serviceSchema)))
+	got := record(t, kit.RequireCoverage)
+	if got.fatal {
+		t.Fatalf("RequireCoverage stopped the test: %q", got.lines)
+	}
+	want := []string{"communitydeletiontest: coverage: table reminders holds tenant data but is not registered; " +
+		"register it with attach_community_write_fence (purge action 'delete', or 'nullify' for rows kept after a deletion)"}
+	if !slices.Equal(got.lines, want) {
+		t.Fatalf("RequireCoverage reported\n%s\nwant\n%s", strings.Join(got.lines, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestRequireCoveragePassesOnceAttached(t *testing.T) {
+	t.Parallel()
+	kit := communitydeletiontest.Start(t, communitydeletiontest.WithServiceMigrations(sqlMigration(serviceSchema)),
+		communitydeletiontest.WithServiceMigrations(sqlMigration(attachReminders)))
+	kit.RequireCoverage(t)
+}
+
+func TestRequireCoverageReportsAnUnfencedTable(t *testing.T) {
+	t.Parallel()
+	kit := communitydeletiontest.Start(t, communitydeletiontest.WithServiceMigrations(sqlMigration(serviceSchema)),
+		communitydeletiontest.WithServiceMigrations(sqlMigration(attachReminders+
+			`
+			DO $$ DECLARE name text; BEGIN
+			  FOR name IN SELECT tgname FROM pg_trigger WHERE tgrelid = 'notes'::regclass
+			      AND tgfoid = 'enforce_community_write_fence()'::regprocedure LOOP
+			    EXECUTE format('ALTER TABLE notes DISABLE TRIGGER %I', name);
+			  END LOOP;
+			END $$;`)))
+	problems, err := kit.Coverage(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(problems) != 1 || !strings.HasPrefix(problems[0], "table notes is registered for 'delete' but lacks its write fence") {
+		t.Fatalf("Coverage reported %q, want notes unfenced", problems)
+	}
+}
+
+func TestDeleteAndVerifyDeletesACommunity(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	kit := communitydeletiontest.Start(t, communitydeletiontest.WithServiceMigrations(sqlMigration(serviceSchema)),
+		communitydeletiontest.WithServiceMigrations(sqlMigration(attachReminders)))
+	svc := service{url: kit.URL(communitydeletiontest.RoleOwner)}
+	doomed, err := svc.createCommunity(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bystander, err := svc.createCommunity(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	files := executor.NewFileObjectStore(root)
+	putFiles(t, root, doomed, "a.txt", "b/c.txt")
+	putFiles(t, root, bystander, "keep.txt")
+	cache := executor.NewMemoryCache()
+	cache.Put(doomed, "session:1")
+	cache.Put(bystander, "session:2")
+	serving := service{url: kit.URL(communitydeletiontest.RoleServing)}
+	if err := serving.writeNote(doomed)(ctx); err != nil {
+		t.Fatalf("the serving login cannot write before the deletion: %v", err)
+	}
+
+	kit.DeleteAndVerify(t, communitydeletiontest.DeleteParams{
+		CommunityID: doomed, Objects: files, Cache: cache,
+		Prefixes:   []string{"uploads/" + doomed.String() + "/"},
+		WritePaths: []func(ctx context.Context) error{serving.writeNote(doomed)},
+	})
+	if kept, err := files.Any(ctx, "uploads/"+bystander.String()+"/"); err != nil || !kept {
+		t.Fatalf("the bystander's files are gone (%v)", err)
+	}
+	if cache.Len(bystander) != 1 {
+		t.Fatal("the bystander's cache entry is gone")
+	}
+}
+
+func TestDeleteAndVerifyFindsALeftoverRowAndAnUnfencedWritePath(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	kit := communitydeletiontest.Start(t, communitydeletiontest.WithServiceMigrations(sqlMigration(serviceSchema)),
+		communitydeletiontest.WithServiceMigrations(sqlMigration(attachReminders)))
+	svc := service{url: kit.URL(communitydeletiontest.RoleOwner)}
+	doomed, err := svc.createCommunity(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.createCommunity(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The service logs the community's id in a table the registry cannot see.
+	if err := svc.exec(ctx, "INSERT INTO event_log (payload) VALUES ('created community ' || upper($1::text))", doomed); err != nil {
+		t.Fatal(err)
+	}
+	serving := service{url: kit.URL(communitydeletiontest.RoleServing)}
+	logEvent := func(ctx context.Context) error {
+		return serving.exec(ctx, "INSERT INTO event_log (payload) VALUES ('late write')")
+	}
+	got := record(t, func(tb testing.TB) {
+		tb.Helper()
+		kit.DeleteAndVerify(tb, communitydeletiontest.DeleteParams{
+			CommunityID: doomed, Objects: executor.NewFileObjectStore(t.TempDir()),
+			Prefixes:   []string{"uploads/" + doomed.String() + "/"},
+			WritePaths: []func(ctx context.Context) error{serving.writeNote(doomed), logEvent},
+		})
+	})
+	if got.fatal {
+		t.Fatalf("DeleteAndVerify stopped the test: %q", got.lines)
+	}
+	want := []string{
+		"communitydeletiontest: delete and verify: write path 2 succeeded for deleted community " + doomed.String() +
+			"; it writes a table without the write fence (register the table, or call assert_community_write_allowed)",
+		"communitydeletiontest: delete and verify: 1 row(s) of public.event_log still hold community " + doomed.String() +
+			" in column payload (text)",
+	}
+	if !slices.Equal(got.lines, want) {
+		t.Fatalf("DeleteAndVerify reported\n%s\nwant\n%s", strings.Join(got.lines, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestDeleteAndVerifyFindsABystanderChanged(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	kit := communitydeletiontest.Start(t, communitydeletiontest.WithServiceMigrations(sqlMigration(serviceSchema)),
+		communitydeletiontest.WithServiceMigrations(sqlMigration(attachReminders)))
+	svc := service{url: kit.URL(communitydeletiontest.RoleOwner)}
+	doomed, err := svc.createCommunity(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bystander, err := svc.createCommunity(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A buggy write path that edits another community's notes.
+	serving := service{url: kit.URL(communitydeletiontest.RoleServing)}
+	editBystander := func(ctx context.Context) error {
+		return serving.exec(ctx, "UPDATE notes SET body = 'edited' WHERE community_id = $1", bystander)
+	}
+	got := record(t, func(tb testing.TB) {
+		tb.Helper()
+		kit.DeleteAndVerify(tb, communitydeletiontest.DeleteParams{
+			CommunityID: doomed, Objects: executor.NewFileObjectStore(t.TempDir()),
+			Prefixes:   []string{"uploads/" + doomed.String() + "/"},
+			WritePaths: []func(ctx context.Context) error{editBystander},
+		})
+	})
+	if len(got.lines) != 2 || !strings.HasPrefix(got.lines[1],
+		"communitydeletiontest: delete and verify: table public.notes: other communities' rows changed (3 rows, md5 ") {
+		t.Fatalf("DeleteAndVerify reported\n%s\nwant the write path and the changed bystander notes", strings.Join(got.lines, "\n"))
+	}
+}
+
+func TestRequireCoverageReportsAPurgeOrderCycle(t *testing.T) {
+	t.Parallel()
+	kit := communitydeletiontest.Start(t, communitydeletiontest.WithServiceMigrations(sqlMigration(serviceSchema+attachReminders+`
+		CREATE TABLE boards (id bigint PRIMARY KEY, community_id uuid NOT NULL REFERENCES communities (id), pinned_card bigint);
+		CREATE TABLE cards (id bigint PRIMARY KEY, community_id uuid NOT NULL REFERENCES communities (id),
+		                    board_id bigint NOT NULL REFERENCES boards (id));
+		ALTER TABLE boards ADD CONSTRAINT boards_pinned_card_fkey FOREIGN KEY (pinned_card) REFERENCES cards (id);
+		SELECT attach_community_write_fence('boards');
+		SELECT attach_community_write_fence('cards');`)))
+	got := record(t, kit.RequireCoverage)
+	if len(got.lines) != 1 || !strings.HasPrefix(got.lines[0], "communitydeletiontest: coverage: the purge order cannot be computed: ") ||
+		!strings.Contains(got.lines[0], "boards") || !strings.Contains(got.lines[0], "cards") {
+		t.Fatalf("RequireCoverage reported %q, want the boards/cards cycle", got.lines)
+	}
+}
