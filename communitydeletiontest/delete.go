@@ -31,8 +31,9 @@ type DeleteParams struct {
 	// second operator approves. Required, even for an empty store.
 	Prefixes []string
 	// WritePaths are the service's own write paths for the community. Each
-	// is run once the deletion has finished (the fence then holds for good)
-	// and must fail with a write-fence refusal.
+	// is run twice, right after the fence commits (before anything is
+	// deleted) and once the deletion has finished, and must fail with a
+	// write-fence refusal both times.
 	WritePaths []func(ctx context.Context) error
 }
 
@@ -43,8 +44,8 @@ const maxKeysShown = 5
 // problem found afterwards. An operator submits the deletion and freezes an
 // inventory listing p.Prefixes in p.Objects, a second operator approves it
 // without a grace period, and the real executor (executor.Runner) runs it to
-// retention_pending. Then it checks that every write path is refused by the
-// write fence; that no row of any table in any non-system schema (the
+// retention_pending. It checks that every write path is refused by the
+// write fence, right after the fence and again at the end; that no row of any table in any non-system schema (the
 // control plane's own records excepted) carries the community's id in a
 // uuid, text or json column; that no object is left under the prefixes; that
 // the cache holds nothing of it; and that every other community's rows in
@@ -62,19 +63,11 @@ func (k *Kit) DeleteAndCheck(ctx context.Context, p DeleteParams) ([]string, err
 	if err != nil {
 		return nil, err
 	}
-	if err := k.delete(ctx, p); err != nil {
+	problems, err := k.delete(ctx, p)
+	if err != nil {
 		return nil, err
 	}
-	var problems []string
-	for i, write := range p.WritePaths {
-		err := write(ctx)
-		switch {
-		case err == nil:
-			problems = append(problems, fmt.Sprintf("write path %d succeeded for deleted community %s; it writes a table without the write fence (register the table, or call assert_community_write_allowed)", i+1, p.CommunityID))
-		case !lifecycle.IsWriteFenceRefusal(err):
-			problems = append(problems, fmt.Sprintf("write path %d failed but not with a write-fence refusal: %v", i+1, err))
-		}
-	}
+	problems = append(problems, writePaths(ctx, p, "after its deletion")...)
 	leftovers, err := k.leftoverRows(ctx, p.CommunityID)
 	if err != nil {
 		return nil, err
@@ -133,50 +126,81 @@ const (
 	owner     = "communitydeletiontest-executor"
 )
 
-// delete runs the deletion of p.CommunityID to retention_pending.
-func (k *Kit) delete(ctx context.Context, p DeleteParams) error {
+// writePaths runs p's write paths and returns a line for each one the write
+// fence did not refuse, saying when it ran.
+func writePaths(ctx context.Context, p DeleteParams, when string) []string {
+	var problems []string
+	for i, write := range p.WritePaths {
+		err := write(ctx)
+		switch {
+		case err == nil:
+			problems = append(problems, fmt.Sprintf("write path %d succeeded for community %s %s; it writes a table without the write fence (register the table, or call assert_community_write_allowed first)", i+1, p.CommunityID, when))
+		case !lifecycle.IsWriteFenceRefusal(err):
+			problems = append(problems, fmt.Sprintf("write path %d failed %s, but not with a write-fence refusal: %v", i+1, when, err))
+		}
+	}
+	return problems
+}
+
+// delete runs the deletion of p.CommunityID to retention_pending, running
+// the write paths once the fence has committed, and returns what they let
+// through.
+func (k *Kit) delete(ctx context.Context, p DeleteParams) ([]string, error) {
 	var host string
 	if err := k.owner.QueryRow(ctx, "SELECT host FROM communities WHERE id = $1", p.CommunityID).Scan(&host); err != nil {
-		return fmt.Errorf("communitydeletiontest: look up community %s (the service must insert its communities row): %w", p.CommunityID, err)
+		return nil, fmt.Errorf("communitydeletiontest: look up community %s (the service must insert its communities row): %w", p.CommunityID, err)
 	}
 	storage, err := executor.SummarizeStorage(ctx, p.Objects, p.Prefixes)
 	if err != nil {
-		return fmt.Errorf("communitydeletiontest: list the prefixes: %w", err)
+		return nil, fmt.Errorf("communitydeletiontest: list the prefixes: %w", err)
 	}
 	request, err := k.Operator.Submit(ctx, host, requester, "DeleteAndVerify")
 	if err != nil {
-		return fmt.Errorf("communitydeletiontest: submit: %w", err)
+		return nil, fmt.Errorf("communitydeletiontest: submit: %w", err)
 	}
 	schema, err := k.Operator.InventorySchema(ctx, p.CommunityID)
 	if err != nil {
-		return fmt.Errorf("communitydeletiontest: inventory: %w", err)
+		return nil, fmt.Errorf("communitydeletiontest: inventory: %w", err)
 	}
 	if _, err := k.Operator.FreezeInventory(ctx, request.ID, lifecycle.FrozenInventory{Schema: *schema, Storage: storage}); err != nil {
-		return fmt.Errorf("communitydeletiontest: freeze the inventory: %w", err)
+		return nil, fmt.Errorf("communitydeletiontest: freeze the inventory: %w", err)
 	}
 	var noGrace time.Duration
 	if _, err := k.Approver.ApproveWithParams(ctx, request.ID, lifecycle.ApproveParams{ApprovedBy: approver, GracePeriod: &noGrace}); err != nil {
-		return fmt.Errorf("communitydeletiontest: approve: %w", err)
+		return nil, fmt.Errorf("communitydeletiontest: approve: %w", err)
 	}
-	runner, err := executor.New(executor.Config{Engine: k.Engine, Objects: p.Objects, Cache: p.Cache, Owner: owner})
+	var fenced []string
+	ranFenced := false
+	progress := func(ev executor.Event) {
+		// Synchronous on the executor's goroutine, right after the fence
+		// committed and before anything is deleted.
+		if ev.Stage == lifecycle.StageFenced && !ranFenced {
+			ranFenced = true
+			fenced = writePaths(ctx, p, "while it was fenced")
+		}
+	}
+	runner, err := executor.New(executor.Config{Engine: k.Engine, Objects: p.Objects, Cache: p.Cache, Owner: owner, Progress: progress})
 	if err != nil {
-		return fmt.Errorf("communitydeletiontest: %w", err)
+		return nil, fmt.Errorf("communitydeletiontest: %w", err)
 	}
 	claimed, err := runner.RunRequest(ctx, request.ID)
 	if err != nil {
-		return fmt.Errorf("communitydeletiontest: run the deletion: %w", err)
+		return nil, fmt.Errorf("communitydeletiontest: run the deletion: %w", err)
 	}
 	if !claimed {
-		return fmt.Errorf("communitydeletiontest: the executor could not claim request %s", request.ID)
+		return nil, fmt.Errorf("communitydeletiontest: the executor could not claim request %s", request.ID)
 	}
 	done, err := k.Operator.Get(ctx, request.ID)
 	if err != nil {
-		return fmt.Errorf("communitydeletiontest: read back request %s: %w", request.ID, err)
+		return nil, fmt.Errorf("communitydeletiontest: read back request %s: %w", request.ID, err)
 	}
 	if done.Stage != lifecycle.StageRetentionPending {
-		return fmt.Errorf("communitydeletiontest: the deletion stopped at %s, not %s", done.Stage, lifecycle.StageRetentionPending)
+		return nil, fmt.Errorf("communitydeletiontest: the deletion stopped at %s, not %s", done.Stage, lifecycle.StageRetentionPending)
 	}
-	return nil
+	if !ranFenced {
+		return nil, errors.New("communitydeletiontest: the executor never reported the fenced stage, so the write paths did not run under the fence")
+	}
+	return fenced, nil
 }
 
 // userTables selects the tables a scan covers: every table (a partitioned

@@ -33,7 +33,8 @@
 // text or json column of any table outside the system schemas (registered
 // or not), every object left under the prefixes, a cache not empty for the
 // community, another community's rows changed, and every write path not
-// refused by the write fence. Coverage and DeleteAndCheck return the same
+// refused by the write fence, run right after the fence commits and again
+// at the end. Coverage and DeleteAndCheck return the same
 // findings as lines, for code without a testing.TB.
 //
 // The kit follows today's tenant model: tenant tables keyed by a
