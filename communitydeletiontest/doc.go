@@ -10,7 +10,9 @@
 // database has this project's migrations, then the service's
 // (WithServiceMigrations), logins for the deployment roles (URL) and
 // lifecycle clients over them (Kit.Operator, Kit.Approver, Kit.Engine,
-// Kit.Serving).
+// Kit.Serving). The server is shared by every kit of the test binary and
+// removed when the process exits; each kit's database is its own and is
+// dropped by Close.
 //
 //	func TestDeletion(t *testing.T) {
 //		kit := communitydeletiontest.Start(t, communitydeletiontest.WithServiceMigrations(migrate))
