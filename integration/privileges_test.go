@@ -831,7 +831,7 @@ func TestEveryInstalledFunctionIsSealed(t *testing.T) {
 	publicOK := map[string]bool{
 		"attach_community_write_fence(regclass,text)": true, "detach_community_write_fence(regclass)": true,
 		"community_deletion_register_table(regclass,text)": true, "community_deletion_unregister_table(text)": true,
-		"enforce_community_write_fence()": true,
+		"enforce_community_write_fence()": true, "community_deletion_control_table(text)": true,
 	}
 	require.NotEmpty(t, functions)
 	for _, f := range functions {

@@ -158,6 +158,9 @@ var legacyProbes = map[int64][]check{
 		function("community_deletion_receipt_chain_head()"),
 		trigger("community_deletion_requests", "community_deletion_requests_receipt_required"),
 	},
+	18: { // 00018_community_deletion_registry_hardening.sql
+		functionBody("community_deletion_register_table(regclass,text)", "it is a temporary table"),
+	},
 }
 
 // querier is what probes and the version-table reads run on: a *sql.DB,
