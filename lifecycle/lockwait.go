@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -27,7 +28,8 @@ var ErrLockWait = errors.New("lifecycle: lock wait timed out")
 // matches ErrLockWait.
 type LockWaitError struct {
 	// Lock names the lock: "the deletion lock of community <id>", "the
-	// schema-destruction lock" or "a row lock".
+	// schema-destruction lock", "a row lock of <table> (tuple (<block>,<n>))"
+	// when PostgreSQL said which row, or "a row lock".
 	Lock string
 	// Waited is the bound the step waited for.
 	Waited time.Duration
@@ -37,7 +39,15 @@ type LockWaitError struct {
 
 	community *uuid.UUID
 	schema    bool
+	row       *lockedRow
 	cause     error
+}
+
+// lockedRow is the row a timed-out row lock wait was for, as PostgreSQL's
+// error context names it.
+type lockedRow struct {
+	table string
+	tuple string
 }
 
 // LockHolder is one holder of a lock.
@@ -48,8 +58,11 @@ type LockHolder struct {
 	Role string
 	// ApplicationName is the session's application_name, when visible.
 	ApplicationName string
-	// Mode is the lock mode held.
+	// Mode is the lock mode held ("row lock" for a row's holder).
 	Mode string
+	// State is the session's state ("idle in transaction"), when visible:
+	// set for a row lock's holders.
+	State string
 	// PreparedGID is the prepared transaction's gid, or "".
 	PreparedGID string
 }
@@ -57,6 +70,10 @@ type LockHolder struct {
 func (h LockHolder) String() string {
 	if h.PreparedGID != "" {
 		return fmt.Sprintf("prepared transaction %q (role %s, %s)", h.PreparedGID, orUnknown(h.Role), h.Mode)
+	}
+	if h.State != "" {
+		return fmt.Sprintf("pid %d (role %s, application_name %q, state %s, %s)",
+			h.PID, orUnknown(h.Role), h.ApplicationName, h.State, h.Mode)
 	}
 	return fmt.Sprintf("pid %d (role %s, application_name %q, %s)", h.PID, orUnknown(h.Role), h.ApplicationName, h.Mode)
 }
@@ -118,6 +135,24 @@ func lockSchemaShared(ctx context.Context, q *dbgen.Queries) error {
 	return nil
 }
 
+// waitedTuple matches the context PostgreSQL gives a lock_timeout while a
+// statement waited for a row's locker: "while locking tuple (0,5) in
+// relation "communities"" (or updating, deleting).
+var waitedTuple = regexp.MustCompile(`while (?:locking|updating|deleting) tuple (\(\d+,\d+\)) in relation "([^"]+)"`)
+
+// rowLockWait is the LockWaitError of a timed-out row lock wait, naming the
+// row when the error's context does.
+func rowLockWait(err error) *LockWaitError {
+	lw := &LockWaitError{Lock: "a row lock", cause: err}
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
+		if m := waitedTuple.FindStringSubmatch(pgErr.Where); m != nil {
+			lw.row = &lockedRow{table: m[2], tuple: m[1]}
+			lw.Lock = fmt.Sprintf("a row lock of %s (tuple %s)", m[2], m[1])
+		}
+	}
+	return lw
+}
+
 // describeTimeout bounds the short transaction that names a lock's holders.
 const describeTimeout = 5 * time.Second
 
@@ -130,16 +165,20 @@ func (s *store) describeLockWait(ctx context.Context, err error) error {
 		if !isLockTimeout(err) {
 			return err
 		}
-		lw = &LockWaitError{Lock: "a row lock", cause: err}
+		lw = rowLockWait(err)
 		err = lw
 	}
 	lw.Waited = s.lockWait
-	if lw.community == nil && !lw.schema {
+	if lw.community == nil && !lw.schema && lw.row == nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), describeTimeout)
 	defer cancel()
 	q := dbgen.New(s.pool)
+	if lw.row != nil {
+		lw.Holders = rowLockHolders(ctx, q, *lw.row)
+		return err
+	}
 	var key int64
 	var keyErr error
 	if lw.schema {
@@ -160,4 +199,39 @@ func (s *store) describeLockWait(ctx context.Context, err error) error {
 		})
 	}
 	return err
+}
+
+// rowLockHolders names who holds a lock on row, for the two control tables
+// lifecycle steps lock rows of: the running transaction in the row's xmax,
+// found in pg_locks, with its session's pid, role, application_name and
+// state (or a prepared transaction's gid). The waiter's own
+// pg_blocking_pids() is empty once its wait has timed out; the row still
+// names its locker. Best effort: nil when the row, its table or its holder
+// cannot be read.
+func rowLockHolders(ctx context.Context, q *dbgen.Queries, row lockedRow) []LockHolder {
+	var holders []LockHolder
+	add := func(pid int32, role, app, state, gid string) {
+		holders = append(holders, LockHolder{
+			PID: pid, Role: role, ApplicationName: app, State: state, Mode: "row lock", PreparedGID: gid,
+		})
+	}
+	switch row.table {
+	case "communities":
+		rows, err := q.CommunityRowLockHoldersList(ctx, row.tuple)
+		if err != nil {
+			return nil
+		}
+		for _, h := range rows {
+			add(h.Pid, h.RoleName, h.ApplicationName, h.State, h.PreparedGid)
+		}
+	case "community_deletion_requests":
+		rows, err := q.RequestRowLockHoldersList(ctx, row.tuple)
+		if err != nil {
+			return nil
+		}
+		for _, h := range rows {
+			add(h.Pid, h.RoleName, h.ApplicationName, h.State, h.PreparedGid)
+		}
+	}
+	return holders
 }

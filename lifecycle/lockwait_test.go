@@ -105,3 +105,58 @@ func TestClaimBoundsItsWaitForTheSchemaLock(t *testing.T) {
 	require.Len(t, lw.Holders, 1)
 	require.Equal(t, "ExclusiveLock", lw.Holders[0].Mode)
 }
+
+// A lifecycle step waits for a row lock (of its request or its community)
+// at most its bound, then fails with a *LockWaitError that names the row
+// and the session holding it: pid, role, application_name and state. It
+// changes nothing, and succeeds once the row is free.
+func TestLifecycleStepRowLockWaitNamesTheHolder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	const wait = 200 * time.Millisecond
+	store, err := lifecycle.NewEngine(ctx, b.Pool, &lifecycle.Opts{LockWait: wait})
+	require.NoError(t, err)
+	_, token := testfactory.Request(ctx, t, b.DB, &testfactory.RequestOpts{Stage: lifecycle.StageApproved, Claimed: true})
+	before := b.snapshot(t, token.RequestID)
+
+	holder, err := pgx.Connect(ctx, b.URL+"&application_name=row-squatter")
+	require.NoError(t, err)
+	defer holder.Close(context.WithoutCancel(ctx))
+	var pid int32
+	require.NoError(t, holder.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid))
+
+	for table, lock := range map[string]string{
+		"community_deletion_requests": "SELECT 1 FROM community_deletion_requests WHERE id = $1 FOR UPDATE",
+		"communities":                 "SELECT 1 FROM communities WHERE id = $1 FOR NO KEY UPDATE",
+	} {
+		id := token.RequestID
+		if table == "communities" {
+			id = token.CommunityID
+		}
+		_, err = holder.Exec(ctx, "BEGIN")
+		require.NoError(t, err)
+		_, err = holder.Exec(ctx, lock, id)
+		require.NoError(t, err)
+
+		started := time.Now()
+		err = store.BeginQuiescing(ctx, token)
+		require.ErrorIs(t, err, lifecycle.ErrLockWait, table)
+		require.Less(t, time.Since(started), 10*wait, "the wait is bounded")
+		var lw *lifecycle.LockWaitError
+		require.ErrorAs(t, err, &lw)
+		require.Equal(t, wait, lw.Waited)
+		require.Contains(t, lw.Lock, "a row lock of "+table+" (tuple (")
+		require.Len(t, lw.Holders, 1, table)
+		require.Equal(t, pid, lw.Holders[0].PID)
+		require.Equal(t, "postgres", lw.Holders[0].Role)
+		require.Equal(t, "row-squatter", lw.Holders[0].ApplicationName)
+		require.Equal(t, "idle in transaction", lw.Holders[0].State)
+		require.Contains(t, err.Error(), fmt.Sprintf(`held by pid %d (role postgres, application_name "row-squatter", state idle in transaction, row lock)`, pid))
+		require.Equal(t, before, b.snapshot(t, token.RequestID), "nothing changed")
+
+		_, err = holder.Exec(ctx, "ROLLBACK")
+		require.NoError(t, err)
+	}
+	require.NoError(t, store.BeginQuiescing(ctx, token), "the rows are free again")
+}

@@ -35,6 +35,59 @@ func (q *Queries) CommunityDeletionLockShared(ctx context.Context, communityID u
 	return err
 }
 
+const communityRowLockHoldersList = `-- name: CommunityRowLockHoldersList :many
+SELECT coalesce(l.pid, 0)::integer AS pid,
+       coalesce(a.usename::text, p.owner::text, '')::text AS role_name,
+       coalesce(a.application_name, '')::text AS application_name,
+       coalesce(a.state, '')::text AS state,
+       coalesce(p.gid, '')::text AS prepared_gid
+FROM communities c
+JOIN pg_catalog.pg_locks l ON l.locktype = 'transactionid' AND l.granted AND l.mode = 'ExclusiveLock'
+    AND l.transactionid = c.xmax
+LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+LEFT JOIN pg_catalog.pg_prepared_xacts p ON p.transaction = l.transactionid
+WHERE c.ctid = CAST($1::text AS tid)
+ORDER BY 1, 5
+`
+
+type CommunityRowLockHoldersListRow struct {
+	Pid             int32
+	RoleName        string
+	ApplicationName string
+	State           string
+	PreparedGid     string
+}
+
+// The sessions and prepared transactions that hold a lock on the row of
+// communities at @tuple (a ctid a lock wait named): the transaction in the
+// row's xmax while it is still running. A row locked by several
+// transactions at once (a multixact) names none.
+func (q *Queries) CommunityRowLockHoldersList(ctx context.Context, tuple string) ([]CommunityRowLockHoldersListRow, error) {
+	rows, err := q.db.Query(ctx, communityRowLockHoldersList, tuple)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []CommunityRowLockHoldersListRow{}
+	for rows.Next() {
+		var i CommunityRowLockHoldersListRow
+		if err := rows.Scan(
+			&i.Pid,
+			&i.RoleName,
+			&i.ApplicationName,
+			&i.State,
+			&i.PreparedGid,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const communityWriteAssertAllowed = `-- name: CommunityWriteAssertAllowed :exec
 SELECT assert_community_write_allowed($1::uuid)
 `
@@ -99,6 +152,56 @@ func (q *Queries) LockHoldersList(ctx context.Context, lockKey int64) ([]LockHol
 			&i.RoleName,
 			&i.ApplicationName,
 			&i.LockMode,
+			&i.PreparedGid,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const requestRowLockHoldersList = `-- name: RequestRowLockHoldersList :many
+SELECT coalesce(l.pid, 0)::integer AS pid,
+       coalesce(a.usename::text, p.owner::text, '')::text AS role_name,
+       coalesce(a.application_name, '')::text AS application_name,
+       coalesce(a.state, '')::text AS state,
+       coalesce(p.gid, '')::text AS prepared_gid
+FROM community_deletion_requests r
+JOIN pg_catalog.pg_locks l ON l.locktype = 'transactionid' AND l.granted AND l.mode = 'ExclusiveLock'
+    AND l.transactionid = r.xmax
+LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+LEFT JOIN pg_catalog.pg_prepared_xacts p ON p.transaction = l.transactionid
+WHERE r.ctid = CAST($1::text AS tid)
+ORDER BY 1, 5
+`
+
+type RequestRowLockHoldersListRow struct {
+	Pid             int32
+	RoleName        string
+	ApplicationName string
+	State           string
+	PreparedGid     string
+}
+
+// As CommunityRowLockHoldersList, for a row of community_deletion_requests.
+func (q *Queries) RequestRowLockHoldersList(ctx context.Context, tuple string) ([]RequestRowLockHoldersListRow, error) {
+	rows, err := q.db.Query(ctx, requestRowLockHoldersList, tuple)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RequestRowLockHoldersListRow{}
+	for rows.Next() {
+		var i RequestRowLockHoldersListRow
+		if err := rows.Scan(
+			&i.Pid,
+			&i.RoleName,
+			&i.ApplicationName,
+			&i.State,
 			&i.PreparedGid,
 		); err != nil {
 			return nil, err

@@ -70,6 +70,11 @@ type Querier interface {
 	// operator is not the executor: the SECURITY DEFINER function authorizes
 	// exactly this step for this transaction.
 	CommunityRestoreActive(ctx context.Context, arg CommunityRestoreActiveParams) (int64, error)
+	// The sessions and prepared transactions that hold a lock on the row of
+	// communities at @tuple (a ctid a lock wait named): the transaction in the
+	// row's xmax while it is still running. A row locked by several
+	// transactions at once (a multixact) names none.
+	CommunityRowLockHoldersList(ctx context.Context, tuple string) ([]CommunityRowLockHoldersListRow, error)
 	CommunityScopedTableAttach(ctx context.Context, arg CommunityScopedTableAttachParams) error
 	CommunityScopedTableList(ctx context.Context) ([]CommunityScopedTable, error)
 	// The explicit write admission: refuses REPEATABLE READ and SERIALIZABLE with
@@ -295,6 +300,8 @@ type Querier interface {
 	// The completed checkpoints of the units that moved a request from stage
 	// to stage: at most one row per (stage, unit), found through the unit index.
 	ReceiptStageCheckpoints(ctx context.Context, arg ReceiptStageCheckpointsParams) ([]ReceiptStageCheckpointsRow, error)
+	// As CommunityRowLockHoldersList, for a row of community_deletion_requests.
+	RequestRowLockHoldersList(ctx context.Context, tuple string) ([]RequestRowLockHoldersListRow, error)
 	SchemaDestructionLockKey(ctx context.Context) (int64, error)
 	// Takes the schema-destruction lock shared until the transaction ends; a
 	// running migration holds it exclusively.

@@ -53,3 +53,36 @@ SELECT coalesce(holder.pid, 0)::integer AS pid,
        coalesce(holder.prepared_gid, '')::text AS prepared_gid
 FROM community_deletion_lock_holders(@lock_key::bigint)
     AS holder (pid, role_name, application_name, lock_mode, prepared_gid);
+
+-- name: CommunityRowLockHoldersList :many
+-- The sessions and prepared transactions that hold a lock on the row of
+-- communities at @tuple (a ctid a lock wait named): the transaction in the
+-- row's xmax while it is still running. A row locked by several
+-- transactions at once (a multixact) names none.
+SELECT coalesce(l.pid, 0)::integer AS pid,
+       coalesce(a.usename::text, p.owner::text, '')::text AS role_name,
+       coalesce(a.application_name, '')::text AS application_name,
+       coalesce(a.state, '')::text AS state,
+       coalesce(p.gid, '')::text AS prepared_gid
+FROM communities c
+JOIN pg_catalog.pg_locks l ON l.locktype = 'transactionid' AND l.granted AND l.mode = 'ExclusiveLock'
+    AND l.transactionid = c.xmax
+LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+LEFT JOIN pg_catalog.pg_prepared_xacts p ON p.transaction = l.transactionid
+WHERE c.ctid = CAST(@tuple::text AS tid)
+ORDER BY 1, 5;
+
+-- name: RequestRowLockHoldersList :many
+-- As CommunityRowLockHoldersList, for a row of community_deletion_requests.
+SELECT coalesce(l.pid, 0)::integer AS pid,
+       coalesce(a.usename::text, p.owner::text, '')::text AS role_name,
+       coalesce(a.application_name, '')::text AS application_name,
+       coalesce(a.state, '')::text AS state,
+       coalesce(p.gid, '')::text AS prepared_gid
+FROM community_deletion_requests r
+JOIN pg_catalog.pg_locks l ON l.locktype = 'transactionid' AND l.granted AND l.mode = 'ExclusiveLock'
+    AND l.transactionid = r.xmax
+LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+LEFT JOIN pg_catalog.pg_prepared_xacts p ON p.transaction = l.transactionid
+WHERE r.ctid = CAST(@tuple::text AS tid)
+ORDER BY 1, 5;
