@@ -321,9 +321,14 @@ func (o *Operator) Inspect(ctx context.Context, id uuid.UUID) (*Inspection, erro
 // FreezeInventory freezes inv as the inventory of the submitted request id
 // and moves it to inventoried, in one step: the schema and storage manifests,
 // the whole inventory and its digest (FrozenInventory.Digest) are written
-// once and never change. inv must pass ValidateStorageManifest and
-// ValidateSchemaManifest (else ErrInvalidInput). A request that is not an
-// unblocked submitted request is refused with ErrRefused.
+// together. On an unblocked inventoried request it replaces the frozen
+// inventory (a re-inventory); once approved, the approval binds the digest
+// and only abort and resubmit change it. inv must pass
+// ValidateStorageManifest and ValidateSchemaManifest (else ErrInvalidInput)
+// and, when the deployment declared a storage layout, freeze exactly its
+// object prefixes for the request's community (else ErrRefused). A request
+// that is not an unblocked submitted or inventoried request is refused with
+// ErrRefused.
 func (o *Operator) FreezeInventory(ctx context.Context, id uuid.UUID, inv FrozenInventory) (*Request, error) {
 	if err := ValidateStorageManifest(inv.Storage); err != nil {
 		return nil, err
@@ -342,8 +347,16 @@ func (o *Operator) FreezeInventory(ctx context.Context, id uuid.UUID, inv Frozen
 		if err != nil {
 			return err
 		}
-		if current.Stage != string(StageSubmitted) || current.BlockedAt != nil {
-			return refusef("deletion %s is %s, not an unblocked submitted request", id, describeStage(&current))
+		if (current.Stage != string(StageSubmitted) && current.Stage != string(StageInventoried)) || current.BlockedAt != nil {
+			return refusef("deletion %s is %s, not an unblocked submitted or inventoried request; "+
+				"to change what it deletes, abort it and submit a new one", id, describeStage(&current))
+		}
+		layout, err := readStorageLayout(ctx, q)
+		if err != nil {
+			return fmt.Errorf("read the storage layout: %w", err)
+		}
+		if err := checkDeclaredPrefixes(layout, current.CommunityID, inv.Storage); err != nil {
+			return err
 		}
 		row, err := q.DeletionRequestFreezeInventory(ctx, frozen)
 		if errors.Is(err, pgx.ErrNoRows) {

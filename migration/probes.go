@@ -161,6 +161,11 @@ var legacyProbes = map[int64][]check{
 	18: { // 00018_community_deletion_registry_hardening.sql
 		functionBody("community_deletion_register_table(regclass,text)", "it is a temporary table"),
 	},
+	19: { // 00019_community_deletion_storage_layout.sql
+		table("community_deletion_storage_layout"),
+		trigger("community_deletion_storage_layout", "community_deletion_storage_layout_guard"),
+		functionBody("enforce_community_deletion_request_guard()", "re-inventory"),
+	},
 }
 
 // querier is what probes and the version-table reads run on: a *sql.DB,

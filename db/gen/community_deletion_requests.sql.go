@@ -470,7 +470,7 @@ SET stage = 'inventoried',
     last_error = NULL,
     last_error_at = NULL
 WHERE id = $5
-  AND stage = 'submitted'
+  AND stage IN ('submitted', 'inventoried')
   AND blocked_at IS NULL
 RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role
 `
@@ -484,7 +484,9 @@ type DeletionRequestFreezeInventoryParams struct {
 }
 
 // Freezes the inventory of an unblocked submitted request and moves it to
-// inventoried. No row: the request is not an unblocked submitted request.
+// inventoried, or replaces the frozen inventory of an unblocked inventoried
+// request (the request guard refuses one with an approval). No row: the
+// request is neither.
 func (q *Queries) DeletionRequestFreezeInventory(ctx context.Context, arg DeletionRequestFreezeInventoryParams) (CommunityDeletionRequest, error) {
 	row := q.db.QueryRow(ctx, deletionRequestFreezeInventory,
 		arg.SchemaManifest,

@@ -168,6 +168,16 @@ type CommunityDeletionStepAuthorization struct {
 	AuthorizedBy  string
 }
 
+type CommunityDeletionStorageLayout struct {
+	Sequence   int64
+	Kind       string
+	Template   string
+	Action     string
+	Reason     string
+	DeclaredBy string
+	DeclaredAt time.Time
+}
+
 type CommunityScopedTable struct {
 	TableName    string
 	PurgeAction  string

@@ -157,7 +157,9 @@ type Querier interface {
 	// as jsonb (key order and white space aside).
 	DeletionRequestDestructiveStorageMatches(ctx context.Context, arg DeletionRequestDestructiveStorageMatchesParams) (bool, error)
 	// Freezes the inventory of an unblocked submitted request and moves it to
-	// inventoried. No row: the request is not an unblocked submitted request.
+	// inventoried, or replaces the frozen inventory of an unblocked inventoried
+	// request (the request guard refuses one with an approval). No row: the
+	// request is neither.
 	DeletionRequestFreezeInventory(ctx context.Context, arg DeletionRequestFreezeInventoryParams) (CommunityDeletionRequest, error)
 	DeletionRequestGet(ctx context.Context, id uuid.UUID) (CommunityDeletionRequest, error)
 	// Locks a request for an operator action and says, on the database clock,
@@ -339,6 +341,9 @@ type Querier interface {
 	// clock_timestamp(), so a lease that expired while the transaction waited
 	// for a lock is never taken as current.
 	ServingWriteLeaseValid(ctx context.Context, arg ServingWriteLeaseValidParams) (bool, error)
+	// The declared storage layout: every template whose newest row declares it
+	// (a later 'retire' row retires it), by kind and template.
+	StorageLayoutDeclared(ctx context.Context) ([]StorageLayoutDeclaredRow, error)
 	// The sweep that completed last. Served by storage_taxonomy_sweeps_completed_idx.
 	StorageTaxonomySweepGetLatest(ctx context.Context) (StorageTaxonomySweep, error)
 	// Records a completed sweep. Completion is clock_timestamp(); a start up to

@@ -137,7 +137,9 @@ WHERE id = @id
 
 -- name: DeletionRequestFreezeInventory :one
 -- Freezes the inventory of an unblocked submitted request and moves it to
--- inventoried. No row: the request is not an unblocked submitted request.
+-- inventoried, or replaces the frozen inventory of an unblocked inventoried
+-- request (the request guard refuses one with an approval). No row: the
+-- request is neither.
 UPDATE community_deletion_requests
 SET stage = 'inventoried',
     schema_manifest = @schema_manifest::jsonb,
@@ -148,7 +150,7 @@ SET stage = 'inventoried',
     last_error = NULL,
     last_error_at = NULL
 WHERE id = @id
-  AND stage = 'submitted'
+  AND stage IN ('submitted', 'inventoried')
   AND blocked_at IS NULL
 RETURNING *;
 

@@ -1,0 +1,141 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	dbgen "github.com/tombstoneworks/communitydeletion/db/gen"
+)
+
+// TenantPlaceholder is the one placeholder of a storage layout template:
+// ExpandLayout replaces it with the community's id.
+const TenantPlaceholder = "{tenant}"
+
+// LayoutKind names what a storage layout template describes.
+type LayoutKind string
+
+const (
+	// LayoutObjects templates are object-store key prefixes, such as
+	// "uploads/{tenant}/".
+	LayoutObjects LayoutKind = "objects"
+	// LayoutCache templates are cache key patterns, such as "ws:{tenant}:*".
+	LayoutCache LayoutKind = "cache"
+)
+
+// LayoutTemplate is one declared template of the storage layout.
+type LayoutTemplate struct {
+	Kind       LayoutKind
+	Template   string
+	Reason     string
+	DeclaredBy string
+	DeclaredAt time.Time
+}
+
+// StorageLayout is the deployment's declared storage layout: where it keeps
+// each tenant's objects and cache keys. The schema's owner declares it in
+// community_deletion_storage_layout, whose guard refuses a template that
+// does not isolate one tenant; there is no default layout.
+type StorageLayout struct {
+	// Objects are the declared object-prefix templates, sorted.
+	Objects []LayoutTemplate
+	// Cache are the declared cache-pattern templates, sorted.
+	Cache []LayoutTemplate
+}
+
+// ExpandedLayout is a storage layout expanded for one community.
+type ExpandedLayout struct {
+	// ObjectPrefixes are the community's object-store prefixes, sorted.
+	ObjectPrefixes []string
+	// CachePatterns are the community's cache key patterns, sorted.
+	CachePatterns []string
+}
+
+// StorageLayout returns the declared storage layout (templates declared and
+// not retired). An empty layout is not an error here; inventories refuse it
+// (RequireObjects).
+func (o *Operator) StorageLayout(ctx context.Context) (*StorageLayout, error) {
+	var layout *StorageLayout
+	err := o.tx(ctx, func(q *dbgen.Queries) error {
+		var err error
+		layout, err = readStorageLayout(ctx, q)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the storage layout: %w", err)
+	}
+	return layout, nil
+}
+
+func readStorageLayout(ctx context.Context, q *dbgen.Queries) (*StorageLayout, error) {
+	rows, err := q.StorageLayoutDeclared(ctx)
+	if err != nil {
+		return nil, err
+	}
+	layout := &StorageLayout{}
+	for _, r := range rows {
+		t := LayoutTemplate{Kind: LayoutKind(r.Kind), Template: r.Template, Reason: r.Reason, DeclaredBy: r.DeclaredBy, DeclaredAt: r.DeclaredAt}
+		switch t.Kind {
+		case LayoutObjects:
+			layout.Objects = append(layout.Objects, t)
+		case LayoutCache:
+			layout.Cache = append(layout.Cache, t)
+		}
+	}
+	return layout, nil
+}
+
+// RequireObjects refuses (ErrRefused) a layout that declares no object
+// prefix, naming how the deployment declares one.
+func (l *StorageLayout) RequireObjects() error {
+	if len(l.Objects) == 0 {
+		return refusef("no storage layout is declared: the deployment declares it as the schema owner with " +
+			"INSERT INTO community_deletion_storage_layout (kind, template, reason) VALUES ('objects', 'uploads/{tenant}/', '...') " +
+			"(docs/vendoring.md, \"Declaring your storage layout\")")
+	}
+	return nil
+}
+
+// ExpandLayout expands every template of l for community.
+func (l *StorageLayout) ExpandLayout(community uuid.UUID) ExpandedLayout {
+	var e ExpandedLayout
+	for _, t := range l.Objects {
+		e.ObjectPrefixes = append(e.ObjectPrefixes, ExpandTemplate(t.Template, community))
+	}
+	for _, t := range l.Cache {
+		e.CachePatterns = append(e.CachePatterns, ExpandTemplate(t.Template, community))
+	}
+	slices.Sort(e.ObjectPrefixes)
+	slices.Sort(e.CachePatterns)
+	return e
+}
+
+// ExpandTemplate replaces the template's {tenant} with community's id.
+func ExpandTemplate(template string, community uuid.UUID) string {
+	return strings.ReplaceAll(template, TenantPlaceholder, community.String())
+}
+
+// checkDeclaredPrefixes refuses a storage manifest for community whose
+// prefixes are not exactly the declared layout's object prefixes. Without a
+// declared object layout it checks nothing: the library never assumes one
+// (deletionctl inventory refuses instead).
+func checkDeclaredPrefixes(layout *StorageLayout, community uuid.UUID, m StorageManifest) error {
+	if len(layout.Objects) == 0 {
+		return nil
+	}
+	want := layout.ExpandLayout(community).ObjectPrefixes
+	got := make([]string, 0, len(m.Prefixes))
+	for _, p := range m.Prefixes {
+		got = append(got, p.Prefix)
+	}
+	slices.Sort(got)
+	if slices.Equal(got, want) {
+		return nil
+	}
+	return refusef("the inventory's storage prefixes %q are not the declared layout's %q for community %s; "+
+		"inventory exactly the declared prefixes (deletionctl inventory lists them)", got, want, community)
+}
