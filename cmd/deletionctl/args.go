@@ -46,17 +46,23 @@ Commands:
   submit --host HOST --by NAME [--reason TEXT]
         request the deletion of the active community HOST; prints
         "<request id> <stage>"
-  inventory --request ID [--prefix PREFIX ...] [--objects URL | --objects-dir DIR]
+  inventory --request ID [--prefix PREFIX ...] (--objects URL | --objects-dir DIR | --store-empty)
         build the schema inventory of the request's community and freeze it
-        with a storage manifest of one summary per --prefix (default
-        "media/<community id>/"); prints "<request id> <stage> <digest>".
-        With an object store (--objects, --objects-dir DIR as file:///DIR,
-        or $DELETIONCTL_OBJECTS), each prefix is listed in it and its object
+        with a storage manifest of one summary per object prefix of the
+        deployment's declared storage layout (the templates in
+        community_deletion_storage_layout, such as "uploads/{tenant}/",
+        expanded for the community); prints "<request id> <stage> <digest>".
+        There is no default layout: with none declared it refuses. Each
+        --prefix must be one of the declared prefixes, and together they
+        must be all of them (a check, never a choice). With an object store
+        (--objects, --objects-dir DIR as file:///DIR, or
+        $DELETIONCTL_OBJECTS), each prefix is listed in it and its object
         count, bytes and keys digest are frozen (executor.SummarizeStorage).
-        Without one every prefix is frozen EMPTY: the command asserts that
-        no prefix holds objects. (The approval binds the prefixes: run
-        deletes whatever they hold when it fences the community, and blocks
-        a request whose prefixes are not the community's)
+        Without one it refuses, unless --store-empty asserts that the store
+        holds nothing under any declared prefix. An inventoried request not
+        yet approved may be inventoried again: the new inventory replaces
+        the old. (The approval binds the prefixes: run deletes whatever they
+        hold when it fences the community)
   approve --request ID --by NAME [--note TEXT] [--grace D]
         approve the frozen inventory; NAME must not be the requester.
         --grace is how long the approved request waits before anything is
@@ -197,6 +203,7 @@ type config struct {
 	approve bool           // unprotect: approve a pending clear request as the second operator
 
 	objects     string        // run, inventory: object-store URL (storeurl.ParseObjects); "" none
+	storeEmpty  bool          // inventory: the operator asserts the object store holds nothing of the community
 	cache       string        // run: cache URL (storeurl.ParseCache)
 	metricsAddr string        // run: address of the /metrics and /healthz server; "" none
 	logLevel    string        // run: debug, info, warn or error; "" means info
@@ -237,7 +244,7 @@ func (l *stringList) Set(v string) error {
 // --database-url, and which of them are required.
 var commandFlags = map[string]struct{ accepted, required []string }{
 	"submit":     {[]string{"host", "by", "reason"}, []string{"host", "by"}},
-	"inventory":  {[]string{"request", "prefix", "objects", "objects-dir"}, []string{"request"}},
+	"inventory":  {[]string{"request", "prefix", "objects", "objects-dir", "store-empty"}, []string{"request"}},
 	"approve":    {[]string{"request", "by", "note", "grace"}, []string{"request", "by"}},
 	"protect":    {[]string{"host", "by", "reason"}, []string{"host", "by", "reason"}},
 	"unprotect":  {[]string{"host", "by", "reason", "approve"}, []string{"host", "by", "reason"}},
@@ -290,6 +297,7 @@ func parseArgs(args []string, getenv func(string) string) (config, error) {
 	fs.IntVar(&cfg.reap, "reap", 0, "")
 	fs.StringVar(&cfg.objects, "objects", "", "")
 	fs.StringVar(&objectsDir, "objects-dir", "", "")
+	fs.BoolVar(&cfg.storeEmpty, "store-empty", false, "")
 	fs.StringVar(&cfg.cache, "cache", "", "")
 	fs.StringVar(&cfg.metricsAddr, "metrics-addr", "", "")
 	fs.StringVar(&cfg.logLevel, "log-level", "", "")
@@ -398,6 +406,9 @@ func parseArgs(args []string, getenv func(string) string) (config, error) {
 	}
 	if err := cfg.runFlags(set); err != nil {
 		return config{}, err
+	}
+	if cfg.storeEmpty && cfg.objects != "" {
+		return config{}, usagef("inventory: --store-empty asserts there is no object store to list, but one is given; drop --store-empty to list it")
 	}
 
 	if cfg.databaseURL == "" {

@@ -113,26 +113,43 @@ func submit(ctx context.Context, store *lifecycle.Operator, cfg config, stdout i
 }
 
 // inventory freezes the request's schema inventory with a storage manifest
-// of its prefixes. With an object store (--objects, --objects-dir or
-// DELETIONCTL_OBJECTS) it lists each prefix in it and freezes the summaries
-// (executor.SummarizeStorage, KeyStreamDigest) of what it found; without
-// one, it can only assert that each prefix is empty, and the executor's
-// destructive storage manifest must then agree.
+// of the declared storage layout's object prefixes for its community. With
+// an object store (--objects, --objects-dir or DELETIONCTL_OBJECTS) it lists
+// each prefix in it and freezes the summaries (executor.SummarizeStorage,
+// KeyStreamDigest) of what it found; without one it refuses unless
+// --store-empty asserts that each prefix is empty, and the executor's
+// destructive storage manifest must then agree. It refuses, before any
+// listing, a request whose inventory the lifecycle would refuse to replace.
 func inventory(ctx context.Context, store *lifecycle.Operator, cfg config, stdout io.Writer) error {
 	op := fmt.Sprintf("inventory of request %s", cfg.requestID)
 	r, err := store.Get(ctx, cfg.requestID)
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
+	if (r.Stage != lifecycle.StageSubmitted && r.Stage != lifecycle.StageInventoried) || r.Blocked() {
+		return fmt.Errorf("%s: %w: the request is %s, and only an unblocked submitted or inventoried request is inventoried; "+
+			"to change what it deletes, abort it and submit a new one", op, lifecycle.ErrRefused, r.Stage)
+	}
+	layout, err := store.StorageLayout(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if err := layout.RequireObjects(); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	prefixes := layout.ExpandLayout(r.CommunityID).ObjectPrefixes
+	if err := checkPrefixFlags(cfg.prefixes, prefixes); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if cfg.objects == "" && !cfg.storeEmpty {
+		return fmt.Errorf("%s: %w: no object store to list the declared prefixes %q in; "+
+			"give --objects URL or --objects-dir DIR, or --store-empty if the store holds nothing under them",
+			op, lifecycle.ErrRefused, prefixes)
+	}
 	schema, err := store.InventorySchema(ctx, r.CommunityID)
 	if err != nil {
 		return fmt.Errorf("%s: schema of community %s: %w", op, r.CommunityID, err)
 	}
-	prefixes := slices.Clone(cfg.prefixes)
-	if len(prefixes) == 0 {
-		prefixes = []string{"media/" + r.CommunityID.String() + "/"}
-	}
-	slices.Sort(prefixes)
 	storage := lifecycle.StorageManifest{Version: lifecycle.StorageManifestVersion}
 	if cfg.objects != "" {
 		objects, err := openObjects(ctx, cfg.objects)
@@ -153,6 +170,27 @@ func inventory(ctx context.Context, store *lifecycle.Operator, cfg config, stdou
 		return fmt.Errorf("%s: freeze: %w", op, err)
 	}
 	fmt.Fprintf(stdout, "%s %s %s\n", r.ID, r.Stage, r.InventoryDigest)
+	return nil
+}
+
+// checkPrefixFlags refuses --prefix values that are not exactly the
+// declared prefixes: each must be declared and none may be left out. No
+// --prefix takes the declared prefixes as they are.
+func checkPrefixFlags(given, declared []string) error {
+	if len(given) == 0 {
+		return nil
+	}
+	for _, p := range given {
+		if !slices.Contains(declared, p) {
+			return fmt.Errorf("%w: --prefix %q is not a prefix of the declared storage layout %q; "+
+				"omit --prefix to inventory the declared layout, or have the deployment declare this prefix's template", lifecycle.ErrRefused, p, declared)
+		}
+	}
+	for _, p := range declared {
+		if !slices.Contains(given, p) {
+			return fmt.Errorf("%w: --prefix leaves out the declared prefix %q; omit --prefix to inventory every declared prefix", lifecycle.ErrRefused, p)
+		}
+	}
 	return nil
 }
 

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -85,6 +87,8 @@ func TestParseArgs(t *testing.T) {
 			config{command: "abort", requestID: id, by: "carol", reason: "mistake", limit: 50}},
 		{"unblock", []string{"unblock", "--request", id.String(), "--by", "carol", "--reason", "fixed"}, nil,
 			config{command: "unblock", requestID: id, by: "carol", reason: "fixed", limit: 50}},
+		{"inventory store empty", []string{"inventory", "--request", id.String(), "--store-empty"}, nil,
+			config{command: "inventory", requestID: id, storeEmpty: true, limit: 50}},
 		{"inventory objects dir", []string{"inventory", "--request", id.String(), "--objects-dir", "/srv/objects/"}, nil,
 			config{command: "inventory", requestID: id, objects: "file:///srv/objects", limit: 50}},
 		{"inventory objects dir with a space", []string{"inventory", "--request", id.String(), "--objects-dir", "/srv/a b"}, nil,
@@ -160,6 +164,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"submit", "--host", "a.example", "--by", "  "}, "submit: --by must not be empty"},
 		{[]string{"inventory"}, "inventory needs --request"},
 		{[]string{"inventory", "--request", id, "--prefix", ""}, "--prefix must not be empty"},
+		{[]string{"inventory", "--request", id, "--store-empty", "--objects", "file:///srv"}, "--store-empty asserts there is no object store to list, but one is given"},
+		{[]string{"approve", "--request", id, "--by", "bob", "--store-empty"}, "approve does not take --store-empty"},
 		{[]string{"approve", "--request", id}, "approve needs --by"},
 		{[]string{"abort", "--request", id, "--by", "carol"}, "abort needs --reason"},
 		{[]string{"unblock", "--request", id, "--reason", "r"}, "unblock needs --by"},
@@ -231,7 +237,17 @@ type testDB struct {
 	pool *pgxpool.Pool
 }
 
+// setup returns a test database whose owner declared the fixture's storage
+// layout (media/{tenant}/ and uploads/{tenant}/).
 func setup(t *testing.T) *testDB {
+	t.Helper()
+	db := setupBare(t)
+	require.NoError(t, fixture.DeclareLayout(t.Context(), db.pool))
+	return db
+}
+
+// setupBare returns a test database with no storage layout declared.
+func setupBare(t *testing.T) *testDB {
 	t.Helper()
 	url, pool := fixture.NewTestPool(t, server)
 	return &testDB{url: url, pool: pool}
@@ -291,17 +307,15 @@ func TestSubmitInventoryApproveInspectAbort(t *testing.T) {
 	community, host := db.createCommunity(t)
 	id := db.submit(t, host, "alice")
 
-	out := db.ok(t, "inventory", "--request", id)
+	out := db.ok(t, "inventory", "--request", id, "--store-empty")
 	fields := strings.Fields(out)
 	require.Len(t, fields, 3, out)
 	require.Equal(t, []string{id, "inventoried"}, fields[:2])
 	digest := fields[2]
 	require.Regexp(t, "^[0-9a-f]{64}$", digest)
 
-	// Inventorying twice is refused: the inventory is frozen once.
-	code, _, stderr := db.cli(t, "inventory", "--request", id)
-	require.Equal(t, exitRefused, code, stderr)
-	requireOneLine(t, stderr, "deletionctl: refused: inventory of request "+id)
+	// Inventorying again before approval replaces the same inventory.
+	require.Equal(t, out, db.ok(t, "inventory", "--request", id, "--store-empty"))
 
 	// The requester cannot approve their own request.
 	code, stdout, stderr := db.cli(t, "approve", "--request", id, "--by", "alice")
@@ -342,8 +356,10 @@ func TestSubmitInventoryApproveInspectAbort(t *testing.T) {
 	require.False(t, rep.Request.Blocked)
 	require.Equal(t, "alice", rep.Request.RequestedBy)
 	require.Equal(t, digest, rep.Request.InventoryDigest)
-	require.Equal(t, []lifecycle.PrefixManifest{{Prefix: "media/" + community.String() + "/", KeysDigest: lifecycle.EmptyKeysDigest}},
-		rep.Request.Inventory.Storage.Prefixes)
+	require.Equal(t, []lifecycle.PrefixManifest{
+		{Prefix: "media/" + community.String() + "/", KeysDigest: lifecycle.EmptyKeysDigest},
+		{Prefix: "uploads/" + community.String() + "/", KeysDigest: lifecycle.EmptyKeysDigest},
+	}, rep.Request.Inventory.Storage.Prefixes)
 	require.NotNil(t, rep.Approval)
 	require.Equal(t, "bob", rep.Approval.ApprovedBy)
 	require.Equal(t, "reviewed", rep.Approval.Note)
@@ -372,19 +388,21 @@ func TestSubmitInventoryApproveInspectAbort(t *testing.T) {
 	require.NotEmpty(t, rep.Checkpoints, "the abort leaves an audit checkpoint")
 }
 
-func TestInventoryPrefixes(t *testing.T) {
-	t.Parallel()
-	db := setup(t)
-	_, host := db.createCommunity(t)
-	id := db.submit(t, host, "alice")
+// requireRefusedAs runs deletionctl as role and requires a refusal (exit 3)
+// on one line containing every want, and that the request stays at stage.
+func (db *testDB) requireRefusedAs(t *testing.T, role fixture.Role, id, stage string, args []string, want ...string) {
+	t.Helper()
+	code, stdout, stderr := db.cliAs(t, role, args...)
+	require.Equal(t, exitRefused, code, stderr)
+	require.Empty(t, stdout)
+	requireOneLine(t, stderr, append([]string{"deletionctl: refused: inventory of request " + id}, want...)...)
+	got, _ := db.inspectStage(t, id)
+	require.Equal(t, stage, got, "a refusal changes nothing")
+}
 
-	// Nested prefixes are malformed input, and nothing is frozen.
-	code, _, stderr := db.cli(t, "inventory", "--request", id, "--prefix", "media/x/", "--prefix", "media/x/y/")
-	require.Equal(t, exitInvalidInput, code, stderr)
-	requireOneLine(t, stderr, "deletionctl: invalid input: inventory of request "+id)
-
-	out := db.ok(t, "inventory", "--request", id, "--prefix", "media/x/", "--prefix", "avatars/x/")
-	require.Contains(t, out, id+" inventoried ")
+// inventoryPrefixes returns the prefixes of request id's frozen inventory.
+func (db *testDB) inventoryPrefixes(t *testing.T, id string) []lifecycle.PrefixManifest {
+	t.Helper()
 	var rep struct {
 		Request struct {
 			Inventory struct {
@@ -393,10 +411,76 @@ func TestInventoryPrefixes(t *testing.T) {
 		} `json:"request"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(db.ok(t, "inspect", "--request", id, "--json")), &rep))
+	return rep.Request.Inventory.Storage.Prefixes
+}
+
+// Without a declared layout, inventory refuses and says how to declare one:
+// there is no default prefix.
+func TestInventoryWithoutALayout(t *testing.T) {
+	t.Parallel()
+	db := setupBare(t)
+	_, host := db.createCommunity(t)
+	id := db.submit(t, host, "alice")
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"inventory", "--request", id, "--store-empty"},
+		{"inventory", "--request", id, "--objects-dir", dir},
+	} {
+		db.requireRefusedAs(t, fixture.RoleOperator, id, "submitted", args,
+			"no storage layout is declared: the deployment declares it as the schema owner with INSERT INTO community_deletion_storage_layout")
+	}
+}
+
+// inventory freezes every declared prefix: listed in the object store, or
+// asserted empty only with --store-empty; a --prefix outside the layout, or
+// one that leaves a declared prefix out, is refused.
+func TestInventoryLayout(t *testing.T) {
+	t.Parallel()
+	db := setup(t)
+	community, host := db.createCommunity(t)
+	id := db.submit(t, host, "alice")
+	media, uploads := "media/"+community.String()+"/", "uploads/"+community.String()+"/"
+
+	db.requireRefusedAs(t, fixture.RoleOperator, id, "submitted", []string{"inventory", "--request", id},
+		"no object store to list the declared prefixes", media, uploads, "give --objects URL or --objects-dir DIR, or --store-empty")
+	db.requireRefusedAs(t, fixture.RoleOperator, id, "submitted", []string{"inventory", "--request", id, "--store-empty", "--prefix", "uploads/", "--prefix", media},
+		`--prefix "uploads/" is not a prefix of the declared storage layout`, "omit --prefix")
+	db.requireRefusedAs(t, fixture.RoleOperator, id, "submitted", []string{"inventory", "--request", id, "--store-empty", "--prefix", media},
+		"--prefix leaves out the declared prefix", uploads)
+	code, _, stderr := db.cliAs(t, fixture.RoleOperator, "inventory", "--request", id, "--store-empty", "--objects-dir", t.TempDir())
+	require.Equal(t, exitUsage, code, stderr)
+	requireOneLine(t, stderr, "--store-empty asserts there is no object store to list")
+
+	// With the store, every declared prefix is listed, the undeclared
+	// neighbour's files are not.
+	dir, _ := writeFiles(t, community, 3)
+	upload := filepath.Join(dir, "uploads", community.String(), "a.txt")
+	require.NoError(t, os.MkdirAll(filepath.Dir(upload), 0o755))
+	require.NoError(t, os.WriteFile(upload, []byte("upload"), 0o644))
+	out := db.okAs(t, fixture.RoleOperator, "inventory", "--request", id, "--objects-dir", dir)
+	require.Contains(t, out, id+" inventoried ")
+	got := db.inventoryPrefixes(t, id)
+	require.Len(t, got, 2)
+	require.Equal(t, media, got[0].Prefix)
+	require.EqualValues(t, 3, got[0].ObjectCount)
+	require.Equal(t, uploads, got[1].Prefix)
+	require.EqualValues(t, 1, got[1].ObjectCount)
+
+	// Re-inventory before approval replaces the inventory; --prefix naming
+	// exactly the declared prefixes is accepted.
+	again := db.okAs(t, fixture.RoleOperator, "inventory", "--request", id, "--store-empty", "--prefix", uploads, "--prefix", media)
+	require.NotEqual(t, out, again)
 	require.Equal(t, []lifecycle.PrefixManifest{
-		{Prefix: "avatars/x/", KeysDigest: lifecycle.EmptyKeysDigest},
-		{Prefix: "media/x/", KeysDigest: lifecycle.EmptyKeysDigest},
-	}, rep.Request.Inventory.Storage.Prefixes)
+		{Prefix: media, KeysDigest: lifecycle.EmptyKeysDigest},
+		{Prefix: uploads, KeysDigest: lifecycle.EmptyKeysDigest},
+	}, db.inventoryPrefixes(t, id))
+	again = db.okAs(t, fixture.RoleOperator, "inventory", "--request", id, "--objects-dir", dir)
+	require.Equal(t, out, again, "the same storage freezes the same digest")
+
+	digest := strings.Fields(again)[2]
+	require.Equal(t, id+" approved "+digest+"\n", db.okAs(t, fixture.RoleApprover, "approve", "--request", id, "--by", "bob"))
+	db.requireRefusedAs(t, fixture.RoleOperator, id, "approved", []string{"inventory", "--request", id, "--objects-dir", dir},
+		"the request is approved", "abort it and submit a new one")
 }
 
 func TestSubmitRefusals(t *testing.T) {

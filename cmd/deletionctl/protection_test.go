@@ -52,7 +52,7 @@ func TestApproveWithAGracePeriod(t *testing.T) {
 	db := setup(t)
 	_, host := db.createCommunity(t)
 	id := db.submit(t, host, "alice")
-	db.ok(t, "inventory", "--request", id)
+	db.ok(t, "inventory", "--request", id, "--store-empty")
 	code, _, stderr := db.cli(t, "approve", "--request", id, "--by", "bob", "--grace", "721h")
 	require.Equal(t, exitUsage, code)
 	requireOneLine(t, stderr, "--grace must be between 0 and 720h0m0s")

@@ -20,7 +20,7 @@ func (db *testDB) deleteCommunity(t *testing.T, runArgs ...string) string {
 	community, host := db.createCommunity(t)
 	dir, _ := writeFiles(t, community, 2)
 	id := db.submit(t, host, "alice")
-	db.ok(t, "inventory", "--request", id, "--prefix", "media/"+community.String()+"/", "--objects-dir", dir)
+	db.ok(t, "inventory", "--request", id, "--objects-dir", dir)
 	db.okAs(t, fixture.RoleApprover, "approve", "--request", id, "--by", "bob")
 	args := append([]string{"run", "--once", "--objects-dir", dir, "--cache", "memory:", "--request", id}, runArgs...)
 	require.Equal(t, "completed", lastMessage(t, db.ok(t, args...)))

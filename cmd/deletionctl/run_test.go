@@ -119,8 +119,7 @@ func TestRunOnce(t *testing.T) {
 	require.NoError(t, os.WriteFile(other, []byte("keep"), 0o644))
 
 	id := db.submit(t, host, "alice")
-	prefix := "media/" + community.String() + "/"
-	require.Contains(t, db.ok(t, "inventory", "--request", id, "--prefix", prefix, "--objects", "file://"+dir), id+" inventoried ")
+	require.Contains(t, db.ok(t, "inventory", "--request", id, "--objects", "file://"+dir), id+" inventoried ")
 
 	// The frozen inventory summarizes the files found.
 	var rep struct {
@@ -131,7 +130,7 @@ func TestRunOnce(t *testing.T) {
 		} `json:"request"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(db.ok(t, "inspect", "--request", id, "--json")), &rep))
-	want, err := executor.SummarizeStorage(t.Context(), executor.NewFileObjectStore(dir), []string{prefix})
+	want, err := executor.SummarizeStorage(t.Context(), executor.NewFileObjectStore(dir), fixture.ObjectPrefixes(community))
 	require.NoError(t, err)
 	require.Equal(t, want.Prefixes, rep.Request.Inventory.Storage.Prefixes)
 	require.EqualValues(t, 5, rep.Request.Inventory.Storage.Prefixes[0].ObjectCount)
@@ -219,15 +218,23 @@ func TestRunObjectsDir(t *testing.T) {
 }
 
 // TestRunOnceRefused approves prefixes that are not the community's (a
-// frozen inventory that does not match where its files are): the run blocks
-// the request, deletes nothing and exits 3 with one line.
+// frozen inventory that does not match where its files are, frozen through
+// the library in a deployment that declared no layout, since deletionctl
+// inventory only freezes the declared one): the run blocks the request,
+// deletes nothing and exits 3 with one line.
 func TestRunOnceRefused(t *testing.T) {
 	t.Parallel()
-	db := setup(t)
+	db := setupBare(t)
 	community, host := db.createCommunity(t)
 	dir, paths := writeFiles(t, community, 3)
 	id := db.submit(t, host, "alice")
-	db.ok(t, "inventory", "--request", id, "--prefix", "media/someone-else/", "--objects-dir", dir)
+	clients := fixture.NewClients(t, db.url)
+	schema, err := clients.Operator.InventorySchema(t.Context(), community)
+	require.NoError(t, err)
+	storage, err := executor.SummarizeStorage(t.Context(), executor.NewFileObjectStore(dir), []string{"media/someone-else/"})
+	require.NoError(t, err)
+	_, err = clients.Operator.FreezeInventory(t.Context(), uuid.MustParse(id), lifecycle.FrozenInventory{Schema: *schema, Storage: storage})
+	require.NoError(t, err)
 	db.okAs(t, fixture.RoleApprover, "approve", "--request", id, "--by", "bob")
 
 	code, stdout, stderr := db.cli(t, "run", "--once", "--objects-dir", dir, "--cache", "memory:", "--request", id)

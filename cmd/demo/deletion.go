@@ -44,7 +44,15 @@ func deleteTarget(ctx context.Context, out io.Writer, r *roles, w *world) (*dele
 	if err != nil {
 		return nil, err
 	}
-	storage, err := executor.SummarizeStorage(ctx, w.stores.objects, t.prefixes())
+	// The inventory lists the deployment's declared layout, never a guess.
+	layout, err := r.alice.StorageLayout(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := layout.RequireObjects(); err != nil {
+		return nil, err
+	}
+	storage, err := executor.SummarizeStorage(ctx, w.stores.objects, layout.ExpandLayout(t.id).ObjectPrefixes)
 	if err != nil {
 		return nil, err
 	}

@@ -143,7 +143,8 @@ func run(ctx context.Context, out io.Writer, mode string) error {
 		})
 }
 
-// migrate runs the migration job's library and registers the fixture.
+// migrate runs the migration job's library, registers the fixture and
+// declares its storage layout, as the schema's owner.
 func migrate(ctx context.Context, out io.Writer, url string) error {
 	migrator, err := migration.Open(ctx, url, migration.WithLockTimeout(time.Minute))
 	if err != nil {
@@ -165,6 +166,10 @@ func migrate(ctx context.Context, out io.Writer, url string) error {
 	}
 	fmt.Fprintf(out, "registered the fixture tenant tables: %d purged, %d nullified\n",
 		len(fixture.Tables), len(fixture.NullifyTables))
+	if err := fixture.DeclareLayout(ctx, conn); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "declared the storage layout: objects under media/{tenant}/ and uploads/{tenant}/")
 	return nil
 }
 
