@@ -488,11 +488,8 @@ func (r *purgeRun) plan(ctx context.Context, recheck bool) (*purgePlan, error) {
 				return refusef("registered table %s has purge action %q", t.name, t.action)
 			}
 		}
-		edges := make([]purgeEdge, 0, len(keys))
+		edges := purgeEdges(keys)
 		for _, k := range keys {
-			edges = append(edges, purgeEdge{
-				Child: k.ChildTable, Parent: k.ParentTable, Constraint: k.ConstraintName, Soft: k.Soft,
-			})
 			if parent := tables[k.ParentTable]; parent != nil && k.ChildTable == k.ParentTable && !k.Soft {
 				parent.selfRefs = append(parent.selfRefs, k)
 			}

@@ -194,10 +194,7 @@ func (e *Engine) PurgeOrder(ctx context.Context) ([]string, error) {
 				deleteNames = append(deleteNames, shape.TableName)
 			}
 		}
-		edges := make([]purgeEdge, 0, len(keys))
-		for _, k := range keys {
-			edges = append(edges, purgeEdge{Child: k.ChildTable, Parent: k.ParentTable, Constraint: k.ConstraintName, Soft: k.Soft})
-		}
+		edges := purgeEdges(keys)
 		order, err = purgeOrder(deleteNames, edges)
 		return err
 	})
@@ -205,4 +202,14 @@ func (e *Engine) PurgeOrder(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("purge order: %w", catalogMissing(err))
 	}
 	return order, nil
+}
+
+// purgeEdges turns the foreign keys among registered tables into the purge
+// order's edges.
+func purgeEdges(keys []dbgen.PurgeForeignKeysRow) []purgeEdge {
+	edges := make([]purgeEdge, 0, len(keys))
+	for _, k := range keys {
+		edges = append(edges, purgeEdge{Child: k.ChildTable, Parent: k.ParentTable, Constraint: k.ConstraintName, Soft: k.Soft})
+	}
+	return edges
 }
