@@ -79,6 +79,12 @@ func TestMigrateCreatesTheDeploymentRolesOrNamesTheStatement(t *testing.T) {
 	code, stdout, stderr = runMigrate(t, srv.ConnString("plain"), "install-ddl-guard")
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, stdout, "installed the DDL guard")
+	// With the guard installed, the schema's owner (not a superuser) still
+	// migrates: its login holding the migration lock is the exemption.
+	code, _, stderr = runMigrate(t, plainURL, "down")
+	require.Equal(t, 0, code, stderr)
+	code, _, stderr = runMigrate(t, plainURL, "up")
+	require.Equal(t, 0, code, stderr)
 	code, _, stderr = runMigrate(t, srv.ConnString("plain"), "uninstall-ddl-guard")
 	require.Equal(t, 0, code, stderr)
 }

@@ -5,65 +5,131 @@
 --
 --     go run ./cmd/migrate install-ddl-guard   (or: psql -f this file, as a superuser)
 --
--- At the end of every DDL command, outside a migration run of this project
--- (which holds the schema-destruction lock exclusively for its session), it
--- refuses (SQLSTATE 42501) a command that leaves anything the drift report
--- flags about what is registered or installed:
+-- At the end of every DDL command it refuses (SQLSTATE 42501) a command that
+-- leaves any of these:
 --   * a function the migrations installed changed, dropped, re-owned or
 --     re-configured (its digest differs from the one the migrations recorded);
---   * a guard trigger of a control table dropped, disabled or replaced;
---   * a registered 'delete' table, or one of its partitions, with a fence
---     trigger disabled or dropped;
+--   * a guard trigger of a control table missing, disabled, firing for
+--     replication sessions only or calling another function; and any
+--     CREATE TRIGGER on a control table (a new trigger, or a guard trigger
+--     replaced with fewer events or another WHEN clause);
+--   * a registered 'delete' table, or one of its partitions, without a whole
+--     fence: for each of INSERT, UPDATE and DELETE an enabled AFTER ...
+--     FOR EACH STATEMENT trigger of enforce_community_write_fence(), with its
+--     transition tables, no WHEN clause and no column list;
+--   * a table outside the registry (a detached partition) that still holds
+--     rows and carries part of a fence;
 --   * a registered table dropped, renamed, or reshaped (community_id gone,
---     retyped or of the wrong nullability).
+--     retyped or of the wrong nullability);
+--   * a registered table (or partition) whose row-level security applies to
+--     a login of the executor or operator role.
 -- A new partition of a registered 'delete' table (CREATE TABLE ... PARTITION
 -- OF, ALTER TABLE ... ATTACH PARTITION) is fenced and granted at once, as
 -- attach_community_write_fence() would; one that holds rows of a community
 -- that is not active is refused. A command that only creates fence triggers
--- is never refused (attach builds a fence one trigger at a time). Remove it
--- with `migrate uninstall-ddl-guard`.
+-- exactly as attach does is not refused (attach builds a fence one trigger
+-- at a time): it can only add or restore protection.
+--
+-- The one exemption is a migration run of this project: a session whose
+-- login (session_user) is a member of the role that owns communities and
+-- that holds the schema-destruction lock exclusively. The lock alone, which
+-- any role may take, exempts nothing.
+--
+-- The guard runs as its superuser owner with search_path = pg_catalog,
+-- pg_temp: every table and function of the deletion schema it names is
+-- qualified with the schema of communities, and it calls none of that
+-- schema's functions but the two constant lists
+-- community_deletion_guard_triggers() and community_deletion_control_table(),
+-- so nothing a role that may CREATE in that schema plants runs inside it.
 --
 -- It is installed in the schema of communities (found through the
--- installing session's search_path), with that schema in its fixed
--- search_path. It refuses every DDL command (failing closed) once the
--- deletion schema's functions are gone: uninstall it before migrating down
--- past version 11.
+-- installing session's search_path). It refuses every DDL command (failing
+-- closed) once the deletion schema's functions are gone: uninstall it
+-- before migrating down past version 11. Remove it with
+-- `migrate uninstall-ddl-guard`.
 
 DO $install$
 DECLARE
     home text := (SELECT n.nspname FROM pg_catalog.pg_class c
                   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-                  WHERE c.oid = 'communities'::regclass);
+                  WHERE c.oid = 'communities'::pg_catalog.regclass);
 BEGIN
-    EXECUTE replace($guard$
+    EXECUTE pg_catalog.replace(pg_catalog.replace($guard$
 CREATE OR REPLACE FUNCTION @home@.community_deletion_ddl_guard() RETURNS event_trigger
     LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path = pg_catalog, @home@, pg_temp
+    SET search_path = pg_catalog, pg_temp
     AS $body$
 DECLARE
+    home_prefix constant text := @homeprefix@;
+    communities_table pg_catalog.oid;
+    home_namespace pg_catalog.oid;
+    fence_function pg_catalog.oid;
     member record;
     problem record;
     foreign_rows boolean;
 BEGIN
-    -- A migration run of this project holds the schema-destruction lock
-    -- exclusively at session level: it may change everything.
+    communities_table := pg_catalog.to_regclass(home_prefix OPERATOR(pg_catalog.||) 'communities');
+    -- A migration run of this project: a login of the schema's owner that
+    -- holds the schema-destruction lock exclusively at session level.
     IF EXISTS (
-        SELECT 1 FROM pg_locks l
-        WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid() AND l.granted
-          AND l.mode = 'ExclusiveLock' AND l.objsubid = 1
-          AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
-          AND l.classid = ((7161976178216365409::bigint >> 32) & 4294967295)::oid
-          AND l.objid = (7161976178216365409::bigint & 4294967295)::oid) THEN
+        SELECT 1 FROM pg_catalog.pg_locks l
+        WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory' AND l.pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid()
+          AND l.granted AND l.mode OPERATOR(pg_catalog.=) 'ExclusiveLock' AND l.objsubid OPERATOR(pg_catalog.=) 1
+          AND l.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
+                                                  WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+          AND l.classid OPERATOR(pg_catalog.=) ((7161976178216365409::pg_catalog.int8 OPERATOR(pg_catalog.>>) 32)
+                                                 OPERATOR(pg_catalog.&) 4294967295)::pg_catalog.oid
+          AND l.objid OPERATOR(pg_catalog.=) (7161976178216365409::pg_catalog.int8
+                                               OPERATOR(pg_catalog.&) 4294967295)::pg_catalog.oid)
+       AND EXISTS (
+        SELECT 1 FROM pg_catalog.pg_class c
+        WHERE c.oid OPERATOR(pg_catalog.=) communities_table
+          AND pg_catalog.pg_has_role(session_user, c.relowner, 'MEMBER'::pg_catalog.text)) THEN
         RETURN;
     END IF;
+    IF communities_table IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '42501',
+            MESSAGE = pg_catalog.format('DDL refused: %s runs while the deletion schema is gone; uninstall the DDL guard (migrate uninstall-ddl-guard) before migrating down', TG_TAG);
+    END IF;
+    home_namespace := (SELECT c.relnamespace FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) communities_table);
+    fence_function := pg_catalog.to_regprocedure(home_prefix OPERATOR(pg_catalog.||) 'enforce_community_write_fence()');
+
+    -- A trigger on a control table is created only by the migrations: a new
+    -- one could undo a guard's work, a replaced guard could lose events.
+    SELECT c.relname::pg_catalog.text AS table_name, t.tgname::pg_catalog.text AS trigger_name INTO problem
+    FROM pg_catalog.pg_event_trigger_ddl_commands() cmd
+    JOIN pg_catalog.pg_trigger t ON t.oid OPERATOR(pg_catalog.=) cmd.objid
+    JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) t.tgrelid
+    WHERE cmd.object_type OPERATOR(pg_catalog.=) 'trigger'
+      AND c.relnamespace OPERATOR(pg_catalog.=) home_namespace
+      AND @home@.community_deletion_control_table(c.relname::pg_catalog.text)
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = '42501',
+            MESSAGE = pg_catalog.format('DDL refused: %s creates trigger %s on control table %s; change the deletion schema only through its migrations',
+                                        TG_TAG, problem.trigger_name, problem.table_name);
+    END IF;
+
     -- Building a fence (attach, or the fencing below) creates its three
-    -- triggers one command at a time; such a command only adds protection.
-    -- (A DROP command lists nothing here, and is checked.)
-    IF EXISTS (SELECT 1 FROM pg_event_trigger_ddl_commands()) AND NOT EXISTS (
-        SELECT 1 FROM pg_event_trigger_ddl_commands() cmd
-        WHERE NOT (cmd.object_type = 'trigger' AND EXISTS (
-            SELECT 1 FROM pg_trigger t
-            WHERE t.oid = cmd.objid AND t.tgfoid = 'enforce_community_write_fence()'::regprocedure))) THEN
+    -- triggers one command at a time. A command that only creates triggers
+    -- exactly as attach does, each under the name of its event, can only add
+    -- or restore protection. (A DROP command lists nothing here, and is
+    -- checked.)
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger_ddl_commands()) AND NOT EXISTS (
+        SELECT 1 FROM pg_catalog.pg_event_trigger_ddl_commands() cmd
+        WHERE NOT (cmd.object_type OPERATOR(pg_catalog.=) 'trigger' AND EXISTS (
+            SELECT 1 FROM pg_catalog.pg_trigger t
+            WHERE t.oid OPERATOR(pg_catalog.=) cmd.objid
+              AND t.tgfoid OPERATOR(pg_catalog.=) fence_function
+              AND NOT t.tgisinternal AND t.tgenabled OPERATOR(pg_catalog.=) 'O'
+              AND t.tgqual IS NULL
+              AND pg_catalog.cardinality(t.tgattr::pg_catalog.int2[]) OPERATOR(pg_catalog.=) 0
+              AND ((t.tgname OPERATOR(pg_catalog.=) 'community_write_fence_insert' AND t.tgtype OPERATOR(pg_catalog.=) 4
+                    AND t.tgoldtable IS NULL AND t.tgnewtable OPERATOR(pg_catalog.=) 'community_fence_new')
+                OR (t.tgname OPERATOR(pg_catalog.=) 'community_write_fence_update' AND t.tgtype OPERATOR(pg_catalog.=) 16
+                    AND t.tgoldtable OPERATOR(pg_catalog.=) 'community_fence_old' AND t.tgnewtable OPERATOR(pg_catalog.=) 'community_fence_new')
+                OR (t.tgname OPERATOR(pg_catalog.=) 'community_write_fence_delete' AND t.tgtype OPERATOR(pg_catalog.=) 8
+                    AND t.tgoldtable OPERATOR(pg_catalog.=) 'community_fence_old' AND t.tgnewtable IS NULL))))) THEN
         RETURN;
     END IF;
 
@@ -71,56 +137,154 @@ BEGIN
     -- all): fence and grant them, unless they hold rows of a community that
     -- is not active.
     FOR member IN
-        SELECT tree.relid::regclass AS relid, r.table_name
-        FROM community_scoped_tables r
-        JOIN pg_class parent ON parent.relname = r.table_name AND parent.relkind = 'p'
-            AND parent.relnamespace = (SELECT c.relnamespace FROM pg_class c WHERE c.oid = 'communities'::regclass)
-        CROSS JOIN LATERAL pg_partition_tree(parent.oid) tree
-        WHERE r.purge_action = 'delete' AND tree.relid <> parent.oid
-          AND NOT EXISTS (SELECT 1 FROM pg_trigger t
-                          WHERE t.tgrelid = tree.relid AND NOT t.tgisinternal
-                            AND t.tgfoid = 'enforce_community_write_fence()'::regprocedure)
+        SELECT tree.relid::pg_catalog.regclass AS relid, r.table_name
+        FROM @home@.community_scoped_tables r
+        JOIN pg_catalog.pg_class parent ON parent.relname OPERATOR(pg_catalog.=) r.table_name
+            AND parent.relkind OPERATOR(pg_catalog.=) 'p' AND parent.relnamespace OPERATOR(pg_catalog.=) home_namespace
+        CROSS JOIN LATERAL pg_catalog.pg_partition_tree(parent.oid::pg_catalog.regclass) tree
+        WHERE r.purge_action OPERATOR(pg_catalog.=) 'delete' AND tree.relid::pg_catalog.oid OPERATOR(pg_catalog.<>) parent.oid
+          AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
+                          WHERE t.tgrelid OPERATOR(pg_catalog.=) tree.relid::pg_catalog.oid AND NOT t.tgisinternal
+                            AND t.tgfoid OPERATOR(pg_catalog.=) fence_function)
     LOOP
-        EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s m JOIN communities c ON c.id = m.community_id '
-                       'WHERE c.deletion_state <> ''active'')', member.relid) INTO foreign_rows;
+        EXECUTE pg_catalog.format('SELECT EXISTS (SELECT 1 FROM %s m JOIN %scommunities c ON c.id OPERATOR(pg_catalog.=) m.community_id '
+                                  'WHERE c.deletion_state OPERATOR(pg_catalog.<>) ''active'')', member.relid, home_prefix) INTO foreign_rows;
         IF foreign_rows THEN
             RAISE EXCEPTION USING ERRCODE = '42501',
-                MESSAGE = format('DDL refused: %s makes %s a partition of %s while it holds rows of a community that is being deleted',
-                                 TG_TAG, member.relid, member.table_name);
+                MESSAGE = pg_catalog.format('DDL refused: %s makes %s a partition of %s while it holds rows of a community that is being deleted',
+                                            TG_TAG, member.relid, member.table_name);
         END IF;
-        EXECUTE format('CREATE OR REPLACE TRIGGER community_write_fence_insert AFTER INSERT ON %s '
-                       'REFERENCING NEW TABLE AS community_fence_new '
-                       'FOR EACH STATEMENT EXECUTE FUNCTION enforce_community_write_fence()', member.relid);
-        EXECUTE format('CREATE OR REPLACE TRIGGER community_write_fence_update AFTER UPDATE ON %s '
-                       'REFERENCING OLD TABLE AS community_fence_old NEW TABLE AS community_fence_new '
-                       'FOR EACH STATEMENT EXECUTE FUNCTION enforce_community_write_fence()', member.relid);
-        EXECUTE format('CREATE OR REPLACE TRIGGER community_write_fence_delete AFTER DELETE ON %s '
-                       'REFERENCING OLD TABLE AS community_fence_old '
-                       'FOR EACH STATEMENT EXECUTE FUNCTION enforce_community_write_fence()', member.relid);
-        EXECUTE format('GRANT SELECT, UPDATE, DELETE ON %s TO community_deletion_executor', member.relid);
-        EXECUTE format('GRANT SELECT (community_id) ON %s TO community_deletion_operator', member.relid);
+        EXECUTE pg_catalog.format('CREATE OR REPLACE TRIGGER community_write_fence_insert AFTER INSERT ON %s '
+                                  'REFERENCING NEW TABLE AS community_fence_new '
+                                  'FOR EACH STATEMENT EXECUTE FUNCTION %s', member.relid, fence_function::pg_catalog.regprocedure);
+        EXECUTE pg_catalog.format('CREATE OR REPLACE TRIGGER community_write_fence_update AFTER UPDATE ON %s '
+                                  'REFERENCING OLD TABLE AS community_fence_old NEW TABLE AS community_fence_new '
+                                  'FOR EACH STATEMENT EXECUTE FUNCTION %s', member.relid, fence_function::pg_catalog.regprocedure);
+        EXECUTE pg_catalog.format('CREATE OR REPLACE TRIGGER community_write_fence_delete AFTER DELETE ON %s '
+                                  'REFERENCING OLD TABLE AS community_fence_old '
+                                  'FOR EACH STATEMENT EXECUTE FUNCTION %s', member.relid, fence_function::pg_catalog.regprocedure);
+        EXECUTE pg_catalog.format('GRANT SELECT, UPDATE, DELETE ON %s TO community_deletion_executor', member.relid);
+        EXECUTE pg_catalog.format('GRANT SELECT (community_id) ON %s TO community_deletion_operator', member.relid);
     END LOOP;
 
     -- Everything else the drift report flags about registered tables, guard
-    -- triggers and installed functions is refused. Unregistered tables are
-    -- not (a service creates a tenant table, then attaches it), nor a fence
-    -- on a table not yet registered (attach fences before it registers).
-    SELECT d.table_name, d.problem INTO problem
-    FROM community_deletion_catalog_drift() d
-    WHERE d.problem NOT IN ('unregistered', 'stray_fence')
-    ORDER BY d.table_name, d.problem
+    -- triggers and installed functions, checked here without calling it (its
+    -- search_path includes the schema of communities). Unregistered tables
+    -- are not refused (a service creates a tenant table, then attaches it),
+    -- nor a fence on a table not yet registered (attach fences before it
+    -- registers) unless that table holds rows and its fence is incomplete.
+    WITH registered AS (
+        -- oid is NULL when the table is gone or has no community_id uuid column.
+        SELECT r.table_name, r.purge_action, t.oid, t.attnotnull
+        FROM @home@.community_scoped_tables r
+        LEFT JOIN LATERAL (
+            SELECT c.oid, a.attnotnull
+            FROM pg_catalog.pg_class c
+            JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) c.oid
+                AND a.attname OPERATOR(pg_catalog.=) 'community_id' AND NOT a.attisdropped
+                AND a.atttypid OPERATOR(pg_catalog.=) 'pg_catalog.uuid'::pg_catalog.regtype::pg_catalog.oid
+            WHERE c.relname OPERATOR(pg_catalog.=) r.table_name AND c.relnamespace OPERATOR(pg_catalog.=) home_namespace
+              AND c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'p']::pg_catalog."char"[]) AND NOT c.relispartition) t ON true
+    ), members AS (
+        -- Every table of a registered 'delete' table's partition tree.
+        SELECT registered.table_name, registered.oid AS relid
+        FROM registered
+        WHERE registered.purge_action OPERATOR(pg_catalog.=) 'delete' AND registered.oid IS NOT NULL
+        UNION
+        SELECT registered.table_name, tree.relid::pg_catalog.oid
+        FROM registered, pg_catalog.pg_partition_tree(registered.oid::pg_catalog.regclass) tree
+        WHERE registered.purge_action OPERATOR(pg_catalog.=) 'delete' AND registered.oid IS NOT NULL
+    ), fence_state AS (
+        -- Per table with a fence trigger: is each event covered whole?
+        SELECT t.tgrelid AS relid,
+               pg_catalog.bool_or(t.tgtype OPERATOR(pg_catalog.=) 4
+                                  AND t.tgnewtable OPERATOR(pg_catalog.=) 'community_fence_new' AND ok.whole) AS on_insert,
+               pg_catalog.bool_or(t.tgtype OPERATOR(pg_catalog.=) 16 AND t.tgoldtable OPERATOR(pg_catalog.=) 'community_fence_old'
+                                  AND t.tgnewtable OPERATOR(pg_catalog.=) 'community_fence_new' AND ok.whole) AS on_update,
+               pg_catalog.bool_or(t.tgtype OPERATOR(pg_catalog.=) 8
+                                  AND t.tgoldtable OPERATOR(pg_catalog.=) 'community_fence_old' AND ok.whole) AS on_delete
+        FROM pg_catalog.pg_trigger t
+        CROSS JOIN LATERAL (SELECT t.tgenabled OPERATOR(pg_catalog.=) ANY (ARRAY['O', 'A']::pg_catalog."char"[])
+                                   AND t.tgqual IS NULL
+                                   AND pg_catalog.cardinality(t.tgattr::pg_catalog.int2[]) OPERATOR(pg_catalog.=) 0) ok (whole)
+        WHERE t.tgfoid OPERATOR(pg_catalog.=) fence_function AND NOT t.tgisinternal
+        GROUP BY t.tgrelid
+    ), guards AS (
+        SELECT g.table_name, g.trigger_name, t.tgenabled,
+               t.tgfoid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure(home_prefix OPERATOR(pg_catalog.||) g.function_signature)::pg_catalog.oid AS same_function
+        FROM @home@.community_deletion_guard_triggers() g
+        LEFT JOIN pg_catalog.pg_trigger t
+            ON t.tgrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(home_prefix OPERATOR(pg_catalog.||) pg_catalog.quote_ident(g.table_name))::pg_catalog.oid
+           AND t.tgname OPERATOR(pg_catalog.=) g.trigger_name
+    ), row_secured AS (
+        SELECT registered.table_name
+        FROM registered
+        CROSS JOIN LATERAL (SELECT registered.oid
+                            UNION SELECT tree.relid::pg_catalog.oid
+                                  FROM pg_catalog.pg_partition_tree(registered.oid::pg_catalog.regclass) tree) part (relid)
+        JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) part.relid AND c.relrowsecurity
+        JOIN pg_catalog.pg_roles login ON login.rolcanlogin AND NOT login.rolsuper AND NOT login.rolbypassrls
+            AND (pg_catalog.pg_has_role(login.oid, 'community_deletion_executor'::pg_catalog.name, 'MEMBER'::pg_catalog.text)
+                 OR pg_catalog.pg_has_role(login.oid, 'community_deletion_operator'::pg_catalog.name, 'MEMBER'::pg_catalog.text))
+            AND (c.relforcerowsecurity OR NOT pg_catalog.pg_has_role(login.oid, c.relowner, 'USAGE'::pg_catalog.text))
+        WHERE registered.oid IS NOT NULL
+    )
+    SELECT found.subject, found.problem INTO problem
+    FROM (
+        SELECT registered.table_name AS subject, 'missing' AS problem
+        FROM registered WHERE registered.oid IS NULL
+        UNION ALL
+        SELECT registered.table_name, 'shape'
+        FROM registered
+        WHERE registered.oid IS NOT NULL
+          AND registered.attnotnull OPERATOR(pg_catalog.<>) (registered.purge_action OPERATOR(pg_catalog.=) 'delete')
+        UNION ALL
+        SELECT members.table_name, 'unfenced'
+        FROM members LEFT JOIN fence_state f ON f.relid OPERATOR(pg_catalog.=) members.relid
+        WHERE NOT coalesce(f.on_insert AND f.on_update AND f.on_delete, false)
+        UNION ALL
+        SELECT c.relname::pg_catalog.text, 'partly fenced and holding rows'
+        FROM fence_state f
+        JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) f.relid
+        WHERE NOT (f.on_insert AND f.on_update AND f.on_delete)
+          AND NOT EXISTS (SELECT 1 FROM members WHERE members.relid OPERATOR(pg_catalog.=) f.relid)
+          AND c.relkind OPERATOR(pg_catalog.=) 'r' AND c.relpersistence OPERATOR(pg_catalog.<>) 't'
+          AND pg_catalog.pg_relation_size(c.oid::pg_catalog.regclass) OPERATOR(pg_catalog.>) 0
+        UNION ALL
+        SELECT guards.table_name OPERATOR(pg_catalog.||) '.' OPERATOR(pg_catalog.||) guards.trigger_name,
+               CASE WHEN guards.tgenabled IS NULL OR NOT guards.same_function THEN 'guard_missing' ELSE 'guard_disabled' END
+        FROM guards
+        WHERE guards.tgenabled IS NULL OR NOT guards.same_function
+           OR NOT guards.tgenabled OPERATOR(pg_catalog.=) ANY (ARRAY['O', 'A']::pg_catalog."char"[])
+        UNION ALL
+        SELECT d.function_signature,
+               CASE WHEN p.oid IS NULL THEN 'function_missing' ELSE 'function_changed' END
+        FROM @home@.community_deletion_function_digests d
+        LEFT JOIN pg_catalog.pg_proc p
+            ON p.oid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure(home_prefix OPERATOR(pg_catalog.||) d.function_signature)::pg_catalog.oid
+        WHERE p.oid IS NULL
+           OR pg_catalog.md5(pg_catalog.concat_ws(E'\x1f', p.prosrc, pg_catalog.array_to_string(p.proconfig, E'\x1e'),
+                                                  p.prosecdef::pg_catalog.text, p.provolatile::pg_catalog.text,
+                                                  pg_catalog.pg_get_userbyid(p.proowner)))
+              OPERATOR(pg_catalog.<>) d.digest
+        UNION ALL
+        SELECT DISTINCT row_secured.table_name, 'row_security'
+        FROM row_secured
+    ) found
+    ORDER BY 1, 2
     LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION USING ERRCODE = '42501',
-            MESSAGE = format('DDL refused: %s leaves %s %s (see community_deletion_catalog_drift()); change the deletion schema only through its migrations',
-                             TG_TAG, problem.table_name, problem.problem);
+            MESSAGE = pg_catalog.format('DDL refused: %s leaves %s %s (see community_deletion_catalog_drift()); change the deletion schema only through its migrations',
+                                        TG_TAG, problem.subject, problem.problem);
     END IF;
 END
 $body$
-$guard$, '@home@', quote_ident(home));
-    EXECUTE format('REVOKE ALL ON FUNCTION %I.community_deletion_ddl_guard() FROM PUBLIC', home);
+$guard$, '@homeprefix@', pg_catalog.quote_literal(pg_catalog.quote_ident(home) OPERATOR(pg_catalog.||) '.')),
+       '@home@', pg_catalog.quote_ident(home));
+    EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %I.community_deletion_ddl_guard() FROM PUBLIC', home);
     DROP EVENT TRIGGER IF EXISTS community_deletion_ddl_guard;
-    EXECUTE format('CREATE EVENT TRIGGER community_deletion_ddl_guard ON ddl_command_end '
-                   'EXECUTE FUNCTION %I.community_deletion_ddl_guard()', home);
+    EXECUTE pg_catalog.format('CREATE EVENT TRIGGER community_deletion_ddl_guard ON ddl_command_end '
+                              'EXECUTE FUNCTION %I.community_deletion_ddl_guard()', home);
 END
 $install$;

@@ -1,0 +1,200 @@
+package integration
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgerrcode"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tombstoneworks/communitydeletion/internal/fixture"
+)
+
+// The DDL guard's own attack suite: each attack runs as a non-superuser
+// login that owns a registered tenant table (the service, which may also
+// CREATE in the schema of communities), with the guard installed by the
+// superuser. Each asserts the refusal's SQLSTATE and that nothing changed.
+
+// schemaDestructionLockKey is community_schema_destruction_lock_key().
+const schemaDestructionLockKey = 7161976178216365409
+
+// guardedAsOwner installs the DDL guard and hands fixture_messages and
+// fixture_activity (with its partition) to the service login, as a
+// deployment whose service owns its tenant tables.
+func guardedAsOwner(t *testing.T) *testBundle {
+	t.Helper()
+	b := setup(t)
+	b.as(fixture.RoleServing) // creates the login
+	for _, sql := range []string{
+		"ALTER TABLE fixture_messages OWNER TO " + string(fixture.RoleServing),
+		"ALTER TABLE fixture_activity OWNER TO " + string(fixture.RoleServing),
+		"ALTER TABLE fixture_activity_default OWNER TO " + string(fixture.RoleServing),
+	} {
+		require.NoError(t, b.exec(t, sql), sql)
+	}
+	installDDLGuard(t, b)
+	return b
+}
+
+// triggerSnapshot is every non-internal trigger of relation, whole: name,
+// events, enabled state, WHEN clause, column list and function.
+func triggerSnapshot(t *testing.T, b *testBundle, relation string) string {
+	t.Helper()
+	var snapshot string
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT coalesce(string_agg(
+			concat_ws(' ', tgname, tgtype, tgenabled, tgqual, tgattr::text, tgfoid::regprocedure::text), E'\n' ORDER BY tgname), '')
+		FROM pg_trigger WHERE tgrelid = $1::regclass AND NOT tgisinternal`, relation).Scan(&snapshot))
+	return snapshot
+}
+
+// The exemption for migration runs is the schema owner's, not the lock's:
+// a table owner who takes the schema-destruction lock, exactly as a
+// migration run does, is refused like any other session; the schema's
+// owner holding it may still change the schema.
+func TestDDLGuardExemptsOnlyTheSchemaOwnersMigrationRun(t *testing.T) {
+	t.Parallel()
+	b := guardedAsOwner(t)
+	ctx := t.Context()
+	before := triggerSnapshot(t, b, "fixture_messages")
+
+	conn, err := b.as(fixture.RoleServing).Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(schemaDestructionLockKey))
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "ALTER TABLE fixture_messages DISABLE TRIGGER community_write_fence_insert")
+	requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "DDL refused: ")
+	_, err = conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", int64(schemaDestructionLockKey))
+	require.NoError(t, err)
+	require.Equal(t, before, triggerSnapshot(t, b, "fixture_messages"))
+	require.Empty(t, drift(t, b))
+
+	// The schema's owner (here the superuser who migrated) in a migration
+	// run may change what it installed.
+	owner, err := b.pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer owner.Release()
+	_, err = owner.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(schemaDestructionLockKey))
+	require.NoError(t, err)
+	_, err = owner.Exec(ctx, "ALTER TABLE fixture_messages DISABLE TRIGGER community_write_fence_insert")
+	require.NoError(t, err, "allowed inside the owner's migration run")
+	_, err = owner.Exec(ctx, "ALTER TABLE fixture_messages ENABLE TRIGGER community_write_fence_insert")
+	require.NoError(t, err)
+	_, err = owner.Exec(ctx, "SELECT pg_advisory_unlock($1)", int64(schemaDestructionLockKey))
+	require.NoError(t, err)
+	require.Equal(t, before, triggerSnapshot(t, b, "fixture_messages"))
+}
+
+// A role that may CREATE in the schema of communities plants functions
+// that match the guard's calls better than pg_catalog's (an oid argument
+// where pg_catalog takes regclass, text where it takes name): the guard,
+// which runs as a superuser, never runs them.
+func TestDDLGuardRunsNoPlantedFunction(t *testing.T) {
+	t.Parallel()
+	b := guardedAsOwner(t)
+	require.NoError(t, b.exec(t, "GRANT CREATE ON SCHEMA public TO "+string(fixture.RoleServing)))
+	planted := []string{
+		`CREATE FUNCTION public.pg_partition_tree(oid)
+			RETURNS TABLE (relid regclass, parentrelid regclass, isleaf boolean, level integer)
+			LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'planted pg_partition_tree ran as %', current_user; END $$`,
+		`CREATE FUNCTION public.pg_has_role(oid, text, text) RETURNS boolean
+			LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'planted pg_has_role ran as %', current_user; END $$`,
+		`CREATE FUNCTION public.format(text, name) RETURNS text
+			LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'planted format ran as %', current_user; END $$`,
+	}
+	service := b.as(fixture.RoleServing)
+	for _, sql := range planted {
+		_, err := service.Exec(t.Context(), sql)
+		require.NoError(t, err, "the guard ran a planted function when the next one was created")
+	}
+	// Ordinary DDL passes the guard; the tampering it refuses is refused by
+	// the guard's own check, not by a planted function.
+	_, err := service.Exec(t.Context(), "CREATE INDEX fixture_messages_body_idx ON fixture_messages (body)")
+	require.NoError(t, err)
+	before := triggerSnapshot(t, b, "fixture_messages")
+	_, err = service.Exec(t.Context(), "ALTER TABLE fixture_messages ENABLE ROW LEVEL SECURITY")
+	requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "fixture_messages row_security")
+	_, err = service.Exec(t.Context(), "ALTER TABLE fixture_messages DISABLE TRIGGER community_write_fence_delete")
+	requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "fixture_messages unfenced")
+	require.Equal(t, before, triggerSnapshot(t, b, "fixture_messages"))
+	var secured bool
+	require.NoError(t, b.pool.QueryRow(t.Context(),
+		"SELECT relrowsecurity FROM pg_class WHERE oid = 'fixture_messages'::regclass").Scan(&secured))
+	require.False(t, secured)
+}
+
+// A fence is checked whole, whichever command changes it: a fence trigger
+// re-created with a WHEN clause, for a column list or another event,
+// disabled, firing only for replication sessions, or dropped from a
+// partition is refused as the table's owner issues it, and the triggers
+// stay as they were.
+func TestDDLGuardChecksFencesWhole(t *testing.T) {
+	t.Parallel()
+	b := guardedAsOwner(t)
+	service := b.as(fixture.RoleServing)
+	for _, tc := range []struct {
+		name, table, sql string
+	}{
+		{"a WHEN clause that exempts one application", "fixture_messages",
+			`CREATE OR REPLACE TRIGGER community_write_fence_insert AFTER INSERT ON fixture_messages
+				REFERENCING NEW TABLE AS community_fence_new FOR EACH STATEMENT
+				WHEN (current_setting('application_name') <> 'backdoor') EXECUTE FUNCTION enforce_community_write_fence()`},
+		{"a WHEN clause on a partition", "fixture_activity_default",
+			`CREATE OR REPLACE TRIGGER community_write_fence_delete AFTER DELETE ON fixture_activity_default
+				REFERENCING OLD TABLE AS community_fence_old FOR EACH STATEMENT
+				WHEN (false) EXECUTE FUNCTION enforce_community_write_fence()`},
+		{"an update fence for one column only", "fixture_messages",
+			`CREATE OR REPLACE TRIGGER community_write_fence_update AFTER UPDATE OF body ON fixture_messages
+				FOR EACH STATEMENT EXECUTE FUNCTION enforce_community_write_fence()`},
+		{"the insert fence replaced by a second delete fence", "fixture_messages",
+			`CREATE OR REPLACE TRIGGER community_write_fence_insert AFTER DELETE ON fixture_messages
+				REFERENCING OLD TABLE AS community_fence_old FOR EACH STATEMENT
+				EXECUTE FUNCTION enforce_community_write_fence()`},
+		{"a disabled fence trigger", "fixture_messages",
+			"ALTER TABLE fixture_messages DISABLE TRIGGER community_write_fence_update"},
+		{"a fence firing for replication sessions only", "fixture_activity_default",
+			"ALTER TABLE fixture_activity_default ENABLE REPLICA TRIGGER community_write_fence_insert"},
+		{"a fence trigger dropped from a partition", "fixture_activity_default",
+			"DROP TRIGGER community_write_fence_update ON fixture_activity_default"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := triggerSnapshot(t, b, tc.table)
+			_, err := service.Exec(t.Context(), tc.sql)
+			requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "DDL refused: ")
+			require.Equal(t, before, triggerSnapshot(t, b, tc.table))
+		})
+	}
+	require.Empty(t, drift(t, b))
+
+	// Re-attaching, which re-creates each fence trigger as it was, passes.
+	_, err := service.Exec(t.Context(), "SELECT attach_community_write_fence('fixture_messages')")
+	require.NoError(t, err)
+	require.Empty(t, drift(t, b))
+}
+
+// A partition detached from a registered table keeps its fence while it
+// holds rows: the owner cannot detach it, drop its fence, write, and
+// re-attach it unseen.
+func TestDDLGuardKeepsTheFenceOfADetachedPartitionThatHoldsRows(t *testing.T) {
+	t.Parallel()
+	b := guardedAsOwner(t)
+	service := b.as(fixture.RoleServing)
+	community := b.createCommunity(t)
+	_, err := service.Exec(t.Context(), "INSERT INTO fixture_activity (community_id, kind) VALUES ($1, 'k')", community)
+	require.NoError(t, err)
+	_, err = service.Exec(t.Context(), "ALTER TABLE fixture_activity DETACH PARTITION fixture_activity_default")
+	require.NoError(t, err)
+	before := triggerSnapshot(t, b, "fixture_activity_default")
+	require.Equal(t, 3, strings.Count(before, "enforce_community_write_fence()"), before)
+	for _, sql := range []string{
+		"DROP TRIGGER community_write_fence_insert ON fixture_activity_default",
+		"ALTER TABLE fixture_activity_default DISABLE TRIGGER USER",
+	} {
+		_, err := service.Exec(t.Context(), sql)
+		requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "fixture_activity_default partly fenced and holding rows")
+		require.Equal(t, before, triggerSnapshot(t, b, "fixture_activity_default"), sql)
+	}
+	_, err = service.Exec(t.Context(), "ALTER TABLE fixture_activity ATTACH PARTITION fixture_activity_default DEFAULT")
+	require.NoError(t, err)
+	require.Empty(t, drift(t, b))
+}
