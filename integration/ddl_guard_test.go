@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/stretchr/testify/require"
 
+	communitydeletion "github.com/tombstoneworks/communitydeletion"
 	"github.com/tombstoneworks/communitydeletion/internal/fixture"
 )
 
@@ -196,5 +197,78 @@ func TestDDLGuardKeepsTheFenceOfADetachedPartitionThatHoldsRows(t *testing.T) {
 	}
 	_, err = service.Exec(t.Context(), "ALTER TABLE fixture_activity ATTACH PARTITION fixture_activity_default DEFAULT")
 	require.NoError(t, err)
+	require.Empty(t, drift(t, b))
+}
+
+// With the guard, every table of a registered 'delete' table carries a
+// TRUNCATE fence: TRUNCATE works while no community is being deleted and is
+// refused (55000) while one is, as the table's owner issues it, and the
+// owner cannot drop or disable the fence.
+func TestDDLGuardRefusesTruncateWhileACommunityIsBeingDeleted(t *testing.T) {
+	t.Parallel()
+	b := guardedAsOwner(t)
+	service := b.as(fixture.RoleServing)
+	active := b.createCommunity(t)
+	_, err := service.Exec(t.Context(), "INSERT INTO fixture_activity (community_id, kind) VALUES ($1, 'k')", active)
+	require.NoError(t, err)
+	_, err = service.Exec(t.Context(), "TRUNCATE fixture_activity")
+	require.NoError(t, err, "no community is being deleted")
+
+	quiescing, fenced, _ := b.quiescingAndFenced(t)
+	_, err = service.Exec(t.Context(), "INSERT INTO fixture_activity (community_id, kind) VALUES ($1, 'k')", active)
+	require.NoError(t, err)
+	before := b.footprint(t, quiescing) + b.footprint(t, fenced)
+	var rows int
+	require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT count(*) FROM fixture_activity").Scan(&rows))
+	for _, sql := range []string{"TRUNCATE fixture_activity", "TRUNCATE fixture_activity_default"} {
+		_, err := service.Exec(t.Context(), sql)
+		requireSQLState(t, err, sqlstateFenced, "refused: a community is being deleted")
+	}
+	require.Equal(t, before, b.footprint(t, quiescing)+b.footprint(t, fenced))
+	var after int
+	require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT count(*) FROM fixture_activity").Scan(&after))
+	require.Equal(t, rows, after)
+
+	snapshot := triggerSnapshot(t, b, "fixture_messages")
+	for _, sql := range []string{
+		"DROP TRIGGER community_deletion_truncate_fence ON fixture_messages",
+		"ALTER TABLE fixture_messages DISABLE TRIGGER community_deletion_truncate_fence",
+		"ALTER TABLE fixture_messages ENABLE REPLICA TRIGGER community_deletion_truncate_fence",
+	} {
+		_, err := service.Exec(t.Context(), sql)
+		requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "fixture_messages without its TRUNCATE fence")
+		require.Equal(t, snapshot, triggerSnapshot(t, b, "fixture_messages"), sql)
+	}
+}
+
+// Install is idempotent and fences what is registered; a table attached
+// later gets its TRUNCATE fence with its write fence; uninstall removes
+// everything install created, and may run twice.
+func TestDDLGuardInstallsAndUninstallsWhole(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	installDDLGuard(t, b)
+	installDDLGuard(t, b)
+	require.NoError(t, b.exec(t, "CREATE TABLE fixture_polls (id bigint PRIMARY KEY, community_id uuid NOT NULL REFERENCES communities (id))"))
+	require.NoError(t, b.exec(t, "SELECT attach_community_write_fence('fixture_polls')"))
+	require.Empty(t, drift(t, b))
+	countTruncateFences := func() int {
+		var n int
+		require.NoError(t, b.pool.QueryRow(t.Context(),
+			"SELECT count(*) FROM pg_trigger WHERE tgname = 'community_deletion_truncate_fence'").Scan(&n))
+		return n
+	}
+	// Five plain tables, the partitioned one and its partition, and the new one.
+	require.Equal(t, 8, countTruncateFences())
+
+	_, uninstall := communitydeletion.DDLGuard()
+	require.NoError(t, b.exec(t, uninstall))
+	require.NoError(t, b.exec(t, uninstall))
+	require.Equal(t, 0, countTruncateFences())
+	var left int
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT
+		(SELECT count(*) FROM pg_event_trigger WHERE evtname LIKE 'community_deletion%')
+		+ (SELECT count(*) FROM pg_proc WHERE proname LIKE 'community_deletion_ddl_guard%')`).Scan(&left))
+	require.Equal(t, 0, left)
 	require.Empty(t, drift(t, b))
 }

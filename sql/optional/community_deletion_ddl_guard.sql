@@ -53,7 +53,45 @@ DECLARE
     home text := (SELECT n.nspname FROM pg_catalog.pg_class c
                   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
                   WHERE c.oid = 'communities'::pg_catalog.regclass);
+    member record;
 BEGIN
+    DROP EVENT TRIGGER IF EXISTS community_deletion_ddl_guard;
+    EXECUTE pg_catalog.replace($truncate$
+CREATE OR REPLACE FUNCTION @home@.community_deletion_ddl_guard_truncate() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $body$
+BEGIN
+    IF EXISTS (SELECT 1 FROM @home@.communities c
+               WHERE c.deletion_state OPERATOR(pg_catalog.=) ANY (ARRAY['quiescing', 'fenced']::pg_catalog.text[])) THEN
+        RAISE EXCEPTION USING ERRCODE = '55000',
+            MESSAGE = pg_catalog.format('TRUNCATE of %I.%I refused: a community is being deleted, and TRUNCATE would take its rows past the deletion; delete rows by community, or truncate once no deletion is under way',
+                                        TG_TABLE_SCHEMA, TG_TABLE_NAME);
+    END IF;
+    RETURN NULL;
+END
+$body$
+$truncate$, '@home@', pg_catalog.quote_ident(home));
+    EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %I.community_deletion_ddl_guard_truncate() FROM PUBLIC', home);
+    -- Every table of a registered 'delete' table's partition tree gets its
+    -- TRUNCATE fence; the guard adds it to each table fenced later.
+    FOR member IN EXECUTE pg_catalog.format($members$
+        SELECT part.relid::pg_catalog.regclass AS relid
+        FROM %1$I.community_scoped_tables r
+        JOIN pg_catalog.pg_class c ON c.relname OPERATOR(pg_catalog.=) r.table_name
+            AND c.relnamespace OPERATOR(pg_catalog.=) %2$L::pg_catalog.regnamespace::pg_catalog.oid
+            AND c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'p']::pg_catalog."char"[]) AND NOT c.relispartition
+        CROSS JOIN LATERAL (SELECT c.oid UNION SELECT tree.relid::pg_catalog.oid
+                            FROM pg_catalog.pg_partition_tree(c.oid::pg_catalog.regclass) tree) part (relid)
+        WHERE r.purge_action OPERATOR(pg_catalog.=) 'delete'
+          AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
+                          WHERE t.tgrelid OPERATOR(pg_catalog.=) part.relid
+                            AND t.tgname OPERATOR(pg_catalog.=) 'community_deletion_truncate_fence')
+        $members$, home, pg_catalog.quote_ident(home))
+    LOOP
+        EXECUTE pg_catalog.format('CREATE TRIGGER community_deletion_truncate_fence BEFORE TRUNCATE ON %s '
+                                  'FOR EACH STATEMENT EXECUTE FUNCTION %I.community_deletion_ddl_guard_truncate()', member.relid, home);
+    END LOOP;
     EXECUTE pg_catalog.replace(pg_catalog.replace($guard$
 CREATE OR REPLACE FUNCTION @home@.community_deletion_ddl_guard() RETURNS event_trigger
     LANGUAGE plpgsql SECURITY DEFINER
@@ -64,6 +102,7 @@ DECLARE
     communities_table pg_catalog.oid;
     home_namespace pg_catalog.oid;
     fence_function pg_catalog.oid;
+    truncate_function pg_catalog.oid;
     member record;
     problem record;
     foreign_rows boolean;
@@ -93,6 +132,7 @@ BEGIN
     END IF;
     home_namespace := (SELECT c.relnamespace FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) communities_table);
     fence_function := pg_catalog.to_regprocedure(home_prefix OPERATOR(pg_catalog.||) 'enforce_community_write_fence()');
+    truncate_function := pg_catalog.to_regprocedure(home_prefix OPERATOR(pg_catalog.||) 'community_deletion_ddl_guard_truncate()');
 
     -- A trigger on a control table is created only by the migrations: a new
     -- one could undo a guard's work, a replaced guard could lose events.
@@ -130,6 +170,21 @@ BEGIN
                     AND t.tgoldtable OPERATOR(pg_catalog.=) 'community_fence_old' AND t.tgnewtable OPERATOR(pg_catalog.=) 'community_fence_new')
                 OR (t.tgname OPERATOR(pg_catalog.=) 'community_write_fence_delete' AND t.tgtype OPERATOR(pg_catalog.=) 8
                     AND t.tgoldtable OPERATOR(pg_catalog.=) 'community_fence_old' AND t.tgnewtable IS NULL))))) THEN
+        -- A table whose write fence is now complete gets its TRUNCATE fence.
+        FOR member IN
+            SELECT DISTINCT t.tgrelid::pg_catalog.regclass AS relid
+            FROM pg_catalog.pg_event_trigger_ddl_commands() cmd
+            JOIN pg_catalog.pg_trigger t ON t.oid OPERATOR(pg_catalog.=) cmd.objid
+            WHERE (SELECT pg_catalog.count(DISTINCT f.tgtype) FROM pg_catalog.pg_trigger f
+                   WHERE f.tgrelid OPERATOR(pg_catalog.=) t.tgrelid AND f.tgfoid OPERATOR(pg_catalog.=) fence_function
+                     AND f.tgtype OPERATOR(pg_catalog.=) ANY (ARRAY[4, 8, 16]::pg_catalog.int2[])) OPERATOR(pg_catalog.=) 3
+              AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger f
+                              WHERE f.tgrelid OPERATOR(pg_catalog.=) t.tgrelid
+                                AND f.tgfoid OPERATOR(pg_catalog.=) truncate_function)
+        LOOP
+            EXECUTE pg_catalog.format('CREATE TRIGGER community_deletion_truncate_fence BEFORE TRUNCATE ON %s '
+                                      'FOR EACH STATEMENT EXECUTE FUNCTION %s', member.relid, truncate_function::pg_catalog.regprocedure);
+        END LOOP;
         RETURN;
     END IF;
 
@@ -243,6 +298,14 @@ BEGIN
         FROM members LEFT JOIN fence_state f ON f.relid OPERATOR(pg_catalog.=) members.relid
         WHERE NOT coalesce(f.on_insert AND f.on_update AND f.on_delete, false)
         UNION ALL
+        SELECT members.table_name, 'without its TRUNCATE fence'
+        FROM members
+        WHERE NOT EXISTS (
+            SELECT 1 FROM pg_catalog.pg_trigger t
+            WHERE t.tgrelid OPERATOR(pg_catalog.=) members.relid AND t.tgfoid OPERATOR(pg_catalog.=) truncate_function
+              AND t.tgtype OPERATOR(pg_catalog.=) 34 AND t.tgqual IS NULL
+              AND t.tgenabled OPERATOR(pg_catalog.=) ANY (ARRAY['O', 'A']::pg_catalog."char"[]))
+        UNION ALL
         SELECT c.relname::pg_catalog.text, 'partly fenced and holding rows'
         FROM fence_state f
         JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) f.relid
@@ -283,7 +346,6 @@ $body$
 $guard$, '@homeprefix@', pg_catalog.quote_literal(pg_catalog.quote_ident(home) OPERATOR(pg_catalog.||) '.')),
        '@home@', pg_catalog.quote_ident(home));
     EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %I.community_deletion_ddl_guard() FROM PUBLIC', home);
-    DROP EVENT TRIGGER IF EXISTS community_deletion_ddl_guard;
     EXECUTE pg_catalog.format('CREATE EVENT TRIGGER community_deletion_ddl_guard ON ddl_command_end '
                               'EXECUTE FUNCTION %I.community_deletion_ddl_guard()', home);
 END

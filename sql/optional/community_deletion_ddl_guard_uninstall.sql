@@ -1,12 +1,24 @@
--- Removes the optional DDL guard (community_deletion_ddl_guard.sql). Run it
--- as a superuser: go run ./cmd/migrate uninstall-ddl-guard
+-- Removes the optional DDL guard (community_deletion_ddl_guard.sql): the
+-- event trigger, its function, and the TRUNCATE fences it added with their
+-- function. Run it as a superuser: go run ./cmd/migrate uninstall-ddl-guard
 DROP EVENT TRIGGER IF EXISTS community_deletion_ddl_guard;
 DO $uninstall$
 DECLARE
-    guard regprocedure := to_regprocedure('community_deletion_ddl_guard()');
+    guard regprocedure := pg_catalog.to_regprocedure('community_deletion_ddl_guard()');
+    truncate_fence regprocedure := pg_catalog.to_regprocedure('community_deletion_ddl_guard_truncate()');
+    fenced record;
 BEGIN
+    IF truncate_fence IS NOT NULL THEN
+        FOR fenced IN
+            SELECT t.tgname, t.tgrelid::pg_catalog.regclass AS relid FROM pg_catalog.pg_trigger t
+            WHERE t.tgfoid OPERATOR(pg_catalog.=) truncate_fence::pg_catalog.oid
+        LOOP
+            EXECUTE pg_catalog.format('DROP TRIGGER %I ON %s', fenced.tgname, fenced.relid);
+        END LOOP;
+        EXECUTE pg_catalog.format('DROP FUNCTION %s', truncate_fence);
+    END IF;
     IF guard IS NOT NULL THEN
-        EXECUTE format('DROP FUNCTION %s', guard);
+        EXECUTE pg_catalog.format('DROP FUNCTION %s', guard);
     END IF;
 END
 $uninstall$;
