@@ -268,7 +268,68 @@ func TestDDLGuardInstallsAndUninstallsWhole(t *testing.T) {
 	var left int
 	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT
 		(SELECT count(*) FROM pg_event_trigger WHERE evtname LIKE 'community_deletion%')
-		+ (SELECT count(*) FROM pg_proc WHERE proname LIKE 'community_deletion_ddl_guard%')`).Scan(&left))
+		+ (SELECT count(*) FROM pg_proc WHERE proname LIKE 'community_deletion_ddl_guard%')
+		+ (SELECT count(*) FROM pg_class WHERE relname LIKE 'community_deletion_ddl_guard%')`).Scan(&left))
 	require.Equal(t, 0, left)
 	require.Empty(t, drift(t, b))
+}
+
+// controlSnapshot is every index, constraint and trigger of a control table.
+func controlSnapshot(t *testing.T, b *testBundle, table string) string {
+	t.Helper()
+	var snapshot string
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT concat_ws(E'\n',
+		(SELECT string_agg(pg_get_indexdef(indexrelid), E'\n' ORDER BY pg_get_indexdef(indexrelid)) FROM pg_index WHERE indrelid = $1::regclass),
+		(SELECT string_agg(conname || ' ' || pg_get_constraintdef(oid), E'\n' ORDER BY conname) FROM pg_constraint WHERE conrelid = $1::regclass),
+		(SELECT string_agg(tgname || ' ' || tgenabled::text, E'\n' ORDER BY tgname) FROM pg_trigger WHERE tgrelid = $1::regclass))`,
+		table).Scan(&snapshot))
+	return snapshot
+}
+
+// The owner of a control table (here the service, given the lease table)
+// cannot weaken it: dropping its lease bound, its index or its primary key,
+// or adding a trigger that could undo its guard, is refused (42501) and the
+// table stays as it was. The schema owner's migration run still may.
+func TestDDLGuardRefusesChangesToTheControlTables(t *testing.T) {
+	t.Parallel()
+	b := guardedAsOwner(t)
+	require.NoError(t, b.exec(t, "ALTER TABLE community_serving_write_leases OWNER TO "+string(fixture.RoleServing)))
+	require.NoError(t, b.exec(t, "GRANT CREATE ON SCHEMA public TO "+string(fixture.RoleServing)))
+	service := b.as(fixture.RoleServing)
+	_, err := service.Exec(t.Context(), `CREATE FUNCTION public.lease_forever() RETURNS trigger LANGUAGE plpgsql
+		AS $$ BEGIN NEW.lease_until := 'infinity'; RETURN NEW; END $$`)
+	require.NoError(t, err)
+	before := controlSnapshot(t, b, "community_serving_write_leases")
+	for _, sql := range []string{
+		"ALTER TABLE community_serving_write_leases DROP CONSTRAINT community_serving_write_leases_lease_bound_check",
+		"DROP INDEX community_serving_write_leases_community_idx",
+		"ALTER TABLE community_serving_write_leases DROP CONSTRAINT community_serving_write_leases_pkey",
+		"ALTER TABLE community_serving_write_leases DISABLE TRIGGER USER",
+		`CREATE TRIGGER lease_forever BEFORE INSERT OR UPDATE ON community_serving_write_leases
+			FOR EACH ROW EXECUTE FUNCTION public.lease_forever()`,
+	} {
+		_, err := service.Exec(t.Context(), sql)
+		requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "DDL refused: ")
+		require.Equal(t, before, controlSnapshot(t, b, "community_serving_write_leases"), sql)
+	}
+	require.Empty(t, drift(t, b))
+
+	// A migration run of the schema's owner may change a control table, and
+	// what it leaves is what the guard holds from then on.
+	ctx := t.Context()
+	owner, err := b.pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer owner.Release()
+	for _, sql := range []string{
+		"SELECT pg_advisory_lock(community_schema_destruction_lock_key())",
+		"CREATE INDEX community_serving_write_leases_owner_idx ON community_serving_write_leases (owner)",
+		"SELECT pg_advisory_unlock(community_schema_destruction_lock_key())",
+	} {
+		_, err := owner.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	_, err = service.Exec(ctx, "CREATE TABLE unrelated (id int)")
+	require.NoError(t, err, "ordinary DDL passes after the migration run")
+	_, err = service.Exec(ctx, "DROP INDEX community_serving_write_leases_owner_idx")
+	requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "DDL refused: ")
 }

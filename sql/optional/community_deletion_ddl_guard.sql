@@ -92,6 +92,51 @@ $truncate$, '@home@', pg_catalog.quote_ident(home));
         EXECUTE pg_catalog.format('CREATE TRIGGER community_deletion_truncate_fence BEFORE TRUNCATE ON %s '
                                   'FOR EACH STATEMENT EXECUTE FUNCTION %I.community_deletion_ddl_guard_truncate()', member.relid, home);
     END LOOP;
+    -- The control tables' indexes, constraints, triggers and column domains,
+    -- as the guard last accepted them (at install, and after each command of
+    -- a migration run).
+    EXECUTE pg_catalog.replace(pg_catalog.replace($digest$
+CREATE OR REPLACE FUNCTION @home@.community_deletion_ddl_guard_control_digest() RETURNS text
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $body$
+    WITH control AS (
+        SELECT c.oid, c.relname
+        FROM pg_catalog.pg_class c
+        WHERE c.relnamespace OPERATOR(pg_catalog.=) @homeoid@
+          AND c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'p']::pg_catalog."char"[])
+          AND @home@.community_deletion_control_table(c.relname::pg_catalog.text)
+    )
+    SELECT pg_catalog.md5(coalesce(pg_catalog.string_agg(item.line, E'\n' ORDER BY item.line), ''))
+    FROM (
+        SELECT pg_catalog.concat_ws(' ', 'index', control.relname, pg_catalog.pg_get_indexdef(i.indexrelid),
+                                    i.indisvalid::pg_catalog.text) AS line
+        FROM control JOIN pg_catalog.pg_index i ON i.indrelid OPERATOR(pg_catalog.=) control.oid
+        UNION ALL
+        SELECT pg_catalog.concat_ws(' ', 'constraint', control.relname, k.conname, pg_catalog.pg_get_constraintdef(k.oid),
+                                    k.convalidated::pg_catalog.text)
+        FROM control JOIN pg_catalog.pg_constraint k ON k.conrelid OPERATOR(pg_catalog.=) control.oid
+        UNION ALL
+        SELECT pg_catalog.concat_ws(' ', 'trigger', control.relname, pg_catalog.pg_get_triggerdef(t.oid), t.tgenabled::pg_catalog.text)
+        FROM control JOIN pg_catalog.pg_trigger t ON t.tgrelid OPERATOR(pg_catalog.=) control.oid AND NOT t.tgisinternal
+        UNION ALL
+        SELECT DISTINCT pg_catalog.concat_ws(' ', 'domain', ty.typname, ty.typbasetype::pg_catalog.regtype::pg_catalog.text,
+                                             ty.typnotnull::pg_catalog.text, k.conname, pg_catalog.pg_get_constraintdef(k.oid))
+        FROM control
+        JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) control.oid AND NOT a.attisdropped
+        JOIN pg_catalog.pg_type ty ON ty.oid OPERATOR(pg_catalog.=) a.atttypid AND ty.typtype OPERATOR(pg_catalog.=) 'd'
+        LEFT JOIN pg_catalog.pg_constraint k ON k.contypid OPERATOR(pg_catalog.=) ty.oid
+    ) item
+$body$
+$digest$, '@homeoid@', pg_catalog.format('%L::pg_catalog.regnamespace::pg_catalog.oid', pg_catalog.quote_ident(home))),
+       '@home@', pg_catalog.quote_ident(home));
+    EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %I.community_deletion_ddl_guard_control_digest() FROM PUBLIC', home);
+    EXECUTE pg_catalog.format('CREATE TABLE IF NOT EXISTS %I.community_deletion_ddl_guard_state ('
+                              'singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton), control_digest text NOT NULL)', home);
+    EXECUTE pg_catalog.format('REVOKE ALL ON %I.community_deletion_ddl_guard_state FROM PUBLIC', home);
+    EXECUTE pg_catalog.format('INSERT INTO %1$I.community_deletion_ddl_guard_state (control_digest) '
+                              'VALUES (%1$I.community_deletion_ddl_guard_control_digest()) '
+                              'ON CONFLICT (singleton) DO UPDATE SET control_digest = excluded.control_digest', home);
     EXECUTE pg_catalog.replace(pg_catalog.replace($guard$
 CREATE OR REPLACE FUNCTION @home@.community_deletion_ddl_guard() RETURNS event_trigger
     LANGUAGE plpgsql SECURITY DEFINER
@@ -124,6 +169,10 @@ BEGIN
         SELECT 1 FROM pg_catalog.pg_class c
         WHERE c.oid OPERATOR(pg_catalog.=) communities_table
           AND pg_catalog.pg_has_role(session_user, c.relowner, 'MEMBER'::pg_catalog.text)) THEN
+        IF pg_catalog.to_regprocedure(home_prefix OPERATOR(pg_catalog.||) 'community_deletion_control_table(text)') IS NOT NULL THEN
+            UPDATE @home@.community_deletion_ddl_guard_state
+            SET control_digest = @home@.community_deletion_ddl_guard_control_digest();
+        END IF;
         RETURN;
     END IF;
     IF communities_table IS NULL THEN
@@ -148,6 +197,16 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '42501',
             MESSAGE = pg_catalog.format('DDL refused: %s creates trigger %s on control table %s; change the deletion schema only through its migrations',
                                         TG_TAG, problem.trigger_name, problem.table_name);
+    END IF;
+
+    -- The control tables' indexes, constraints, triggers and domains change
+    -- only in migration runs (a dropped index or CHECK would let a guard's
+    -- rule go unenforced).
+    IF (SELECT s.control_digest FROM @home@.community_deletion_ddl_guard_state s)
+       IS DISTINCT FROM @home@.community_deletion_ddl_guard_control_digest() THEN
+        RAISE EXCEPTION USING ERRCODE = '42501',
+            MESSAGE = pg_catalog.format('DDL refused: %s changes an index, constraint, trigger or domain of a deletion control table; change the deletion schema only through its migrations',
+                                        TG_TAG);
     END IF;
 
     -- Building a fence (attach, or the fencing below) creates its three

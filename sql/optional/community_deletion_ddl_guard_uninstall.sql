@@ -1,11 +1,14 @@
 -- Removes the optional DDL guard (community_deletion_ddl_guard.sql): the
--- event trigger, its function, and the TRUNCATE fences it added with their
--- function. Run it as a superuser: go run ./cmd/migrate uninstall-ddl-guard
+-- event trigger, its function, the TRUNCATE fences it added with their
+-- function, and its record of the control tables' digest. Run it as a
+-- superuser: go run ./cmd/migrate uninstall-ddl-guard
 DROP EVENT TRIGGER IF EXISTS community_deletion_ddl_guard;
 DO $uninstall$
 DECLARE
     guard regprocedure := pg_catalog.to_regprocedure('community_deletion_ddl_guard()');
     truncate_fence regprocedure := pg_catalog.to_regprocedure('community_deletion_ddl_guard_truncate()');
+    control_digest regprocedure := pg_catalog.to_regprocedure('community_deletion_ddl_guard_control_digest()');
+    state regclass := pg_catalog.to_regclass('community_deletion_ddl_guard_state');
     fenced record;
 BEGIN
     IF truncate_fence IS NOT NULL THEN
@@ -19,6 +22,12 @@ BEGIN
     END IF;
     IF guard IS NOT NULL THEN
         EXECUTE pg_catalog.format('DROP FUNCTION %s', guard);
+    END IF;
+    IF control_digest IS NOT NULL THEN
+        EXECUTE pg_catalog.format('DROP FUNCTION %s', control_digest);
+    END IF;
+    IF state IS NOT NULL THEN
+        EXECUTE pg_catalog.format('DROP TABLE %s', state);
     END IF;
 END
 $uninstall$;
