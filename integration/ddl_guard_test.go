@@ -333,3 +333,24 @@ func TestDDLGuardRefusesChangesToTheControlTables(t *testing.T) {
 	_, err = service.Exec(ctx, "DROP INDEX community_serving_write_leases_owner_idx")
 	requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "DDL refused: ")
 }
+
+// Row-level security that would hide a registered table's rows from the
+// deletion's logins is refused as its owner turns it on, on the table or on
+// a partition, and the table stays without it.
+func TestDDLGuardRefusesRowSecurityThatHidesRows(t *testing.T) {
+	t.Parallel()
+	b := guardedAsOwner(t)
+	b.as(fixture.RoleExecutor) // a deletion login the policies would apply to
+	service := b.as(fixture.RoleServing)
+	for _, tc := range []struct{ table, registered, sql string }{
+		{"fixture_messages", "fixture_messages", "ALTER TABLE fixture_messages ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY"},
+		{"fixture_activity_default", "fixture_activity", "ALTER TABLE fixture_activity_default ENABLE ROW LEVEL SECURITY"},
+	} {
+		_, err := service.Exec(t.Context(), tc.sql)
+		requireSQLState(t, err, pgerrcode.InsufficientPrivilege, tc.registered+" row_security")
+		var secured, forced bool
+		require.NoError(t, b.pool.QueryRow(t.Context(),
+			"SELECT relrowsecurity, relforcerowsecurity FROM pg_class WHERE oid = $1::regclass", tc.table).Scan(&secured, &forced))
+		require.False(t, secured || forced, tc.sql)
+	}
+}
