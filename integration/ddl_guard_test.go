@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -353,4 +354,47 @@ func TestDDLGuardRefusesRowSecurityThatHidesRows(t *testing.T) {
 			"SELECT relrowsecurity, relforcerowsecurity FROM pg_class WHERE oid = $1::regclass", tc.table).Scan(&secured, &forced))
 		require.False(t, secured || forced, tc.sql)
 	}
+}
+
+// A table rewrite cannot move rows out of a fenced community (nor into it):
+// ALTER COLUMN ... TYPE ... USING that re-keys them is refused as the
+// table's owner issues it, and the rows stay where they were; a rewrite that
+// leaves them as they were passes. (The table has no foreign key to
+// communities: rebuilding one needs REFERENCES on communities, which the
+// service lacks.)
+func TestDDLGuardRefusesRewritesThatMoveRowsOfADeletion(t *testing.T) {
+	t.Parallel()
+	b := guardedAsOwner(t)
+	service := b.as(fixture.RoleServing)
+	require.NoError(t, b.exec(t, `CREATE TABLE tenant_notes (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+		community_id uuid NOT NULL, body text NOT NULL)`))
+	require.NoError(t, b.exec(t, "ALTER TABLE tenant_notes OWNER TO "+string(fixture.RoleServing)))
+	_, err := service.Exec(t.Context(), "SELECT attach_community_write_fence('tenant_notes')")
+	require.NoError(t, err)
+	active, doomed := b.createCommunity(t), b.createCommunity(t)
+	for _, c := range []any{active, doomed} {
+		_, err := service.Exec(t.Context(), "INSERT INTO tenant_notes (community_id, body) VALUES ($1, 'note')", c)
+		require.NoError(t, err)
+	}
+	b.quiesce(t, doomed)
+	b.fence(t, doomed)
+	notes := func() string {
+		var s string
+		require.NoError(t, b.pool.QueryRow(t.Context(),
+			"SELECT string_agg(id || ' ' || community_id || ' ' || body, ',' ORDER BY id) FROM tenant_notes").Scan(&s))
+		return s
+	}
+	before := notes()
+	for _, using := range []string{
+		fmt.Sprintf("CASE WHEN community_id = '%s' THEN '%s'::uuid ELSE community_id END", doomed, active),
+		fmt.Sprintf("CASE WHEN community_id = '%s' THEN '%s'::uuid ELSE community_id END", active, doomed),
+	} {
+		_, err := service.Exec(t.Context(), "ALTER TABLE tenant_notes ALTER COLUMN community_id TYPE uuid USING ("+using+")")
+		requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "rewrites public.tenant_notes and changes rows")
+		require.Equal(t, before, notes())
+	}
+	_, err = service.Exec(t.Context(), "ALTER TABLE tenant_notes ALTER COLUMN body TYPE varchar USING body")
+	require.NoError(t, err, "a rewrite that moves nothing")
+	require.Equal(t, before, notes())
+	require.Empty(t, drift(t, b))
 }

@@ -15,11 +15,12 @@ import (
 // drop event triggers: only a superuser may install the DDL guard.
 var ErrDDLGuardNeedsSuperuser = errors.New("the DDL guard is an event trigger: only a superuser may install or remove it")
 
-// InstallDDLGuard installs the optional DDL guard on a migrated database: an
-// event trigger that refuses, outside migration runs, any DDL that disables
-// or drops a guard, changes an installed function or leaves a registered
-// table unfenced (see sql/optional/community_deletion_ddl_guard.sql). It is
-// idempotent and needs a superuser.
+// InstallDDLGuard installs the optional DDL guard on a migrated database:
+// event triggers that refuse, outside the schema owner's migration runs, any
+// DDL that weakens a guard, fence, control table or installed function, and
+// a TRUNCATE fence on registered tables (see
+// sql/optional/community_deletion_ddl_guard.sql). It is idempotent and needs
+// a superuser.
 func (m *Migrator) InstallDDLGuard(ctx context.Context) error {
 	install, _ := communitydeletion.DDLGuard()
 	return m.execDDLGuard(ctx, "install", install)

@@ -22,7 +22,18 @@
 --   * a registered table dropped, renamed, or reshaped (community_id gone,
 --     retyped or of the wrong nullability);
 --   * a registered table (or partition) whose row-level security applies to
---     a login of the executor or operator role.
+--     a login of the executor or operator role;
+--   * a table rewrite of a registered table (ALTER COLUMN ... TYPE ...
+--     USING, for one) that changes any row of a community that is not
+--     active: a second event trigger, on table_rewrite, digests those rows
+--     before the rewrite;
+--   * a change to a control table's indexes, constraints, triggers or column
+--     domains (their digest is kept in community_deletion_ddl_guard_state
+--     and moves on only in migration runs).
+-- Every table of a registered 'delete' table also gets a BEFORE TRUNCATE
+-- trigger, community_deletion_truncate_fence, that refuses TRUNCATE (55000)
+-- while any community is quiescing or fenced; the guard adds it with each
+-- new write fence and refuses DDL that drops, disables or narrows it.
 -- A new partition of a registered 'delete' table (CREATE TABLE ... PARTITION
 -- OF, ALTER TABLE ... ATTACH PARTITION) is fenced and granted at once, as
 -- attach_community_write_fence() would; one that holds rows of a community
@@ -137,6 +148,59 @@ $digest$, '@homeoid@', pg_catalog.format('%L::pg_catalog.regnamespace::pg_catalo
     EXECUTE pg_catalog.format('INSERT INTO %1$I.community_deletion_ddl_guard_state (control_digest) '
                               'VALUES (%1$I.community_deletion_ddl_guard_control_digest()) '
                               'ON CONFLICT (singleton) DO UPDATE SET control_digest = excluded.control_digest', home);
+    -- Table rewrites of registered tables: the rows of every community that
+    -- is not active, digested before the rewrite and compared after it.
+    EXECUTE pg_catalog.replace($rewrite$
+CREATE OR REPLACE FUNCTION @home@.community_deletion_ddl_guard_rows_digest(relation pg_catalog.regclass) RETURNS text
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $body$
+DECLARE
+    digest text;
+BEGIN
+    EXECUTE pg_catalog.format('SELECT pg_catalog.md5(coalesce(pg_catalog.string_agg(m.line, E''\n'' ORDER BY m.line), '''')) '
+                              'FROM (SELECT m::pg_catalog.text AS line FROM %s m '
+                              'WHERE m.community_id IN (SELECT c.id FROM @home@.communities c '
+                              'WHERE c.deletion_state OPERATOR(pg_catalog.<>) ''active'')) m', relation) INTO digest;
+    RETURN digest;
+END
+$body$;
+
+CREATE OR REPLACE FUNCTION @home@.community_deletion_ddl_guard_rewrite() RETURNS event_trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $body$
+DECLARE
+    relation pg_catalog.oid := pg_catalog.pg_event_trigger_table_rewrite_oid();
+BEGIN
+    IF EXISTS (
+        SELECT 1
+        FROM @home@.community_scoped_tables r
+        JOIN pg_catalog.pg_class c ON c.relname OPERATOR(pg_catalog.=) r.table_name
+            AND c.relnamespace OPERATOR(pg_catalog.=) (SELECT x.relnamespace FROM pg_catalog.pg_class x
+                                                        WHERE x.oid OPERATOR(pg_catalog.=) '@home@.communities'::pg_catalog.regclass::pg_catalog.oid)
+            AND NOT c.relispartition
+        CROSS JOIN LATERAL (SELECT c.oid UNION SELECT tree.relid::pg_catalog.oid
+                            FROM pg_catalog.pg_partition_tree(c.oid::pg_catalog.regclass) tree) part (relid)
+        WHERE part.relid OPERATOR(pg_catalog.=) relation)
+       AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
+                   WHERE a.attrelid OPERATOR(pg_catalog.=) relation AND a.attname OPERATOR(pg_catalog.=) 'community_id'
+                     AND NOT a.attisdropped) THEN
+        INSERT INTO @home@.community_deletion_ddl_guard_rewrites (xid, relid, digest)
+        VALUES (pg_catalog.txid_current(), relation,
+                @home@.community_deletion_ddl_guard_rows_digest(relation::pg_catalog.regclass));
+    END IF;
+END
+$body$;
+$rewrite$, '@home@', pg_catalog.quote_ident(home));
+    EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %I.community_deletion_ddl_guard_rows_digest(pg_catalog.regclass) FROM PUBLIC', home);
+    EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %I.community_deletion_ddl_guard_rewrite() FROM PUBLIC', home);
+    EXECUTE pg_catalog.format('CREATE TABLE IF NOT EXISTS %I.community_deletion_ddl_guard_rewrites ('
+                              'xid bigint NOT NULL, relid oid NOT NULL, digest text, PRIMARY KEY (xid, relid))', home);
+    EXECUTE pg_catalog.format('REVOKE ALL ON %I.community_deletion_ddl_guard_rewrites FROM PUBLIC', home);
+    DROP EVENT TRIGGER IF EXISTS community_deletion_ddl_guard_rewrite;
+    EXECUTE pg_catalog.format('CREATE EVENT TRIGGER community_deletion_ddl_guard_rewrite ON table_rewrite '
+                              'EXECUTE FUNCTION %I.community_deletion_ddl_guard_rewrite()', home);
     EXECUTE pg_catalog.replace(pg_catalog.replace($guard$
 CREATE OR REPLACE FUNCTION @home@.community_deletion_ddl_guard() RETURNS event_trigger
     LANGUAGE plpgsql SECURITY DEFINER
@@ -153,6 +217,23 @@ DECLARE
     foreign_rows boolean;
 BEGIN
     communities_table := pg_catalog.to_regclass(home_prefix OPERATOR(pg_catalog.||) 'communities');
+    -- A table rewrite of a registered table (ALTER COLUMN ... TYPE ...
+    -- USING, for one) must leave the rows of every community that is not
+    -- active as they were: recorded before it by the table_rewrite trigger.
+    FOR member IN
+        SELECT w.relid::pg_catalog.regclass AS relid, w.digest
+        FROM @home@.community_deletion_ddl_guard_rewrites w
+        WHERE w.xid OPERATOR(pg_catalog.=) pg_catalog.txid_current()
+    LOOP
+        DELETE FROM @home@.community_deletion_ddl_guard_rewrites w
+        WHERE w.xid OPERATOR(pg_catalog.=) pg_catalog.txid_current()
+          AND w.relid OPERATOR(pg_catalog.=) member.relid::pg_catalog.oid;
+        IF @home@.community_deletion_ddl_guard_rows_digest(member.relid) IS DISTINCT FROM member.digest THEN
+            RAISE EXCEPTION USING ERRCODE = '42501',
+                MESSAGE = pg_catalog.format('DDL refused: %s rewrites %s and changes rows of a community that is being deleted or deleted; change it once no deletion is under way, without moving rows between communities',
+                                            TG_TAG, member.relid);
+        END IF;
+    END LOOP;
     -- A migration run of this project: a login of the schema's owner that
     -- holds the schema-destruction lock exclusively at session level.
     IF EXISTS (
