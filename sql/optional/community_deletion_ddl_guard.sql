@@ -107,32 +107,50 @@ $truncate$, '@home@', pg_catalog.quote_ident(home));
     -- as the guard last accepted them (at install, and after each command of
     -- a migration run).
     EXECUTE pg_catalog.replace(pg_catalog.replace($digest$
-CREATE OR REPLACE FUNCTION @home@.community_deletion_ddl_guard_control_digest() RETURNS text
+CREATE OR REPLACE FUNCTION @home@.community_deletion_ddl_guard_control_tables() RETURNS pg_catalog.oid[]
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $body$
+        SELECT coalesce(pg_catalog.array_agg(c.oid ORDER BY c.oid), '{}')
+        FROM pg_catalog.pg_class c
+        WHERE c.relnamespace OPERATOR(pg_catalog.=) @homeoid@
+          AND c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'p']::pg_catalog."char"[])
+          AND @home@.community_deletion_control_table(c.relname::pg_catalog.text)
+$body$;
+
+CREATE OR REPLACE FUNCTION @home@.community_deletion_ddl_guard_control_digest(tables pg_catalog.oid[]) RETURNS text
     LANGUAGE sql STABLE
     SET search_path = pg_catalog, pg_temp
     AS $body$
     WITH control AS (
         SELECT c.oid, c.relname
         FROM pg_catalog.pg_class c
-        WHERE c.relnamespace OPERATOR(pg_catalog.=) @homeoid@
-          AND c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'p']::pg_catalog."char"[])
-          AND @home@.community_deletion_control_table(c.relname::pg_catalog.text)
+        WHERE c.oid OPERATOR(pg_catalog.=) ANY (tables)
     )
     SELECT pg_catalog.md5(coalesce(pg_catalog.string_agg(item.line, E'\n' ORDER BY item.line), ''))
     FROM (
-        SELECT pg_catalog.concat_ws(' ', 'index', control.relname, pg_catalog.pg_get_indexdef(i.indexrelid),
-                                    i.indisvalid::pg_catalog.text) AS line
-        FROM control JOIN pg_catalog.pg_index i ON i.indrelid OPERATOR(pg_catalog.=) control.oid
+        -- Raw catalog columns (expressions as their node trees): cheaper than
+        -- deparsing, and as exact.
+        SELECT pg_catalog.concat_ws(' ', 'index', control.relname, x.relname, i.indkey, i.indclass, i.indoption,
+                                    i.indcollation, i.indisunique, i.indisprimary, i.indisexclusion, i.indimmediate,
+                                    i.indisvalid, i.indisready, i.indislive, i.indnullsnotdistinct, x.relam,
+                                    i.indexprs, i.indpred) AS line
+        FROM control
+        JOIN pg_catalog.pg_index i ON i.indrelid OPERATOR(pg_catalog.=) control.oid
+        JOIN pg_catalog.pg_class x ON x.oid OPERATOR(pg_catalog.=) i.indexrelid
         UNION ALL
-        SELECT pg_catalog.concat_ws(' ', 'constraint', control.relname, k.conname, pg_catalog.pg_get_constraintdef(k.oid),
-                                    k.convalidated::pg_catalog.text)
+        SELECT pg_catalog.concat_ws(' ', 'constraint', control.relname, k.conname, k.contype, k.condeferrable,
+                                    k.condeferred, k.convalidated, k.conkey, k.confrelid, k.confkey, k.confupdtype,
+                                    k.confdeltype, k.confmatchtype, k.conexclop, k.connoinherit, k.conbin)
         FROM control JOIN pg_catalog.pg_constraint k ON k.conrelid OPERATOR(pg_catalog.=) control.oid
         UNION ALL
-        SELECT pg_catalog.concat_ws(' ', 'trigger', control.relname, pg_catalog.pg_get_triggerdef(t.oid), t.tgenabled::pg_catalog.text)
+        SELECT pg_catalog.concat_ws(' ', 'trigger', control.relname, t.tgname, t.tgfoid, t.tgtype, t.tgenabled,
+                                    t.tgdeferrable, t.tginitdeferred, t.tgattr, t.tgargs, t.tgqual,
+                                    t.tgoldtable, t.tgnewtable)
         FROM control JOIN pg_catalog.pg_trigger t ON t.tgrelid OPERATOR(pg_catalog.=) control.oid AND NOT t.tgisinternal
         UNION ALL
-        SELECT DISTINCT pg_catalog.concat_ws(' ', 'domain', ty.typname, ty.typbasetype::pg_catalog.regtype::pg_catalog.text,
-                                             ty.typnotnull::pg_catalog.text, k.conname, pg_catalog.pg_get_constraintdef(k.oid))
+        SELECT DISTINCT pg_catalog.concat_ws(' ', 'domain', ty.typname, ty.typbasetype, ty.typtypmod, ty.typnotnull,
+                                             k.conname, k.convalidated, k.conbin)
         FROM control
         JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) control.oid AND NOT a.attisdropped
         JOIN pg_catalog.pg_type ty ON ty.oid OPERATOR(pg_catalog.=) a.atttypid AND ty.typtype OPERATOR(pg_catalog.=) 'd'
@@ -141,13 +159,17 @@ CREATE OR REPLACE FUNCTION @home@.community_deletion_ddl_guard_control_digest() 
 $body$
 $digest$, '@homeoid@', pg_catalog.format('%L::pg_catalog.regnamespace::pg_catalog.oid', pg_catalog.quote_ident(home))),
        '@home@', pg_catalog.quote_ident(home));
-    EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %I.community_deletion_ddl_guard_control_digest() FROM PUBLIC', home);
+    EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %I.community_deletion_ddl_guard_control_tables() FROM PUBLIC', home);
+    EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %I.community_deletion_ddl_guard_control_digest(pg_catalog.oid[]) FROM PUBLIC', home);
     EXECUTE pg_catalog.format('CREATE TABLE IF NOT EXISTS %I.community_deletion_ddl_guard_state ('
-                              'singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton), control_digest text NOT NULL)', home);
+                              'singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton), '
+                              'control_tables oid[] NOT NULL, control_digest text NOT NULL)', home);
     EXECUTE pg_catalog.format('REVOKE ALL ON %I.community_deletion_ddl_guard_state FROM PUBLIC', home);
-    EXECUTE pg_catalog.format('INSERT INTO %1$I.community_deletion_ddl_guard_state (control_digest) '
-                              'VALUES (%1$I.community_deletion_ddl_guard_control_digest()) '
-                              'ON CONFLICT (singleton) DO UPDATE SET control_digest = excluded.control_digest', home);
+    EXECUTE pg_catalog.format('INSERT INTO %1$I.community_deletion_ddl_guard_state (control_tables, control_digest) '
+                              'SELECT t.oids, %1$I.community_deletion_ddl_guard_control_digest(t.oids) '
+                              'FROM (SELECT %1$I.community_deletion_ddl_guard_control_tables() AS oids) t '
+                              'ON CONFLICT (singleton) DO UPDATE SET control_tables = excluded.control_tables, '
+                              'control_digest = excluded.control_digest', home);
     -- Table rewrites of registered tables: the rows of every community that
     -- is not active, digested before the rewrite and compared after it.
     EXECUTE pg_catalog.replace($rewrite$
@@ -251,8 +273,9 @@ BEGIN
         WHERE c.oid OPERATOR(pg_catalog.=) communities_table
           AND pg_catalog.pg_has_role(session_user, c.relowner, 'MEMBER'::pg_catalog.text)) THEN
         IF pg_catalog.to_regprocedure(home_prefix OPERATOR(pg_catalog.||) 'community_deletion_control_table(text)') IS NOT NULL THEN
-            UPDATE @home@.community_deletion_ddl_guard_state
-            SET control_digest = @home@.community_deletion_ddl_guard_control_digest();
+            UPDATE @home@.community_deletion_ddl_guard_state s
+            SET control_tables = t.oids, control_digest = @home@.community_deletion_ddl_guard_control_digest(t.oids)
+            FROM (SELECT @home@.community_deletion_ddl_guard_control_tables() AS oids) t;
         END IF;
         RETURN;
     END IF;
@@ -283,8 +306,8 @@ BEGIN
     -- The control tables' indexes, constraints, triggers and domains change
     -- only in migration runs (a dropped index or CHECK would let a guard's
     -- rule go unenforced).
-    IF (SELECT s.control_digest FROM @home@.community_deletion_ddl_guard_state s)
-       IS DISTINCT FROM @home@.community_deletion_ddl_guard_control_digest() THEN
+    IF NOT EXISTS (SELECT 1 FROM @home@.community_deletion_ddl_guard_state s
+                   WHERE s.control_digest OPERATOR(pg_catalog.=) @home@.community_deletion_ddl_guard_control_digest(s.control_tables)) THEN
         RAISE EXCEPTION USING ERRCODE = '42501',
             MESSAGE = pg_catalog.format('DDL refused: %s changes an index, constraint, trigger or domain of a deletion control table; change the deletion schema only through its migrations',
                                         TG_TAG);

@@ -8,7 +8,8 @@ DO $uninstall$
 DECLARE
     guard regprocedure := pg_catalog.to_regprocedure('community_deletion_ddl_guard()');
     truncate_fence regprocedure := pg_catalog.to_regprocedure('community_deletion_ddl_guard_truncate()');
-    control_digest regprocedure := pg_catalog.to_regprocedure('community_deletion_ddl_guard_control_digest()');
+    control_digest regprocedure := pg_catalog.to_regprocedure('community_deletion_ddl_guard_control_digest(oid[])');
+    control_tables regprocedure := pg_catalog.to_regprocedure('community_deletion_ddl_guard_control_tables()');
     state regclass := pg_catalog.to_regclass('community_deletion_ddl_guard_state');
     rewrite regprocedure := pg_catalog.to_regprocedure('community_deletion_ddl_guard_rewrite()');
     rows_digest regprocedure := pg_catalog.to_regprocedure('community_deletion_ddl_guard_rows_digest(regclass)');
@@ -29,6 +30,9 @@ BEGIN
     END IF;
     IF control_digest IS NOT NULL THEN
         EXECUTE pg_catalog.format('DROP FUNCTION %s', control_digest);
+    END IF;
+    IF control_tables IS NOT NULL THEN
+        EXECUTE pg_catalog.format('DROP FUNCTION %s', control_tables);
     END IF;
     IF state IS NOT NULL THEN
         EXECUTE pg_catalog.format('DROP TABLE %s', state);
