@@ -48,19 +48,21 @@ type migrateJob struct {
 	cmd            *exec.Cmd
 	stdout, stderr *bytes.Buffer
 	waiting        chan struct{} // closed when it reports waiting for the lock
+	stderrDone     chan struct{} // closed when its stderr has been read to the end
 }
 
 func startMigrate(t *testing.T, url string, args ...string) *migrateJob {
 	t.Helper()
 	bin, err := migrateBinary()
 	require.NoError(t, err)
-	job := &migrateJob{stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}, waiting: make(chan struct{})}
+	job := &migrateJob{stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}, waiting: make(chan struct{}), stderrDone: make(chan struct{})}
 	job.cmd = exec.CommandContext(t.Context(), bin, append([]string{"--database-url", url}, args...)...)
 	job.cmd.Stdout = job.stdout
 	stderr, err := job.cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, job.cmd.Start())
 	go func() {
+		defer close(job.stderrDone)
 		var once sync.Once
 		scanner := bufio.NewScanner(stderr)
 		for scanner.Scan() {
@@ -75,9 +77,12 @@ func startMigrate(t *testing.T, url string, args ...string) *migrateJob {
 	return job
 }
 
-// wait returns the job's exit code.
+// wait returns the job's exit code, once its stderr has been read to the
+// end: the pipe's reader writes j.stderr, and Wait must not close the pipe
+// before every read is done.
 func (j *migrateJob) wait(t *testing.T) int {
 	t.Helper()
+	<-j.stderrDone
 	err := j.cmd.Wait()
 	if exitErr, ok := errors.AsType[*exec.ExitError](err); ok {
 		return exitErr.ExitCode()
