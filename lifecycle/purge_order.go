@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
+
 	dbgen "github.com/tombstoneworks/communitydeletion/db/gen"
 )
 
@@ -175,8 +177,21 @@ func purgeHardCycles(nodes []string, refs map[string]map[string]bool) []string {
 // can satisfy, returns an error matching ErrRefused that names the problem;
 // a test of a service's adoption calls it to prove its tables can be purged.
 func (e *Engine) PurgeOrder(ctx context.Context) ([]string, error) {
+	return e.purgeOrder(ctx)
+}
+
+// PurgeOrder is Engine.PurgeOrder for an operator: the same validation and
+// order, computed from the registry and the system catalogs, which the
+// operator role may read. It changes nothing; deletionctl check calls it.
+func (o *Operator) PurgeOrder(ctx context.Context) ([]string, error) {
+	return o.purgeOrder(ctx)
+}
+
+// purgeOrder computes PurgeOrder in one read-only transaction.
+func (s *store) purgeOrder(ctx context.Context) ([]string, error) {
 	var order []string
-	err := e.tx(ctx, func(q *dbgen.Queries) error {
+	err := s.begin(ctx, true, func(tx pgx.Tx) error {
+		q := dbgen.New(tx)
 		if _, err := checkDeletionCatalog(ctx, q); err != nil {
 			return err
 		}

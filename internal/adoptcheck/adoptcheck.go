@@ -1,0 +1,139 @@
+// Package adoptcheck holds the adoption checks a service runs after its
+// migrations: every catalog drift row, whether the purge order can be
+// computed and, where asked, whether a storage layout is declared. The
+// public test kit (communitydeletiontest.Kit.Coverage) and deletionctl check
+// both run them, so a service's Go tests and its CI without Go agree.
+package adoptcheck
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
+)
+
+// The checks, by name.
+const (
+	CheckDrift      = "catalog drift"
+	CheckPurgeOrder = "purge order"
+	CheckLayout     = "storage layout"
+)
+
+// Status is the outcome of one check.
+type Status string
+
+const (
+	// StatusOK means the check passed.
+	StatusOK Status = "ok"
+	// StatusProblem means the check found at least one problem.
+	StatusProblem Status = "problem"
+	// StatusSkipped means the check did not run because an earlier one
+	// found problems it depends on.
+	StatusSkipped Status = "skipped"
+)
+
+// Result is one check's outcome: what passed (Detail) or, one line each,
+// what is wrong and what to do about it (Problems).
+type Result struct {
+	Name     string
+	Status   Status
+	Detail   string
+	Problems []string
+}
+
+// Sources are the reads the checks need. Layout nil skips the storage
+// layout check (the test kit, whose deletions name their prefixes).
+type Sources struct {
+	Drift      func(ctx context.Context) ([]lifecycle.DriftFinding, error)
+	PurgeOrder func(ctx context.Context) ([]string, error)
+	Layout     func(ctx context.Context) (*lifecycle.StorageLayout, error)
+}
+
+// driftHints says, per drift class of community_deletion_catalog_drift(),
+// what a service does about it.
+var driftHints = map[string]string{
+	"unregistered": "holds tenant data but is not registered; register it with attach_community_write_fence (purge action 'delete', or 'nullify' for rows kept after a deletion)",
+	"unfenced":     "is registered for 'delete' but lacks its write fence; run attach_community_write_fence on it again",
+	"missing":      "is registered but does not exist or has no community_id uuid column; restore it or unregister it",
+	"shape":        "has the wrong community_id nullability for its purge action: NOT NULL for 'delete', nullable for 'nullify'",
+	"stray_fence":  "carries the write fence but is not registered; register it or drop the trigger",
+}
+
+// Run runs the checks in order: drift, then the purge order (skipped while
+// there is drift, which it would only repeat), then the layout when
+// src.Layout is set. An error means a check could not run at all.
+func Run(ctx context.Context, src Sources) ([]Result, error) {
+	drift, err := src.Drift(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read the catalog drift: %w", err)
+	}
+	results := []Result{driftResult(drift)}
+
+	order := Result{Name: CheckPurgeOrder}
+	if len(drift) > 0 {
+		order.Status, order.Detail = StatusSkipped, "fix the catalog drift first"
+	} else if tables, err := src.PurgeOrder(ctx); errors.Is(err, lifecycle.ErrRefused) {
+		order.Status = StatusProblem
+		order.Problems = []string{fmt.Sprintf("the purge order cannot be computed: %v", err)}
+	} else if err != nil {
+		return nil, fmt.Errorf("compute the purge order: %w", err)
+	} else {
+		order.Status = StatusOK
+		order.Detail = fmt.Sprintf("the purge order is computable: %s", strings.Join(tables, ", "))
+	}
+	results = append(results, order)
+
+	if src.Layout != nil {
+		layout, err := src.Layout(ctx)
+		if err != nil {
+			return nil, err
+		}
+		results = append(results, layoutResult(layout))
+	}
+	return results, nil
+}
+
+func driftResult(drift []lifecycle.DriftFinding) Result {
+	r := Result{Name: CheckDrift, Status: StatusOK,
+		Detail: "no catalog drift: every table holding tenant data is registered and fenced"}
+	for _, d := range drift {
+		hint, ok := driftHints[d.Problem]
+		if !ok {
+			hint = "drifted: " + d.Problem
+		}
+		r.Status = StatusProblem
+		r.Problems = append(r.Problems, fmt.Sprintf("table %s %s", d.Table, hint))
+	}
+	return r
+}
+
+func layoutResult(layout *lifecycle.StorageLayout) Result {
+	r := Result{Name: CheckLayout}
+	if err := layout.RequireObjects(); err != nil {
+		r.Status = StatusProblem
+		r.Problems = []string{strings.TrimPrefix(err.Error(), lifecycle.ErrRefused.Error()+": ")}
+		return r
+	}
+	var templates []string
+	for _, t := range layout.Objects {
+		templates = append(templates, t.Template)
+	}
+	for _, t := range layout.Cache {
+		templates = append(templates, t.Template)
+	}
+	r.Status = StatusOK
+	r.Detail = fmt.Sprintf("a storage layout is declared: %d object and %d cache template(s): %s",
+		len(layout.Objects), len(layout.Cache), strings.Join(templates, ", "))
+	return r
+}
+
+// Problems returns every problem line of results, in order.
+func Problems(results []Result) []string {
+	var out []string
+	for _, r := range results {
+		out = append(out, r.Problems...)
+	}
+	return out
+}
