@@ -38,9 +38,10 @@ const usage = `usage: deletionctl [--database-url URL] <command> [flags]
 
 Operates the whole-community deletion lifecycle: submits, inventories,
 approves, lists, inspects, aborts and unblocks deletion requests, reports
-and reaps serving write leases, checks the deletion control plane's health,
-and runs the executor. Every command but run is one short transaction; a
-refusal changes nothing.
+and reaps serving write leases, checks the deletion control plane's health
+and a service's adoption, and runs the executor. Every command but run and
+check is one short transaction (check: a few read-only ones); a refusal
+changes nothing.
 
 Commands:
   submit --host HOST --by NAME [--reason TEXT]
@@ -99,6 +100,14 @@ Commands:
         print what community_deletion_health() (prepared transactions
         holding an advisory lock) and community_deletion_catalog_drift()
         report; exit 3 when either reports anything
+  check [--json]
+        the adoption checks for a service's CI, as the operator, after its
+        migrations (the same as communitydeletiontest's RequireCoverage,
+        plus the storage layout): every community_deletion_catalog_drift()
+        row, whether the purge order can be computed, and whether a storage
+        layout is declared for inventory. Prints "ok: …" for each check that
+        passed and one line per problem, saying what to do; exit 3 when
+        there is any problem
   receipt show REQUEST
         print the deletion receipt of a completed request: its body as
         indented JSON, then its signature (docs/receipts.md)
@@ -172,7 +181,7 @@ Exit codes:
   0 success, 1 failure, 2 usage error (also a store URL that cannot be
   opened), 3 refused (a lifecycle safety refusal, access denied, stale
   lease, a run --once that blocked the request or scheduled a retry, a
-  health finding, or a receipt verify that failed), 4 not found, 5 invalid
+  health finding, a check problem, or a receipt verify that failed), 4 not found, 5 invalid
   input
 `
 
@@ -255,6 +264,7 @@ var commandFlags = map[string]struct{ accepted, required []string }{
 	"unblock":    {[]string{"request", "by", "reason"}, []string{"request", "by", "reason"}},
 	"leases":     {[]string{"reap"}, nil},
 	"health":     {[]string{"json"}, nil},
+	"check":      {[]string{"json"}, nil},
 	"run": {[]string{"request", "once", "owner", "objects", "objects-dir", "cache", "metrics-addr", "log-level", "log-format",
 		"lease", "chunk-size", "receipt-key"}, nil},
 	"receipt show":   {nil, nil},

@@ -99,6 +99,8 @@ func dispatch(ctx context.Context, store *lifecycle.Operator, cfg config, stdout
 		return receiptExport(ctx, store, cfg, stdout)
 	case "health":
 		return health(ctx, store, cfg, stdout)
+	case "check":
+		return check(ctx, store, cfg, stdout)
 	}
 	return usagef("unknown command %q", cfg.command)
 }

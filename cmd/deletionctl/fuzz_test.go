@@ -110,6 +110,7 @@ func FuzzParseArgs(f *testing.F) {
 		{"run", "--objects", "file:///srv", "--cache", "memory:", "--metrics-addr", "9464"},
 		{"inventory", "--request", id, "--objects", "s3://media"},
 		{"health", "--json"},
+		{"check", "--json"},
 		{"help"},
 		{"approve", "-h"},
 		{"list", "--limit", "many"},

@@ -115,6 +115,7 @@ func TestParseArgs(t *testing.T) {
 		{"objects-dir beats env", []string{"run", "--objects-dir", "/a"}, map[string]string{"DELETIONCTL_OBJECTS": "s3://media/t/", "DELETIONCTL_CACHE": "memory:"},
 			config{command: "run", objects: "file:///a", cache: "memory:", limit: 50}},
 		{"health", []string{"health", "--json"}, nil, config{command: "health", json: true, limit: 50}},
+		{"check", []string{"check", "--json"}, nil, config{command: "check", json: true, limit: 50}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -157,6 +158,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"inventory", "--request", id, "--cache", "memory:"}, "inventory does not take --cache"},
 		{[]string{"inventory", "--request", id, "--objects", "memory:"}, `scheme "memory" is not s3 or file`},
 		{[]string{"health", "--request", id}, "health does not take --request"},
+		{[]string{"check", "--request", id}, "check does not take --request"},
 		{[]string{"inspect", "--request", id, "--objects-dir", "/tmp"}, "inspect does not take --objects-dir"},
 		{[]string{"list", "extra"}, `list takes no arguments, got "extra"`},
 		{[]string{"submit", "--by", "alice"}, "submit needs --host"},

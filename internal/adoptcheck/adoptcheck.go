@@ -103,7 +103,7 @@ func driftResult(drift []lifecycle.DriftFinding) Result {
 		if !ok {
 			hint = "drifted: " + d.Problem
 		}
-		r.Status = StatusProblem
+		r.Status, r.Detail = StatusProblem, ""
 		r.Problems = append(r.Problems, fmt.Sprintf("table %s %s", d.Table, hint))
 	}
 	return r
