@@ -13,8 +13,13 @@
 //	deletionctl [--database-url URL] <command> [flags]
 //
 // The commands are submit, inventory, approve, list, inspect, abort,
-// unblock, leases, health, receipt (show, export, verify) and run; "deletionctl -h" prints the full usage,
-// flags, environment variables and exit codes.
+// unblock, leases, health, check, receipt (show, export, verify) and run;
+// "deletionctl -h" prints the full usage, flags, environment variables and
+// exit codes.
+//
+// check runs, as the operator, the adoption checks of the public test kit's
+// RequireCoverage (package internal/adoptcheck) plus the declared storage
+// layout, for a service's CI without Go: exit 0 when all pass, 3 otherwise.
 //
 // Object stores and caches are named by URL (package executor/storeurl):
 // --objects s3://BUCKET/ROOT/?endpoint=…&region=… or file:///DIR
@@ -55,8 +60,8 @@
 //
 // Exit codes: 0 success, 1 failure, 2 usage error, 3 refused (a lifecycle
 // safety refusal, an access denial, a stale lease, a run --once that
-// blocked the request or scheduled a retry, a health finding, or a failed
-// receipt verification), 4 not
+// blocked the request or scheduled a retry, a health finding, a check
+// problem, or a failed receipt verification), 4 not
 // found, 5 invalid input. Every error is one line on stderr naming the
 // operation and the lifecycle's reason.
 package main

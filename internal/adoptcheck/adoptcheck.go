@@ -81,7 +81,7 @@ func Run(ctx context.Context, src Sources) ([]Result, error) {
 		return nil, fmt.Errorf("compute the purge order: %w", err)
 	} else {
 		order.Status = StatusOK
-		order.Detail = fmt.Sprintf("the purge order is computable: %s", strings.Join(tables, ", "))
+		order.Detail = "the purge order is computable: " + strings.Join(tables, ", ")
 	}
 	results = append(results, order)
 
