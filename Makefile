@@ -66,7 +66,7 @@ $(GOLANGCI_LINT): tools/lint/go.mod tools/lint/go.sum
 
 # Lint the library module with .golangci.yml (formatters included).
 lint: $(GOLANGCI_LINT)
-	$(GOLANGCI_LINT) run ./...
+	$(GOLANGCI_LINT) run --allow-parallel-runners ./...
 
 # test and demo targets go below.
 
