@@ -166,6 +166,12 @@ var legacyProbes = map[int64][]check{
 		trigger("community_deletion_storage_layout", "community_deletion_storage_layout_guard"),
 		functionBody("enforce_community_deletion_request_guard()", "re-inventory"),
 	},
+	20: { // 00020_community_deletion_drift_sees_more.sql
+		table("community_deletion_control_digests"),
+		function("community_deletion_control_digest(text)"),
+		function("community_deletion_guard_digest(text,text)"),
+		functionBody("community_deletion_catalog_drift()", "function_planted"),
+	},
 }
 
 // querier is what probes and the version-table reads run on: a *sql.DB,

@@ -49,6 +49,14 @@ type CommunityDeletionCheckpoint struct {
 	CompletedAt     *time.Time
 }
 
+// Digests of the control tables (indexes, constraints, triggers) and of each guard trigger's definition, as the last migration left them (community_deletion_seal_functions()); community_deletion_catalog_drift() compares the live catalog with them.
+type CommunityDeletionControlDigest struct {
+	Kind       string
+	Subject    string
+	Digest     string
+	RecordedAt time.Time
+}
+
 type CommunityDeletionCreatedRole struct {
 	RoleName  string
 	CreatedAt time.Time
