@@ -138,7 +138,8 @@ func (s *Serving) ValidateCatalog(ctx context.Context) error {
 		}
 		var unfenced []string
 		for _, row := range drift {
-			if row.Problem == "unfenced" {
+			// 'unfenced', or 'unfenced: <which trigger is not whole>'.
+			if row.Problem == "unfenced" || strings.HasPrefix(row.Problem, "unfenced:") {
 				unfenced = append(unfenced, row.TableName)
 			}
 		}

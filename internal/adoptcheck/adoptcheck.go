@@ -54,11 +54,16 @@ type Sources struct {
 // driftHints says, per drift class of community_deletion_catalog_drift(),
 // what a service does about it.
 var driftHints = map[string]string{
-	"unregistered": "holds tenant data but is not registered; register it with attach_community_write_fence (purge action 'delete', or 'nullify' for rows kept after a deletion)",
-	"unfenced":     "is registered for 'delete' but lacks its write fence; run attach_community_write_fence on it again",
-	"missing":      "is registered but does not exist or has no community_id uuid column; restore it or unregister it",
-	"shape":        "has the wrong community_id nullability for its purge action: NOT NULL for 'delete', nullable for 'nullify'",
-	"stray_fence":  "carries the write fence but is not registered; register it or drop the trigger",
+	"unregistered":          "holds tenant data but is not registered; register it with attach_community_write_fence (purge action 'delete', or 'nullify' for rows kept after a deletion)",
+	"unfenced":              "is registered for 'delete' but lacks its write fence; run attach_community_write_fence on it again",
+	"missing":               "is registered but does not exist or has no community_id uuid column; restore it or unregister it",
+	"shape":                 "has the wrong community_id nullability for its purge action: NOT NULL for 'delete', nullable for 'nullify'",
+	"stray_fence":           "carries the write fence but is not registered; register it or drop the trigger",
+	"guard_changed":         "is a guard trigger that differs from the one the migrations created; re-create it as the migrations did",
+	"trigger_planted":       "is a trigger on a control table that the migrations did not create; drop it",
+	"control_table_changed": "is a control table whose indexes, constraints or triggers differ from what the migrations recorded; restore them",
+	"function_planted":      "is a function the migrations did not install, named like or overloading theirs; drop it",
+	"operator_planted":      "is an operator in the schema of communities, where the project installs none; drop it",
 }
 
 // Run runs the checks in order: drift, then the purge order (skipped while
@@ -99,9 +104,14 @@ func driftResult(drift []lifecycle.DriftFinding) Result {
 	r := Result{Name: CheckDrift, Status: StatusOK,
 		Detail: "no catalog drift: every table holding tenant data is registered and fenced"}
 	for _, d := range drift {
-		hint, ok := driftHints[d.Problem]
-		if !ok {
+		// A problem is its kind, optionally followed by ": detail".
+		kind, detail, _ := strings.Cut(d.Problem, ": ")
+		hint, ok := driftHints[kind]
+		switch {
+		case !ok:
 			hint = "drifted: " + d.Problem
+		case detail != "":
+			hint += " (" + detail + ")"
 		}
 		r.Status, r.Detail = StatusProblem, ""
 		r.Problems = append(r.Problems, fmt.Sprintf("table %s %s", d.Table, hint))
