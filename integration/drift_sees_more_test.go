@@ -134,6 +134,13 @@ var driftAttacks = []driftAttack{
 		restore: []string{"DROP FUNCTION enforce_community_anything()"},
 	},
 	{
+		name:    "a role that may CREATE in the schema overloads a built-in with a better match",
+		setup:   []string{"GRANT CREATE ON SCHEMA public TO %[1]s"},
+		attack:  []string{"CREATE FUNCTION format(text, uuid) RETURNS text LANGUAGE sql AS 'SELECT 1::text'"},
+		want:    driftRow{"format(text,uuid)", "function_planted"},
+		restore: []string{"DROP FUNCTION public.format(text, uuid)"},
+	},
+	{
 		name:  "a role that may CREATE in the schema plants an operator",
 		setup: []string{"GRANT CREATE ON SCHEMA public TO %[1]s"},
 		attack: []string{

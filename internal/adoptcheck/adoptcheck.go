@@ -62,7 +62,7 @@ var driftHints = map[string]string{
 	"guard_changed":         "is a guard trigger that differs from the one the migrations created; re-create it as the migrations did",
 	"trigger_planted":       "is a trigger on a control table that the migrations did not create; drop it",
 	"control_table_changed": "is a control table whose indexes, constraints or triggers differ from what the migrations recorded; restore them",
-	"function_planted":      "is a function the migrations did not install, named like or overloading theirs; drop it",
+	"function_planted":      "is a function the migrations did not install, named like or overloading theirs or a built-in; drop, rename or move it",
 	"operator_planted":      "is an operator in the schema of communities, where the project installs none; drop it",
 }
 

@@ -19,7 +19,8 @@
 --   the schema of communities named like this project's
 --   (community_deletion_*, community_write_*, enforce_community_*,
 --   attach_community_*, detach_community_*, assert_community_*) or
---   overloading an installed function's name, that is not one of
+--   overloading an installed function's name or (unless an extension's) a
+--   built-in function's name, that is not one of
 --   community_deletion_installed_functions(), is 'function_planted'; any
 --   operator created there (not by an extension) is 'operator_planted'. The
 --   optional DDL guard's own functions, owned by a superuser, are not.
@@ -409,16 +410,21 @@ CREATE OR REPLACE FUNCTION community_deletion_catalog_drift() RETURNS TABLE(tabl
     FROM functions
     WHERE functions.oid IS NULL OR community_deletion_function_digest(functions.oid::oid) <> functions.digest
     UNION ALL
-    -- A function the migrations did not install, named like this project's
-    -- or overloading an installed function's name: a better match for a
-    -- call that some guard or client makes. The optional DDL guard's own
-    -- functions are owned by a superuser.
+    -- A function the migrations did not install, named like this project's,
+    -- overloading an installed function's name, or (unless an extension's)
+    -- overloading a built-in's: a better match for a call that some guard
+    -- or client makes. The optional DDL guard's own functions are owned by
+    -- a superuser.
     SELECT p.oid::regprocedure::text, 'function_planted'
     FROM pg_proc p
     CROSS JOIN home
     WHERE p.pronamespace = home.namespace
       AND (p.proname::text ~ '^(community_deletion_|community_write_|enforce_community_|attach_community_|detach_community_|assert_community_)'
-           OR p.proname::text IN (SELECT installed.name FROM installed))
+           OR p.proname::text IN (SELECT installed.name FROM installed)
+           OR (EXISTS (SELECT 1 FROM pg_proc builtin
+                       WHERE builtin.pronamespace = 'pg_catalog'::regnamespace AND builtin.proname = p.proname)
+               AND NOT EXISTS (SELECT 1 FROM pg_depend d
+                               WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e')))
       AND NOT EXISTS (SELECT 1 FROM installed WHERE installed.oid = p.oid)
       AND NOT (p.proname::text LIKE 'community\_deletion\_ddl\_guard%'
                AND EXISTS (SELECT 1 FROM pg_roles owner WHERE owner.oid = p.proowner AND owner.rolsuper))
