@@ -54,6 +54,13 @@ func TestValidateServingCatalogRefusesAWeakenedFence(t *testing.T) {
 			"DROP TRIGGER community_write_fence_delete ON fixture_members",
 			"SELECT attach_community_write_fence('fixture_members')",
 			"fixture_members"},
+		{"fence trigger with a WHEN clause",
+			`DROP TRIGGER community_write_fence_insert ON fixture_members;
+			CREATE TRIGGER community_write_fence_insert AFTER INSERT ON fixture_members
+				REFERENCING NEW TABLE AS community_fence_new FOR EACH STATEMENT
+				WHEN (current_setting('application_name') <> 'backdoor') EXECUTE FUNCTION enforce_community_write_fence()`,
+			"DROP TRIGGER community_write_fence_insert ON fixture_members; SELECT attach_community_write_fence('fixture_members')",
+			"fixture_members"},
 		{"retyped column",
 			"ALTER TABLE communities ALTER COLUMN archived_at TYPE timestamp without time zone",
 			"ALTER TABLE communities ALTER COLUMN archived_at TYPE timestamp with time zone",
