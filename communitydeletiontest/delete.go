@@ -134,7 +134,7 @@ func writePaths(ctx context.Context, p DeleteParams, when string) []string {
 		err := write(ctx)
 		switch {
 		case err == nil:
-			problems = append(problems, fmt.Sprintf("write path %d succeeded for community %s %s; it writes a table without the write fence (register the table, or call assert_community_write_allowed first)", i+1, p.CommunityID, when))
+			problems = append(problems, fmt.Sprintf("write path %d succeeded for community %s %s; it writes a table without the write fence (register the table, or call community_deletion.assert_community_write_allowed first)", i+1, p.CommunityID, when))
 		case !lifecycle.IsWriteFenceRefusal(err):
 			problems = append(problems, fmt.Sprintf("write path %d failed %s, but not with a write-fence refusal: %v", i+1, when, err))
 		}
@@ -147,7 +147,7 @@ func writePaths(ctx context.Context, p DeleteParams, when string) []string {
 // through.
 func (k *Kit) delete(ctx context.Context, p DeleteParams) ([]string, error) {
 	var host string
-	if err := k.owner.QueryRow(ctx, "SELECT host FROM communities WHERE id = $1", p.CommunityID).Scan(&host); err != nil {
+	if err := k.owner.QueryRow(ctx, "SELECT host FROM community_deletion.communities WHERE id = $1", p.CommunityID).Scan(&host); err != nil {
 		return nil, fmt.Errorf("communitydeletiontest: look up community %s (the service must insert its communities row): %w", p.CommunityID, err)
 	}
 	storage, err := executor.SummarizeStorage(ctx, p.Objects, p.Prefixes)
@@ -205,15 +205,14 @@ func (k *Kit) delete(ctx context.Context, p DeleteParams) ([]string, error) {
 
 // userTables selects the tables a scan covers: every table (a partitioned
 // one as a whole) outside the system schemas, less the control plane's own
-// tables beside communities, which keep the deletion's record by design.
+// (schema community_deletion), which keep the deletion's record by design.
 const userTables = `
 	FROM pg_class c
 	JOIN pg_namespace n ON n.oid = c.relnamespace
 	WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
 	  AND n.nspname NOT IN ('pg_catalog', 'information_schema')
 	  AND n.nspname !~ '^pg_(toast|temp_|toast_temp_)'
-	  AND NOT (c.relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = 'communities'::regclass)
-	           AND community_deletion_control_table(c.relname::text))`
+	  AND n.nspname <> 'community_deletion'`
 
 // leftoverRows scans every uuid, text and json column of the user tables for
 // community's id and returns one line per column that still holds it.

@@ -32,10 +32,10 @@ func Example() {
 	}
 	first := migrate(`
 		CREATE TABLE posts (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-		                    community_id uuid NOT NULL REFERENCES communities (id), body text NOT NULL);
+		                    community_id uuid NOT NULL REFERENCES community_deletion.communities (id), body text NOT NULL);
 		CREATE TABLE likes (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-		                    community_id uuid NOT NULL REFERENCES communities (id));
-		SELECT attach_community_write_fence('posts');
+		                    community_id uuid NOT NULL REFERENCES community_deletion.communities (id));
+		SELECT community_deletion.attach_community_write_fence('posts');
 		GRANT SELECT, INSERT ON posts, likes TO community_deletion_serving;`)
 
 	kit, err := communitydeletiontest.New(ctx, communitydeletiontest.WithServiceMigrations(first))
@@ -52,7 +52,7 @@ func Example() {
 	}
 
 	kit, err = communitydeletiontest.New(ctx, communitydeletiontest.WithServiceMigrations(first),
-		communitydeletiontest.WithServiceMigrations(migrate(`SELECT attach_community_write_fence('likes');`)))
+		communitydeletiontest.WithServiceMigrations(migrate(`SELECT community_deletion.attach_community_write_fence('likes');`)))
 	if err != nil {
 		panic(err)
 	}
@@ -70,7 +70,7 @@ func Example() {
 		panic(err)
 	}
 	defer owner.Close(ctx)
-	if _, err := owner.Exec(ctx, `INSERT INTO communities (id, host) VALUES ($1, $2)`, community, "demo.example"); err != nil {
+	if _, err := owner.Exec(ctx, `INSERT INTO community_deletion.communities (id, host) VALUES ($1, $2)`, community, "demo.example"); err != nil {
 		panic(err)
 	}
 	if _, err := owner.Exec(ctx, `INSERT INTO posts (community_id, body) VALUES ($1, 'hi')`, community); err != nil {
@@ -107,7 +107,7 @@ func Example() {
 	}
 	fmt.Println("deletion problems:", len(problems))
 	// Output:
-	// [table likes holds tenant data but is not registered; register it with attach_community_write_fence (purge action 'delete', or 'nullify' for rows kept after a deletion)]
+	// [table public.likes holds tenant data but is not registered; register it with community_deletion.attach_community_write_fence (purge action 'delete', or 'nullify' for rows kept after a deletion)]
 	// coverage problems: 0
 	// deletion problems: 0
 }

@@ -17,8 +17,8 @@ func TestRequireCoverageCatchesAForgottenTable(t *testing.T) {
 	if got.fatal {
 		t.Fatalf("RequireCoverage stopped the test: %q", got.lines)
 	}
-	want := []string{"communitydeletiontest: coverage: table reminders holds tenant data but is not registered; " +
-		"register it with attach_community_write_fence (purge action 'delete', or 'nullify' for rows kept after a deletion)"}
+	want := []string{"communitydeletiontest: coverage: table public.reminders holds tenant data but is not registered; " +
+		"register it with community_deletion.attach_community_write_fence (purge action 'delete', or 'nullify' for rows kept after a deletion)"}
 	if !slices.Equal(got.lines, want) {
 		t.Fatalf("RequireCoverage reported\n%s\nwant\n%s", strings.Join(got.lines, "\n"), strings.Join(want, "\n"))
 	}
@@ -38,7 +38,7 @@ func TestRequireCoverageReportsAnUnfencedTable(t *testing.T) {
 			`
 			DO $$ DECLARE name text; BEGIN
 			  FOR name IN SELECT tgname FROM pg_trigger WHERE tgrelid = 'notes'::regclass
-			      AND tgfoid = 'enforce_community_write_fence()'::regprocedure LOOP
+			      AND tgfoid = 'community_deletion.enforce_community_write_fence()'::regprocedure LOOP
 			    EXECUTE format('ALTER TABLE notes DISABLE TRIGGER %I', name);
 			  END LOOP;
 			END $$;`)))
@@ -124,7 +124,7 @@ func TestDeleteAndVerifyFindsALeftoverRowAndAnUnfencedWritePath(t *testing.T) {
 	}
 	lateWrite := func(when string) string {
 		return "communitydeletiontest: delete and verify: write path 2 succeeded for community " + doomed.String() + " " + when +
-			"; it writes a table without the write fence (register the table, or call assert_community_write_allowed first)"
+			"; it writes a table without the write fence (register the table, or call community_deletion.assert_community_write_allowed first)"
 	}
 	want := []string{
 		lateWrite("while it was fenced"),
@@ -174,12 +174,12 @@ func TestDeleteAndVerifyFindsABystanderChanged(t *testing.T) {
 func TestRequireCoverageReportsAPurgeOrderCycle(t *testing.T) {
 	t.Parallel()
 	kit := communitydeletiontest.Start(t, communitydeletiontest.WithServiceMigrations(sqlMigration(serviceSchema+attachReminders+`
-		CREATE TABLE boards (id bigint PRIMARY KEY, community_id uuid NOT NULL REFERENCES communities (id), pinned_card bigint);
-		CREATE TABLE cards (id bigint PRIMARY KEY, community_id uuid NOT NULL REFERENCES communities (id),
+		CREATE TABLE boards (id bigint PRIMARY KEY, community_id uuid NOT NULL REFERENCES community_deletion.communities (id), pinned_card bigint);
+		CREATE TABLE cards (id bigint PRIMARY KEY, community_id uuid NOT NULL REFERENCES community_deletion.communities (id),
 		                    board_id bigint NOT NULL REFERENCES boards (id));
 		ALTER TABLE boards ADD CONSTRAINT boards_pinned_card_fkey FOREIGN KEY (pinned_card) REFERENCES cards (id);
-		SELECT attach_community_write_fence('boards');
-		SELECT attach_community_write_fence('cards');`)))
+		SELECT community_deletion.attach_community_write_fence('boards');
+		SELECT community_deletion.attach_community_write_fence('cards');`)))
 	got := record(t, kit.RequireCoverage)
 	if len(got.lines) != 1 || !strings.HasPrefix(got.lines[0], "communitydeletiontest: coverage: the purge order cannot be computed: ") ||
 		!strings.Contains(got.lines[0], "boards") || !strings.Contains(got.lines[0], "cards") {

@@ -17,17 +17,17 @@ import (
 const serviceSchema = `
 CREATE TABLE notes (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    community_id uuid NOT NULL REFERENCES communities (id),
+    community_id uuid NOT NULL REFERENCES community_deletion.communities (id),
     body text NOT NULL
 );
 CREATE TABLE note_audit (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    community_id uuid REFERENCES communities (id),
+    community_id uuid REFERENCES community_deletion.communities (id),
     action text NOT NULL
 );
 CREATE TABLE reminders (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    community_id uuid NOT NULL REFERENCES communities (id),
+    community_id uuid NOT NULL REFERENCES community_deletion.communities (id),
     due text NOT NULL
 );
 -- Not tenant data by its shape: no community_id, no key to communities.
@@ -35,13 +35,13 @@ CREATE TABLE event_log (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     payload text NOT NULL
 );
-SELECT attach_community_write_fence('notes');
-SELECT attach_community_write_fence('note_audit', 'nullify');
+SELECT community_deletion.attach_community_write_fence('notes');
+SELECT community_deletion.attach_community_write_fence('note_audit', 'nullify');
 GRANT SELECT, INSERT, UPDATE, DELETE ON notes, note_audit, reminders, event_log TO community_deletion_serving;
 `
 
 // attachReminders is the migration that fixes the forgotten table.
-const attachReminders = `SELECT attach_community_write_fence('reminders');`
+const attachReminders = `SELECT community_deletion.attach_community_write_fence('reminders');`
 
 // sqlMigration returns a service migration that runs statements.
 func sqlMigration(statements string) func(ctx context.Context, databaseURL string) error {
@@ -75,7 +75,7 @@ func (s service) exec(ctx context.Context, sql string, args ...any) error {
 func (s service) createCommunity(ctx context.Context) (uuid.UUID, error) {
 	id := uuid.New()
 	err := s.exec(ctx, `
-		WITH c AS (INSERT INTO communities (id, host) VALUES ($1::uuid, 'c-' || $1::uuid::text || '.example') RETURNING id),
+		WITH c AS (INSERT INTO community_deletion.communities (id, host) VALUES ($1::uuid, 'c-' || $1::uuid::text || '.example') RETURNING id),
 		     n AS (INSERT INTO notes (community_id, body) SELECT id, 'hello' FROM c, generate_series(1, 3)),
 		     a AS (INSERT INTO note_audit (community_id, action) SELECT id, 'created' FROM c)
 		INSERT INTO reminders (community_id, due) SELECT id, 'tomorrow' FROM c`, id)

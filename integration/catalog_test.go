@@ -59,7 +59,7 @@ func TestCatalogUnregisteredTableUntilAttached(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	require.NoError(t, b.exec(t, "CREATE TABLE fixture_polls (id bigint PRIMARY KEY, community_id uuid NOT NULL REFERENCES communities (id))"))
-	require.Equal(t, []driftRow{{"fixture_polls", "unregistered"}}, drift(t, b))
+	require.Equal(t, []driftRow{{"public.fixture_polls", "unregistered"}}, drift(t, b))
 
 	require.NoError(t, b.exec(t, "SELECT attach_community_write_fence('fixture_polls')"))
 	require.Empty(t, drift(t, b))
@@ -80,8 +80,9 @@ func TestCatalogUnregisteredTableUntilAttached(t *testing.T) {
 
 // attach_community_write_fence refuses (22023) a table without a uuid
 // community_id, a nullable one for 'delete' and a NOT NULL one for 'nullify',
-// a control-plane table, a change or a bad value of purge action, a
-// partition, a non-table and another schema.
+// a control-plane table or a system table, a change or a bad value of purge
+// action, a partition and a non-table. A table of another of the service's
+// schemas is attached like any other.
 func TestCatalogAttachRefusals(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -112,15 +113,15 @@ func TestCatalogAttachRefusals(t *testing.T) {
 		"text community_id":           {"SELECT attach_community_write_fence('text_community')", "has no community_id uuid column"},
 		"nullable for delete":         {"SELECT attach_community_write_fence('nullable_community')", "community_id must be NOT NULL"},
 		"NOT NULL for nullify":        {"SELECT attach_community_write_fence('nn_community', 'nullify')", "community_id must be nullable"},
-		"control plane":               {"SELECT attach_community_write_fence('community_deletion_requests')", "is a deletion control-plane table"},
-		"control plane nullify":       {"SELECT attach_community_write_fence('community_serving_write_leases', 'nullify')", "is a deletion control-plane table"},
+		"control plane":               {"SELECT attach_community_write_fence('community_deletion_requests')", "is not in a schema that holds tenant tables"},
+		"control plane nullify":       {"SELECT attach_community_write_fence('community_serving_write_leases', 'nullify')", "is not in a schema that holds tenant tables"},
 		"delete to nullify":           {"SELECT attach_community_write_fence('fixture_members', 'nullify')", "community_id must be nullable"},
 		"delete to nullify, nullable": {"SELECT attach_community_write_fence('loose_members', 'nullify')", "it cannot change to 'nullify'"},
 		"bad purge action":            {"SELECT attach_community_write_fence('fixture_members', 'truncate')", "purge_action must be 'delete' or 'nullify'"},
 		"null purge action":           {"SELECT attach_community_write_fence('fixture_members', NULL)", "purge_action must be 'delete' or 'nullify'"},
 		"partition":                   {"SELECT attach_community_write_fence('fixture_activity_default')", "is a partition: attach its partitioned parent"},
 		"view":                        {"SELECT attach_community_write_fence('member_view')", "is not a table"},
-		"other schema":                {"SELECT attach_community_write_fence('elsewhere.notes')", "is not in the schema of communities"},
+		"system schema":               {"SELECT attach_community_write_fence('pg_catalog.pg_class')", "is not in a schema that holds tenant tables"},
 		"nullify to delete":           {"SELECT attach_community_write_fence('fixture_audit_events', 'delete')", "community_id must be NOT NULL"},
 		"nullify to delete nn":        {"SELECT attach_community_write_fence('nn_audit', 'delete')", "it cannot change to 'delete'"},
 		"nullable text nullify":       {"SELECT attach_community_write_fence('text_community', 'nullify')", "has no community_id uuid column"},
@@ -134,8 +135,12 @@ func TestCatalogAttachRefusals(t *testing.T) {
 	var registered int
 	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT count(*) FROM community_scoped_tables
 		WHERE table_name IN ('no_community', 'text_community', 'nullable_community', 'nn_community', 'community_deletion_requests',
-			'community_serving_write_leases', 'fixture_activity_default', 'member_view', 'notes')`).Scan(&registered))
+			'community_serving_write_leases', 'fixture_activity_default', 'member_view', 'pg_class')`).Scan(&registered))
 	require.Zero(t, registered)
+	require.NoError(t, b.exec(t, "SELECT attach_community_write_fence('elsewhere.notes')"))
+	var schema string
+	require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT table_schema FROM community_scoped_tables WHERE table_name = 'notes'").Scan(&schema))
+	require.Equal(t, "elsewhere", schema)
 	var action string
 	require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT purge_action FROM community_scoped_tables WHERE table_name = 'fixture_members'").Scan(&action))
 	require.Equal(t, "delete", action)
@@ -238,7 +243,7 @@ func TestCatalogReportsStrayFences(t *testing.T) {
 	require.NoError(t, b.exec(t, "CREATE TABLE polls (community_id uuid NOT NULL)"))
 	require.NoError(t, b.exec(t, fmt.Sprintf(stray, "polls")))
 	require.Equal(t, []driftRow{
-		{"fixture_audit_events", "stray_fence"}, {"polls", "stray_fence"}, {"polls", "unregistered"}, {"scratch", "stray_fence"},
+		{"fixture_audit_events", "stray_fence"}, {"polls", "stray_fence"}, {"public.polls", "unregistered"}, {"scratch", "stray_fence"},
 	}, drift(t, b))
 
 	// Registering polls turns its hand-made trigger into part of the fence.
@@ -256,7 +261,7 @@ func TestCatalogNullifyTablesAndExclusion(t *testing.T) {
 	require.Zero(t, fenceTriggers(t, b, "fixture_audit_events"))
 
 	require.NoError(t, b.exec(t, "CREATE TABLE fixture_exports (id bigint, community_id uuid REFERENCES communities (id))"))
-	require.Equal(t, []driftRow{{"fixture_exports", "unregistered"}}, drift(t, b))
+	require.Equal(t, []driftRow{{"public.fixture_exports", "unregistered"}}, drift(t, b))
 	require.NoError(t, b.exec(t, "SELECT attach_community_write_fence('fixture_exports', 'nullify')"))
 	require.Zero(t, fenceTriggers(t, b, "fixture_exports"))
 	require.Empty(t, drift(t, b))
@@ -328,14 +333,14 @@ func TestCatalogAttachNullifyNeedsNullable(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	require.NoError(t, b.exec(t, "CREATE TABLE fixture_exports (id bigint, community_id uuid NOT NULL REFERENCES communities (id))"))
-	require.Equal(t, []driftRow{{"fixture_exports", "unregistered"}}, drift(t, b))
+	require.Equal(t, []driftRow{{"public.fixture_exports", "unregistered"}}, drift(t, b))
 
 	requireSQLState(t, b.exec(t, "SELECT attach_community_write_fence('fixture_exports', 'nullify')"), "22023",
 		"fixture_exports.community_id must be nullable to be cleared by deletion")
 	var registered int
 	require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT count(*) FROM community_scoped_tables WHERE table_name = 'fixture_exports'").Scan(&registered))
 	require.Zero(t, registered)
-	require.Equal(t, []driftRow{{"fixture_exports", "unregistered"}}, drift(t, b))
+	require.Equal(t, []driftRow{{"public.fixture_exports", "unregistered"}}, drift(t, b))
 
 	require.NoError(t, b.exec(t, "ALTER TABLE fixture_exports ALTER COLUMN community_id DROP NOT NULL"))
 	require.NoError(t, b.exec(t, "SELECT attach_community_write_fence('fixture_exports', 'nullify')"))

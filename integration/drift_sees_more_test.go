@@ -113,42 +113,42 @@ var driftAttacks = []driftAttack{
 		restore: []string{"CREATE INDEX community_serving_write_leases_lease_until_idx ON community_serving_write_leases (lease_until)"},
 	},
 	{
-		name:    "a role that may CREATE in the schema overloads an installed function",
-		setup:   []string{"GRANT CREATE ON SCHEMA public TO %[1]s"},
-		attack:  []string{"CREATE FUNCTION community_deletion_is_member(role_name text) RETURNS boolean LANGUAGE sql AS 'SELECT true'"},
+		name:    "a role granted CREATE in schema community_deletion overloads an installed function",
+		setup:   []string{"GRANT CREATE ON SCHEMA community_deletion TO %[1]s"},
+		attack:  []string{"CREATE FUNCTION community_deletion.community_deletion_is_member(role_name text) RETURNS boolean LANGUAGE sql AS 'SELECT true'"},
 		want:    driftRow{"community_deletion_is_member(text)", "function_planted"},
-		restore: []string{"DROP FUNCTION community_deletion_is_member(text)"},
+		restore: []string{"REVOKE CREATE ON SCHEMA community_deletion FROM %[1]s", "DROP FUNCTION community_deletion.community_deletion_is_member(text)"},
 	},
 	{
-		name:    "a role that may CREATE in the schema overloads an installed name without the project's prefixes",
-		setup:   []string{"GRANT CREATE ON SCHEMA public TO %[1]s"},
-		attack:  []string{"CREATE FUNCTION community_schema_destruction_lock_key(n integer) RETURNS bigint LANGUAGE sql AS 'SELECT 1::bigint'"},
+		name:    "a role granted CREATE in schema community_deletion overloads an installed name without the project's prefixes",
+		setup:   []string{"GRANT CREATE ON SCHEMA community_deletion TO %[1]s"},
+		attack:  []string{"CREATE FUNCTION community_deletion.community_schema_destruction_lock_key(n integer) RETURNS bigint LANGUAGE sql AS 'SELECT 1::bigint'"},
 		want:    driftRow{"community_schema_destruction_lock_key(integer)", "function_planted"},
-		restore: []string{"DROP FUNCTION community_schema_destruction_lock_key(integer)"},
+		restore: []string{"REVOKE CREATE ON SCHEMA community_deletion FROM %[1]s", "DROP FUNCTION community_deletion.community_schema_destruction_lock_key(integer)"},
 	},
 	{
-		name:    "a role that may CREATE in the schema plants a function under the project's prefix",
-		setup:   []string{"GRANT CREATE ON SCHEMA public TO %[1]s"},
-		attack:  []string{"CREATE FUNCTION enforce_community_anything() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END'"},
+		name:    "a role granted CREATE in schema community_deletion plants a function under the project's prefix",
+		setup:   []string{"GRANT CREATE ON SCHEMA community_deletion TO %[1]s"},
+		attack:  []string{"CREATE FUNCTION community_deletion.enforce_community_anything() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END'"},
 		want:    driftRow{"enforce_community_anything()", "function_planted"},
-		restore: []string{"DROP FUNCTION enforce_community_anything()"},
+		restore: []string{"REVOKE CREATE ON SCHEMA community_deletion FROM %[1]s", "DROP FUNCTION community_deletion.enforce_community_anything()"},
 	},
 	{
-		name:    "a role that may CREATE in the schema overloads a built-in with a better match",
-		setup:   []string{"GRANT CREATE ON SCHEMA public TO %[1]s"},
-		attack:  []string{"CREATE FUNCTION format(text, uuid) RETURNS text LANGUAGE sql AS 'SELECT 1::text'"},
+		name:    "a role granted CREATE in schema community_deletion overloads a built-in with a better match",
+		setup:   []string{"GRANT CREATE ON SCHEMA community_deletion TO %[1]s"},
+		attack:  []string{"CREATE FUNCTION community_deletion.format(text, uuid) RETURNS text LANGUAGE sql AS 'SELECT 1::text'"},
 		want:    driftRow{"format(text,uuid)", "function_planted"},
-		restore: []string{"DROP FUNCTION public.format(text, uuid)"},
+		restore: []string{"REVOKE CREATE ON SCHEMA community_deletion FROM %[1]s", "DROP FUNCTION community_deletion.format(text, uuid)"},
 	},
 	{
-		name:  "a role that may CREATE in the schema plants an operator",
-		setup: []string{"GRANT CREATE ON SCHEMA public TO %[1]s"},
+		name:  "a role granted CREATE in schema community_deletion plants an operator",
+		setup: []string{"GRANT CREATE ON SCHEMA community_deletion TO %[1]s"},
 		attack: []string{
-			"CREATE FUNCTION planted_name_eq(name, text) RETURNS boolean LANGUAGE sql AS 'SELECT true'",
-			"CREATE OPERATOR = (LEFTARG = name, RIGHTARG = text, FUNCTION = planted_name_eq)",
+			"CREATE FUNCTION community_deletion.planted_name_eq(name, text) RETURNS boolean LANGUAGE sql AS 'SELECT true'",
+			"CREATE OPERATOR community_deletion.= (LEFTARG = name, RIGHTARG = text, FUNCTION = community_deletion.planted_name_eq)",
 		},
 		want:    driftRow{"operator =(name, text)", "operator_planted"},
-		restore: []string{"DROP OPERATOR public.= (name, text)", "DROP FUNCTION planted_name_eq(name, text)"},
+		restore: []string{"REVOKE CREATE ON SCHEMA community_deletion FROM %[1]s", "DROP OPERATOR community_deletion.= (name, text)", "DROP FUNCTION community_deletion.planted_name_eq(name, text)"},
 	},
 	{
 		name:    "a tenant table's owner keys a table in its own schema by a foreign key to a registered table",
@@ -194,7 +194,13 @@ func TestDriftSeesWhatNonSuperusersCanPlant(t *testing.T) {
 			for _, sql := range tc.setup {
 				require.NoError(t, b.exec(t, fmt.Sprintf(sql, attacker)), sql)
 			}
-			require.Empty(t, drift(t, b), "before the attack")
+			if strings.Contains(strings.Join(tc.setup, " "), "ON SCHEMA community_deletion") {
+				// The grant alone is drift: it lets a role plant what every guard resolves.
+				require.Equal(t, []driftRow{{"schema community_deletion",
+					"schema_create_granted: " + attacker + " may CREATE in it; revoke it"}}, drift(t, b), "the grant")
+			} else {
+				require.Empty(t, drift(t, b), "before the attack")
+			}
 			for _, sql := range tc.attack {
 				_, err := conn.Exec(ctx, sql)
 				require.NoError(t, err, sql)
@@ -213,6 +219,7 @@ func TestDriftSeesWhatNonSuperusersCanPlant(t *testing.T) {
 			require.Nil(t, claim)
 
 			for _, sql := range tc.restore {
+				sql = strings.ReplaceAll(sql, "%[1]s", attacker)
 				require.NoError(t, b.exec(t, sql), sql)
 			}
 			require.Empty(t, drift(t, b), "put back")

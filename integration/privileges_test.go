@@ -239,7 +239,7 @@ func TestPrivilegesShadowObjectsCannotStandInForTheRealOnes(t *testing.T) {
 	require.NoError(t, b.exec(t, "GRANT CREATE ON DATABASE "+pgx.Identifier{dbName(t, b)}.Sanitize()+" TO "+string(fixture.RoleServing)))
 	require.NoError(t, b.execAs(t, fixture.RoleServing, "CREATE SCHEMA shadow"))
 	for _, sql := range []string{
-		`CREATE TABLE shadow.communities AS SELECT id, host, 'active'::text AS deletion_state, 0::bigint AS deletion_fence_generation FROM public.communities`,
+		`CREATE TABLE shadow.communities AS SELECT id, host, 'active'::text AS deletion_state, 0::bigint AS deletion_fence_generation FROM community_deletion.communities`,
 		`CREATE FUNCTION shadow.community_write_allowed(community uuid) RETURNS boolean LANGUAGE sql AS 'SELECT true'`,
 		`CREATE FUNCTION shadow.pg_try_advisory_xact_lock_shared(bigint) RETURNS boolean LANGUAGE sql AS 'SELECT true'`,
 		`CREATE FUNCTION shadow.current_setting(text) RETURNS text LANGUAGE sql AS $$ SELECT 'read committed' $$`,
@@ -254,13 +254,13 @@ func TestPrivilegesShadowObjectsCannotStandInForTheRealOnes(t *testing.T) {
 	}
 	shadows := map[string][]string{
 		"temporary communities table": {
-			`CREATE TEMP TABLE communities AS SELECT id, host, 'active'::text AS deletion_state, 0::bigint AS deletion_fence_generation FROM public.communities`,
+			`CREATE TEMP TABLE communities AS SELECT id, host, 'active'::text AS deletion_state, 0::bigint AS deletion_fence_generation FROM community_deletion.communities`,
 		},
 		"temporary type text":             {`CREATE TYPE pg_temp.text AS ENUM ('active')`},
 		"temporary function":              {`CREATE FUNCTION pg_temp.community_write_allowed(community uuid) RETURNS boolean LANGUAGE sql AS 'SELECT true'`},
 		"own schema first in search_path": {`SET LOCAL search_path = shadow, pg_catalog, public`},
 		"own schema and pg_temp first": {
-			`CREATE TEMP TABLE communities AS SELECT id, host, 'active'::text AS deletion_state FROM public.communities`,
+			`CREATE TEMP TABLE communities AS SELECT id, host, 'active'::text AS deletion_state FROM community_deletion.communities`,
 			`SET LOCAL search_path = pg_temp, shadow, pg_catalog, public`,
 		},
 	}
@@ -312,10 +312,10 @@ func TestPrivilegesShadowObjectsCannotStandInForTheRealOnes(t *testing.T) {
 	err := b.tryAs(t, fixture.RoleApprover, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `CREATE TEMP TABLE community_deletion_approvals AS
 			SELECT id AS request_id, community_id, inventory_digest, 'forger'::text AS approved_by
-			FROM public.community_deletion_requests WHERE id = $1`, inventoried); err != nil {
+			FROM community_deletion.community_deletion_requests WHERE id = $1`, inventoried); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, "UPDATE public.community_deletion_requests SET stage = 'approved' WHERE id = $1", inventoried)
+		_, err := tx.Exec(ctx, "UPDATE community_deletion.community_deletion_requests SET stage = 'approved' WHERE id = $1", inventoried)
 		return err
 	})
 	requireSQLState(t, err, pgerrcode.IntegrityConstraintViolation, "approved needs an approval")
@@ -325,13 +325,13 @@ func TestPrivilegesShadowObjectsCannotStandInForTheRealOnes(t *testing.T) {
 	err = b.tryAs(t, fixture.RoleExecutor, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `CREATE TEMP TABLE community_deletion_requests AS
 			SELECT community_id, 'bindings_removed'::text AS stage, $2::bigint AS fence_generation
-			FROM public.community_deletion_requests WHERE community_id = $1`, fenced, generation); err != nil {
+			FROM community_deletion.community_deletion_requests WHERE community_id = $1`, fenced, generation); err != nil {
 			return err
 		}
 		if err := setExecutor(ctx, tx, fenced, generation); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `UPDATE public.communities SET deletion_state = 'tombstone', deleted_at = now(),
+		_, err := tx.Exec(ctx, `UPDATE community_deletion.communities SET deletion_state = 'tombstone', deleted_at = now(),
 			signing_key = NULL, icon = NULL WHERE id = $1`, fenced)
 		return err
 	})
@@ -435,7 +435,7 @@ func TestPrivilegesRegistryChangesOnlyThroughAttachAndDetach(t *testing.T) {
 		"DELETE FROM community_scoped_tables WHERE table_name = 'fixture_members'":                     pgerrcode.InsufficientPrivilege,
 		"UPDATE community_scoped_tables SET purge_action = purge_action":                               pgerrcode.IntegrityConstraintViolation,
 		"TRUNCATE community_scoped_tables":                                                             pgerrcode.ObjectNotInPrerequisiteState,
-		"SELECT community_deletion_unregister_table('no_such_table')":                                  pgerrcode.InvalidParameterValue,
+		"SELECT community_deletion_unregister_table('public', 'no_such_table')":                        pgerrcode.InvalidParameterValue,
 		"UPDATE community_scoped_tables SET registered_by = 'me' WHERE table_name = 'fixture_members'": pgerrcode.IntegrityConstraintViolation,
 	} {
 		requireSQLState(t, b.exec(t, sql), code, "")
@@ -809,7 +809,7 @@ func TestEveryInstalledFunctionIsSealed(t *testing.T) {
 		       coalesce(array_to_string(p.proconfig, ','), ''),
 		       has_function_privilege('public', p.oid, 'EXECUTE')
 		FROM pg_proc p
-		WHERE p.pronamespace = 'public'::regnamespace
+		WHERE p.pronamespace = 'community_deletion'::regnamespace
 		ORDER BY 1`)
 	require.NoError(t, err)
 	type fn struct {
@@ -830,8 +830,9 @@ func TestEveryInstalledFunctionIsSealed(t *testing.T) {
 	rowSecurityOff := map[string]bool{"enforce_community_tombstone_proof()": true}
 	publicOK := map[string]bool{
 		"attach_community_write_fence(regclass,text)": true, "detach_community_write_fence(regclass)": true,
-		"community_deletion_register_table(regclass,text)": true, "community_deletion_unregister_table(text)": true,
+		"community_deletion_register_table(regclass,text)": true, "community_deletion_unregister_table(name,name)": true,
 		"enforce_community_write_fence()": true, "community_deletion_control_table(text)": true,
+		"enforce_community_truncate_fence()": true, "community_deletion_tenant_schema(oid)": true,
 	}
 	require.NotEmpty(t, functions)
 	for _, f := range functions {
@@ -840,9 +841,9 @@ func TestEveryInstalledFunctionIsSealed(t *testing.T) {
 		case qualified[f.signature]:
 			require.Empty(t, f.config, f.signature)
 		case rowSecurityOff[f.signature]:
-			require.Equal(t, "row_security=off,search_path=pg_catalog, public, pg_temp", f.config, f.signature)
+			require.Equal(t, "row_security=off,search_path=pg_catalog, community_deletion, pg_temp", f.config, f.signature)
 		default:
-			require.Equal(t, "search_path=pg_catalog, public, pg_temp", f.config, f.signature)
+			require.Equal(t, "search_path=pg_catalog, community_deletion, pg_temp", f.config, f.signature)
 		}
 		require.Equal(t, publicOK[f.signature], f.public, "PUBLIC EXECUTE on %s", f.signature)
 	}

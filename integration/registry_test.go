@@ -81,11 +81,10 @@ func TestRegistryRefusesTemporaryAndForeignSchemaTables(t *testing.T) {
 		require.NoError(t, err, sql)
 	}
 	for call, contains := range map[string]string{
-		"SELECT community_deletion_register_table('tenant_shadowed', 'nullify')":           "it is a temporary table",
-		"SELECT community_deletion_register_table('pg_temp.fixture_members', 'delete')":    "it is a temporary table",
-		"SELECT attach_community_write_fence('tenant_shadowed', 'nullify')":                "it is a temporary table",
-		"SELECT detach_community_write_fence('fixture_members')":                           "it is a temporary table",
-		"SELECT community_deletion_register_table('elsewhere.tenant_shadowed', 'nullify')": "it is not in schema public",
+		"SELECT community_deletion_register_table('tenant_shadowed', 'nullify')":        "it is a temporary table",
+		"SELECT community_deletion_register_table('pg_temp.fixture_members', 'delete')": "it is a temporary table",
+		"SELECT attach_community_write_fence('tenant_shadowed', 'nullify')":             "it is a temporary table",
+		"SELECT detach_community_write_fence('fixture_members')":                        "it is a temporary table",
 	} {
 		_, err := outsider.Exec(ctx, call)
 		requireSQLState(t, err, pgerrcode.InsufficientPrivilege, contains)
@@ -95,6 +94,20 @@ func TestRegistryRefusesTemporaryAndForeignSchemaTables(t *testing.T) {
 	// The owner attaches the real table, by its unqualified name.
 	require.NoError(t, b.exec(t, "SELECT attach_community_write_fence('tenant_shadowed', 'nullify')"))
 	require.Contains(t, registry(t, b), "tenant_shadowed/nullify/postgres")
+	registered := registry(t, b)
+
+	// A table of another schema the outsider owns may be registered, but
+	// not under a name already registered from another schema: the
+	// deletion's manifests name tables without their schema.
+	_, err := outsider.Exec(ctx, "SELECT attach_community_write_fence('elsewhere.tenant_shadowed', 'nullify')")
+	requireSQLState(t, err, pgerrcode.DuplicateObject, "a table named tenant_shadowed is already registered from schema public")
+	require.Equal(t, registered, registry(t, b))
+	// Nor may anyone register a table of this project's own schema or the system's.
+	for _, target := range []string{"community_deletion.community_deletion_receipts", "pg_catalog.pg_class"} {
+		err := b.exec(t, "SELECT attach_community_write_fence('"+target+"', 'nullify')")
+		requireSQLState(t, err, pgerrcode.InvalidParameterValue, "is not in a schema that holds tenant tables")
+		require.Equal(t, registered, registry(t, b))
+	}
 }
 
 // A session's temporary tables are never drift, with or without a fence

@@ -64,20 +64,20 @@ var ownerTamperings = []tampering{
 	},
 	{
 		name: "replace a guard function",
-		tamper: []string{`CREATE OR REPLACE FUNCTION community_deletion_operators_share_role() RETURNS boolean
-			LANGUAGE sql STABLE SET search_path = pg_catalog, public, pg_temp AS 'SELECT true'`},
+		tamper: []string{`CREATE OR REPLACE FUNCTION community_deletion.community_deletion_operators_share_role() RETURNS boolean
+			LANGUAGE sql STABLE SET search_path = pg_catalog, community_deletion, pg_temp AS 'SELECT true'`},
 		drift: driftRow{"community_deletion_operators_share_role()", "function_changed"},
-		restore: []string{`CREATE OR REPLACE FUNCTION community_deletion_operators_share_role() RETURNS boolean
+		restore: []string{`CREATE OR REPLACE FUNCTION community_deletion.community_deletion_operators_share_role() RETURNS boolean
 			LANGUAGE sql STABLE AS $$
         SELECT coalesce((SELECT s.operators_share_role FROM community_deletion_settings s
                          ORDER BY s.sequence DESC LIMIT 1), false)
-    $$`, "ALTER FUNCTION community_deletion_operators_share_role() SET search_path = pg_catalog, public, pg_temp"},
+    $$`, "ALTER FUNCTION community_deletion_operators_share_role() SET search_path = pg_catalog, community_deletion, pg_temp"},
 	},
 	{
 		name:    "reset a function's search_path",
 		tamper:  []string{"ALTER FUNCTION community_write_allowed(uuid) RESET search_path"},
 		drift:   driftRow{"community_write_allowed(uuid)", "function_changed"},
-		restore: []string{"ALTER FUNCTION community_write_allowed(uuid) SET search_path = pg_catalog, public, pg_temp"},
+		restore: []string{"ALTER FUNCTION community_write_allowed(uuid) SET search_path = pg_catalog, community_deletion, pg_temp"},
 	},
 	{
 		name:    "make a guard function run as its caller",
@@ -162,7 +162,7 @@ func TestOwnerTamperingIsRefusedByTheDDLGuard(t *testing.T) {
 	require.NoError(t, err)
 	_, err = conn.Exec(ctx, "ALTER FUNCTION community_write_allowed(uuid) RESET search_path")
 	require.NoError(t, err, "allowed inside a migration run")
-	_, err = conn.Exec(ctx, "ALTER FUNCTION community_write_allowed(uuid) SET search_path = pg_catalog, public, pg_temp")
+	_, err = conn.Exec(ctx, "ALTER FUNCTION community_write_allowed(uuid) SET search_path = pg_catalog, community_deletion, pg_temp")
 	require.NoError(t, err)
 	_, err = conn.Exec(ctx, "SELECT pg_advisory_unlock(community_schema_destruction_lock_key())")
 	require.NoError(t, err)
@@ -220,9 +220,9 @@ func TestDriftSeesTenantDataAnywhere(t *testing.T) {
 		{[]string{"CREATE SCHEMA archive", "CREATE TABLE archive.old_messages (community_id uuid NOT NULL, body text)"},
 			driftRow{"archive.old_messages", "unregistered"}},
 		{[]string{"CREATE TABLE invoices (tenant uuid NOT NULL REFERENCES communities (id), total numeric)"},
-			driftRow{"invoices", "unregistered"}},
+			driftRow{"public.invoices", "unregistered"}},
 		{[]string{"CREATE TABLE legacy_notes (community_id text NOT NULL, note text)"},
-			driftRow{"legacy_notes", "unregistered"}},
+			driftRow{"public.legacy_notes", "unregistered"}},
 	} {
 		for _, sql := range tc.sql {
 			require.NoError(t, b.exec(t, sql), sql)

@@ -29,7 +29,7 @@ var servingColumns = map[string]struct {
 }
 
 // servingTables are the tables the serving-path write fence and the
-// deletion lifecycle read, all in the schema of communities.
+// deletion lifecycle read, all in schema community_deletion.
 var servingTables = []string{
 	"communities",
 	"community_deletion_requests",
@@ -49,7 +49,7 @@ func (s *store) ping(ctx context.Context) error {
 			return fmt.Errorf("probe the deletion control plane: %w", err)
 		}
 		if !installed {
-			return refusef("the deletion control plane is not installed: community_deletion_requests does not resolve")
+			return refusef("the deletion control plane is not installed: community_deletion.community_deletion_requests does not resolve")
 		}
 		return nil
 	})
@@ -115,13 +115,13 @@ func (s *Serving) ValidateCatalog(ctx context.Context) error {
 			ok   bool
 			what string
 		}{
-			{objects.LockKey, "function community_deletion_lock_key(uuid) is missing"},
-			{objects.WriteAllowed, "function community_write_allowed(uuid) is missing"},
-			{!objects.WriteAllowed || objects.WriteAllowedVolatile, "function community_write_allowed(uuid) is not VOLATILE"},
-			{objects.AssertWriteAllowed, "function assert_community_write_allowed(uuid) is missing"},
-			{objects.WriteFence, "function enforce_community_write_fence() is missing"},
-			{objects.CatalogDrift, "function community_deletion_catalog_drift() is missing"},
-			{objects.TombstoneGuard, "no enabled BEFORE INSERT OR UPDATE OR DELETE row trigger runs enforce_community_tombstone() on communities"},
+			{objects.LockKey, "function community_deletion.community_deletion_lock_key(uuid) is missing"},
+			{objects.WriteAllowed, "function community_deletion.community_write_allowed(uuid) is missing"},
+			{!objects.WriteAllowed || objects.WriteAllowedVolatile, "function community_deletion.community_write_allowed(uuid) is not VOLATILE"},
+			{objects.AssertWriteAllowed, "function community_deletion.assert_community_write_allowed(uuid) is missing"},
+			{objects.WriteFence, "function community_deletion.enforce_community_write_fence() is missing"},
+			{objects.CatalogDrift, "function community_deletion.community_deletion_catalog_drift() is missing"},
+			{objects.TombstoneGuard, "no enabled BEFORE INSERT OR UPDATE OR DELETE row trigger runs community_deletion.enforce_community_tombstone() on community_deletion.communities"},
 		}
 		for _, check := range checks {
 			if !check.ok {
@@ -198,18 +198,15 @@ func (o *Operator) InventorySchema(ctx context.Context, community uuid.UUID) (*S
 		if err != nil {
 			return fmt.Errorf("list fenced tables: %w", err)
 		}
-		schema, err := q.CatalogHomeSchema(ctx)
-		if err != nil {
-			return fmt.Errorf("read the schema of communities: %w", err)
-		}
-
 		m := &SchemaManifest{
 			ScopedTables:  []string{},
 			RowCounts:     make(map[string]int64, len(registry)),
 			FencedTables:  slices.Sorted(slices.Values(fenced)),
 			NullifyTables: []string{},
 		}
+		schemas := make(map[string]string, len(registry))
 		for _, table := range registry {
+			schemas[table.TableName] = table.TableSchema
 			m.ScopedTables = append(m.ScopedTables, table.TableName)
 			if table.PurgeAction == "nullify" {
 				m.NullifyTables = append(m.NullifyTables, table.TableName)
@@ -218,9 +215,9 @@ func (o *Operator) InventorySchema(ctx context.Context, community uuid.UUID) (*S
 		slices.Sort(m.ScopedTables)
 		slices.Sort(m.NullifyTables)
 		// Table names come only from the validated registry and are quoted
-		// as identifiers, qualified by the schema of communities.
+		// as identifiers, qualified by the schema the registry records.
 		for _, table := range m.ScopedTables {
-			sql := "SELECT count(*) FROM " + pgx.Identifier{schema, table}.Sanitize() + " WHERE community_id = $1"
+			sql := "SELECT count(*) FROM " + pgx.Identifier{schemas[table], table}.Sanitize() + " WHERE community_id = $1"
 			var n int64
 			if err := tx.QueryRow(ctx, sql, community).Scan(&n); err != nil {
 				return fmt.Errorf("count rows of %s in %s: %w", community, table, err)
@@ -271,7 +268,7 @@ func checkDeletionCatalog(ctx context.Context, q *dbgen.Queries) ([]dbgen.Catalo
 		}
 	}
 	if deleteTables == 0 {
-		problems = append(problems, "no 'delete' table is registered in community_scoped_tables")
+		problems = append(problems, "no 'delete' table is registered in community_deletion.community_scoped_tables")
 	}
 	if len(problems) > 0 {
 		return nil, refusef("community deletion catalog drift (%d problem(s)): %s", len(problems), strings.Join(problems, "; "))

@@ -94,7 +94,7 @@ func readStorageLayout(ctx context.Context, q *dbgen.Queries) (*StorageLayout, e
 func (l *StorageLayout) RequireObjects() error {
 	if len(l.Objects) == 0 {
 		return refusef("no storage layout is declared: the deployment declares it as the schema owner with " +
-			"INSERT INTO community_deletion_storage_layout (kind, template, reason) VALUES ('objects', 'uploads/{tenant}/', '...') " +
+			"INSERT INTO community_deletion.community_deletion_storage_layout (kind, template, reason) VALUES ('objects', 'uploads/{tenant}/', '...') " +
 			"(docs/vendoring.md, \"Declaring your storage layout\")")
 	}
 	return nil

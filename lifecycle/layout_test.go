@@ -24,7 +24,7 @@ func requireSQLRefusal(t *testing.T, err error, code string, want ...string) {
 	}
 }
 
-const declare = `INSERT INTO community_deletion_storage_layout (kind, template, reason) VALUES ($1, $2, $3)`
+const declare = `INSERT INTO community_deletion.community_deletion_storage_layout (kind, template, reason) VALUES ($1, $2, $3)`
 
 // The layout's guard refuses, when a template is declared, every template
 // that does not isolate one tenant, saying what to write instead.
@@ -69,7 +69,7 @@ func TestStorageLayoutDeclarationRefusals(t *testing.T) {
 		requireSQLRefusal(t, err, tc.code, tc.want...)
 	}
 
-	_, err := owner.Exec(ctx, `INSERT INTO community_deletion_storage_layout (kind, template, action, reason)
+	_, err := owner.Exec(ctx, `INSERT INTO community_deletion.community_deletion_storage_layout (kind, template, action, reason)
 		VALUES ('objects', 'media/{tenant}/', 'retire', 'r')`)
 	requireSQLRefusal(t, err, "22023", "it is not declared")
 	_, err = owner.Exec(ctx, `UPDATE community_deletion_storage_layout SET template = 'uploads/'`)
@@ -113,7 +113,7 @@ func TestStorageLayoutExpandAndRetire(t *testing.T) {
 	require.Equal(t, "fixture: uploaded files", layout.Objects[1].Reason)
 	require.NotEmpty(t, layout.Objects[1].DeclaredBy)
 
-	_, err = b.Pool.Exec(ctx, `INSERT INTO community_deletion_storage_layout (kind, template, action, reason)
+	_, err = b.Pool.Exec(ctx, `INSERT INTO community_deletion.community_deletion_storage_layout (kind, template, action, reason)
 		VALUES ('objects', 'media/{tenant}/', 'retire', 'moved to uploads')`)
 	require.NoError(t, err)
 	layout, err = b.Operator.StorageLayout(ctx)

@@ -44,8 +44,12 @@ type store struct {
 
 // rowSecurityOff is in every transaction's BEGIN: a row-level security
 // policy that would hide a tenant row from the deletion's counts, purge or
-// proofs makes the statement fail (42501) instead of skipping the row.
-const rowSecurityOff = "SET LOCAL row_security = off"
+// proofs makes the statement fail (42501) instead of skipping the row. The
+// search_path names only pg_catalog and this project's schema, which no
+// other role may create in, so nothing a query names (an operator between
+// a domain and a literal, say) resolves through a schema another role can
+// write; the queries qualify their objects as well.
+const rowSecurityOff = "SET LOCAL row_security = off; SET LOCAL search_path = pg_catalog, community_deletion, pg_temp"
 
 // txOptions are every transaction's: READ COMMITTED, with the lock wait
 // bound and row security off (rowSecurityOff) set in the BEGIN itself, so

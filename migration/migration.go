@@ -241,10 +241,46 @@ func newMigrator(db *sql.DB, ownsDB bool, cfg config) (*Migrator, error) {
 // whose applied migrations differ from the shipped files, and records the
 // checksums of applied migrations that have none.
 func (m *Migrator) guard(ctx context.Context, conn *sql.Conn) error {
+	if err := checkTrustBoundary(ctx, conn); err != nil {
+		return err
+	}
 	if err := m.checkAdopted(ctx, conn); err != nil {
 		return err
 	}
 	return m.reconcileChecksums(ctx, conn)
+}
+
+// ErrUntrustedSchema reports that a role other than the migrating one could
+// change what the migrations install or record: it may create objects in
+// schema community_deletion, or it owns the version table.
+var ErrUntrustedSchema = errors.New("the deletion schema is writable by another role")
+
+// checkTrustBoundary refuses to migrate while a role other than the owner of
+// schema community_deletion holds CREATE there (it could plant a function or
+// operator every guard resolves), or while the version table belongs to a
+// role the session is not a member of (its owner could rewrite the history).
+func checkTrustBoundary(ctx context.Context, conn *sql.Conn) error {
+	var creators, versionOwner sql.NullString
+	err := conn.QueryRowContext(ctx, `SELECT
+		(SELECT string_agg(DISTINCT acl.grantee::regrole::text, ', ')
+		 FROM pg_catalog.pg_namespace n CROSS JOIN LATERAL pg_catalog.aclexplode(n.nspacl) acl
+		 WHERE n.nspname = 'community_deletion' AND acl.privilege_type = 'CREATE'
+		   AND acl.grantee <> n.nspowner),
+		(SELECT c.relowner::regrole::text FROM pg_catalog.pg_class c
+		 WHERE c.oid = pg_catalog.to_regclass(pg_catalog.format('%I.%I', pg_catalog.current_schema(), $1::text))
+		   AND NOT pg_catalog.pg_has_role(current_user, c.relowner, 'USAGE'))`, VersionTable).Scan(&creators, &versionOwner)
+	if err != nil {
+		return fmt.Errorf("check who may change the deletion schema: %w", err)
+	}
+	if creators.Valid {
+		return fmt.Errorf("%w: %s may CREATE in schema community_deletion; revoke it (REVOKE CREATE ON SCHEMA community_deletion FROM ...), then migrate",
+			ErrUntrustedSchema, creators.String)
+	}
+	if versionOwner.Valid {
+		return fmt.Errorf("%w: the version table %s belongs to %s, not to the migrating role; migrate as its owner or give it to the migrating role",
+			ErrUntrustedSchema, VersionTable, versionOwner.String)
+	}
+	return nil
 }
 
 // newLocker returns the session locker of the schema destruction lock with

@@ -7,7 +7,8 @@ import (
 )
 
 // check is one catalog fact: an object that exists in the schema the
-// migrations run in (current_schema()).
+// migrations run in (current_schema()) or, from migration 00021 on, in
+// schema community_deletion, where that migration moves every object.
 type check struct {
 	// what names the object in messages: "table communities".
 	what string
@@ -20,7 +21,7 @@ type check struct {
 func table(name string) check {
 	return check{
 		what:  "table " + name,
-		query: "SELECT to_regclass(format('%I.%I', current_schema(), $1::text)) IS NOT NULL",
+		query: "SELECT coalesce(to_regclass(format('%I.%I', current_schema(), $1::text)), to_regclass(format('community_deletion.%I', $1::text))) IS NOT NULL",
 		args:  []any{name},
 	}
 }
@@ -30,7 +31,7 @@ func table(name string) check {
 func function(signature string) check {
 	return check{
 		what:  "function " + signature,
-		query: "SELECT to_regprocedure(format('%I.%s', current_schema(), $1::text)) IS NOT NULL",
+		query: "SELECT coalesce(to_regprocedure(format('%I.%s', current_schema(), $1::text)), to_regprocedure(format('community_deletion.%s', $1::text))) IS NOT NULL",
 		args:  []any{signature},
 	}
 }
@@ -42,7 +43,7 @@ func functionBody(signature, text string) check {
 	return check{
 		what: fmt.Sprintf("function %s containing %q", signature, text),
 		query: `SELECT EXISTS (SELECT 1 FROM pg_proc
-			WHERE oid = to_regprocedure(format('%I.%s', current_schema(), $1::text))
+			WHERE oid = coalesce(to_regprocedure(format('%I.%s', current_schema(), $1::text)), to_regprocedure(format('community_deletion.%s', $1::text)))
 			  AND strpos(prosrc, $2::text) > 0)`,
 		args: []any{signature, text},
 	}
@@ -54,7 +55,7 @@ func functionComment(signature, text string) check {
 	return check{
 		what: fmt.Sprintf("function %s commented with %q", signature, text),
 		query: `SELECT coalesce(strpos(obj_description(
-			to_regprocedure(format('%I.%s', current_schema(), $1::text)), 'pg_proc'), $2::text) > 0, false)`,
+			coalesce(to_regprocedure(format('%I.%s', current_schema(), $1::text)), to_regprocedure(format('community_deletion.%s', $1::text))), 'pg_proc'), $2::text) > 0, false)`,
 		args: []any{signature, text},
 	}
 }
@@ -65,7 +66,7 @@ func trigger(tableName, name string) check {
 		what: fmt.Sprintf("trigger %s on %s", name, tableName),
 		query: `SELECT EXISTS (SELECT 1 FROM pg_trigger
 			WHERE NOT tgisinternal AND tgname = $2::text
-			  AND tgrelid = to_regclass(format('%I.%I', current_schema(), $1::text)))`,
+			  AND tgrelid = coalesce(to_regclass(format('%I.%I', current_schema(), $1::text)), to_regclass(format('community_deletion.%I', $1::text))))`,
 		args: []any{tableName, name},
 	}
 }
@@ -171,6 +172,11 @@ var legacyProbes = map[int64][]check{
 		function("community_deletion_control_digest(text)"),
 		function("community_deletion_guard_digest(text,text)"),
 		functionBody("community_deletion_catalog_drift()", "function_planted"),
+	},
+	21: { // 00021_community_deletion_own_schema.sql
+		table("community_deletion_install"),
+		function("community_deletion_tenant_schema(oid)"),
+		function("enforce_community_truncate_fence()"),
 	},
 }
 

@@ -20,7 +20,7 @@ import (
 )
 
 // installedState renders what migration 00011's revision changed, for every
-// function of the schema (body, settings, security, privileges), the column
+// function of the schema (community_deletion, once migrated to the end) (body, settings, security, privileges), the column
 // privileges of the serving write leases and the recorded digests.
 func installedState(t *testing.T, db *sql.DB) string {
 	t.Helper()
@@ -28,11 +28,11 @@ func installedState(t *testing.T, db *sql.DB) string {
 	require.NoError(t, db.QueryRow(`SELECT concat_ws(E'\n',
 		(SELECT string_agg(concat_ws(' ', p.oid::regprocedure::text, md5(p.prosrc), p.proconfig::text,
 			p.prosecdef::text, (SELECT array_agg(x::text ORDER BY x::text) FROM unnest(p.proacl) x)::text), E'\n' ORDER BY p.oid::regprocedure::text)
-		 FROM pg_proc p WHERE p.pronamespace = current_schema()::regnamespace),
+		 FROM pg_proc p WHERE p.pronamespace = 'community_deletion'::regnamespace),
 		(SELECT string_agg(a.attname || ' ' || coalesce((SELECT array_agg(x::text ORDER BY x::text) FROM unnest(a.attacl) x)::text, '-'), E'\n' ORDER BY a.attnum)
-		 FROM pg_attribute a WHERE a.attrelid = 'community_serving_write_leases'::regclass AND a.attnum > 0),
+		 FROM pg_attribute a WHERE a.attrelid = 'community_deletion.community_serving_write_leases'::regclass AND a.attnum > 0),
 		(SELECT string_agg(d.function_signature || ' ' || d.digest, E'\n' ORDER BY d.function_signature)
-		 FROM community_deletion_function_digests d))`).Scan(&state))
+		 FROM community_deletion.community_deletion_function_digests d))`).Scan(&state))
 	return state
 }
 

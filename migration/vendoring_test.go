@@ -86,7 +86,8 @@ func appliedVersions(t *testing.T, db *sql.DB, table string) []int64 {
 func relationExists(t *testing.T, db *sql.DB, name string) bool {
 	t.Helper()
 	var ok bool
-	require.NoError(t, db.QueryRow("SELECT to_regclass($1) IS NOT NULL", name).Scan(&ok))
+	// Migration 00021 moves this project's tables into community_deletion.
+	require.NoError(t, db.QueryRow("SELECT coalesce(to_regclass($1), to_regclass('community_deletion.' || quote_ident($1))) IS NOT NULL", name).Scan(&ok))
 	return ok
 }
 

@@ -253,7 +253,7 @@ func setup(ctx context.Context, pool *pgxpool.Pool, n int) ([]uuid.UUID, error) 
 	communities := make([]uuid.UUID, n)
 	for i := range communities {
 		communities[i] = uuid.New()
-		if _, err := pool.Exec(ctx, "INSERT INTO communities (id, host) VALUES ($1, $2)",
+		if _, err := pool.Exec(ctx, "INSERT INTO community_deletion.communities (id, host) VALUES ($1, $2)",
 			communities[i], fmt.Sprintf("bench-%d.example", i)); err != nil {
 			return nil, fmt.Errorf("create community: %w", err)
 		}
@@ -261,7 +261,7 @@ func setup(ctx context.Context, pool *pgxpool.Pool, n int) ([]uuid.UUID, error) 
 	for _, table := range []string{unfencedTable, fencedTable, floorTable} {
 		ddl := fmt.Sprintf(`CREATE TABLE %[1]s (
 			id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-			community_id uuid NOT NULL REFERENCES communities (id),
+			community_id uuid NOT NULL REFERENCES community_deletion.communities (id),
 			body text NOT NULL,
 			created_at timestamptz NOT NULL DEFAULT now());
 			CREATE INDEX %[1]s_community_idx ON %[1]s (community_id, id)`, table)
@@ -269,7 +269,7 @@ func setup(ctx context.Context, pool *pgxpool.Pool, n int) ([]uuid.UUID, error) 
 			return nil, fmt.Errorf("create %s: %w", table, err)
 		}
 	}
-	if _, err := pool.Exec(ctx, "SELECT attach_community_write_fence($1)", fencedTable); err != nil {
+	if _, err := pool.Exec(ctx, "SELECT community_deletion.attach_community_write_fence($1)", fencedTable); err != nil {
 		return nil, fmt.Errorf("attach fence: %w", err)
 	}
 	floor := fmt.Sprintf(`CREATE FUNCTION bench_empty_trigger() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;

@@ -137,7 +137,7 @@ func (d dataset) Migrate(ctx context.Context, connString string) error {
 		return nil
 	}
 	for i, c := range []uuid.UUID{target, bystander} {
-		if err := exec("INSERT INTO communities (id, host, signing_key, icon) VALUES ($1, $2, 'key', 'icon.png')",
+		if err := exec("INSERT INTO community_deletion.communities (id, host, signing_key, icon) VALUES ($1, $2, 'key', 'icon.png')",
 			c, fmt.Sprintf("bench-%d.example", i)); err != nil {
 			return err
 		}
@@ -226,8 +226,8 @@ func ready(ctx context.Context, conn *pgx.Conn) error {
 			return err
 		}
 		var request uuid.UUID
-		if err := tx.QueryRow(ctx, `INSERT INTO community_deletion_requests (community_id, community_host, requested_by)
-			SELECT id, host, 'bench-requester' FROM communities WHERE id = $1 RETURNING id`, target).Scan(&request); err != nil {
+		if err := tx.QueryRow(ctx, `INSERT INTO community_deletion.community_deletion_requests (community_id, community_host, requested_by)
+			SELECT id, host, 'bench-requester' FROM community_deletion.communities WHERE id = $1 RETURNING id`, target).Scan(&request); err != nil {
 			return err
 		}
 		digest := sha256.Sum256(request[:])
@@ -235,55 +235,55 @@ func ready(ctx context.Context, conn *pgx.Conn) error {
 			func() error {
 				// One superuser plays every role here: declare it, as a
 				// deployment whose operators share one login would.
-				_, err := tx.Exec(ctx, `INSERT INTO community_deletion_settings (operators_share_role, reason)
+				_, err := tx.Exec(ctx, `INSERT INTO community_deletion.community_deletion_settings (operators_share_role, reason)
 					VALUES (true, 'bench: one superuser submits and approves')`)
 				return err
 			},
 			func() error {
-				_, err := tx.Exec(ctx, `UPDATE community_deletion_requests
+				_, err := tx.Exec(ctx, `UPDATE community_deletion.community_deletion_requests
 					SET stage = 'inventoried', schema_manifest = '{}', storage_manifest = '{}', inventory_manifest = '{}',
 					    inventory_digest = $2, inventory_frozen_at = now() WHERE id = $1`, request, digest[:])
 				return err
 			},
 			func() error {
-				_, err := tx.Exec(ctx, `INSERT INTO community_deletion_approvals (request_id, community_id, inventory_digest, approved_by)
-					SELECT id, community_id, inventory_digest, 'bench-approver' FROM community_deletion_requests WHERE id = $1`, request)
+				_, err := tx.Exec(ctx, `INSERT INTO community_deletion.community_deletion_approvals (request_id, community_id, inventory_digest, approved_by)
+					SELECT id, community_id, inventory_digest, 'bench-approver' FROM community_deletion.community_deletion_requests WHERE id = $1`, request)
 				return err
 			},
 			func() error {
-				_, err := tx.Exec(ctx, "UPDATE community_deletion_requests SET stage = 'approved' WHERE id = $1", request)
+				_, err := tx.Exec(ctx, "UPDATE community_deletion.community_deletion_requests SET stage = 'approved' WHERE id = $1", request)
 				return err
 			},
 			func() error {
-				_, err := tx.Exec(ctx, `UPDATE community_deletion_requests SET lease_owner = $2,
+				_, err := tx.Exec(ctx, `UPDATE community_deletion.community_deletion_requests SET lease_owner = $2,
 					lease_generation = 1, lease_until = now() + interval '1 hour', attempts = 1 WHERE id = $1`, request, executor)
 				return err
 			},
 			func() error { return asExecutor(0) },
 			func() error {
-				_, err := tx.Exec(ctx, "UPDATE communities SET deletion_state = 'quiescing', archived_at = now() WHERE id = $1", target)
+				_, err := tx.Exec(ctx, "UPDATE community_deletion.communities SET deletion_state = 'quiescing', archived_at = now() WHERE id = $1", target)
 				return err
 			},
 			func() error { return asExecutor(1) },
 			func() error {
-				_, err := tx.Exec(ctx, "UPDATE communities SET deletion_state = 'fenced', deletion_fence_generation = 1 WHERE id = $1", target)
+				_, err := tx.Exec(ctx, "UPDATE community_deletion.communities SET deletion_state = 'fenced', deletion_fence_generation = 1 WHERE id = $1", target)
 				return err
 			},
 			func() error {
-				_, err := tx.Exec(ctx, "UPDATE community_deletion_requests SET stage = 'fenced', fence_generation = 1 WHERE id = $1", request)
+				_, err := tx.Exec(ctx, "UPDATE community_deletion.community_deletion_requests SET stage = 'fenced', fence_generation = 1 WHERE id = $1", request)
 				return err
 			},
 			func() error {
-				_, err := tx.Exec(ctx, `UPDATE community_deletion_requests
+				_, err := tx.Exec(ctx, `UPDATE community_deletion.community_deletion_requests
 					SET destructive_storage_manifest = '{"version": 1}', destructive_storage_frozen_at = now() WHERE id = $1`, request)
 				return err
 			},
 			func() error {
-				_, err := tx.Exec(ctx, "UPDATE community_deletion_requests SET stage = 'drained' WHERE id = $1", request)
+				_, err := tx.Exec(ctx, "UPDATE community_deletion.community_deletion_requests SET stage = 'drained' WHERE id = $1", request)
 				return err
 			},
 			func() error {
-				_, err := tx.Exec(ctx, "UPDATE community_deletion_requests SET stage = 'bindings_removed' WHERE id = $1", request)
+				_, err := tx.Exec(ctx, "UPDATE community_deletion.community_deletion_requests SET stage = 'bindings_removed' WHERE id = $1", request)
 				return err
 			},
 		}
@@ -668,7 +668,7 @@ func runBatched(ctx context.Context, pool *pgxpool.Pool, opts lifecycle.PurgeOpt
 	r := run{name: "batched (" + methodName(opts.Method) + ")", perTable: map[string]tableRun{}}
 	var token lifecycle.LeaseToken
 	// The clone's lease is as old as the template: renew it.
-	if err := pool.QueryRow(ctx, `UPDATE community_deletion_requests SET lease_until = now() + interval '1 hour'
+	if err := pool.QueryRow(ctx, `UPDATE community_deletion.community_deletion_requests SET lease_until = now() + interval '1 hour'
 		WHERE community_id = $1 AND stage = 'bindings_removed'
 		RETURNING id, lease_owner, lease_generation`, target).Scan(&token.RequestID, &token.Owner, &token.Generation); err != nil {
 		return r, fmt.Errorf("find the request: %w", err)
@@ -720,7 +720,7 @@ func runSingle(ctx context.Context, pool *pgxpool.Pool) (run, error) {
 	r := run{name: "single transaction", batches: 1, perTable: map[string]tableRun{}}
 	start := time.Now()
 	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock_shared(community_schema_destruction_lock_key())"); err != nil {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock_shared(community_deletion.community_schema_destruction_lock_key())"); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `SELECT set_config('community_deletion.executor_community', $1, true),

@@ -178,7 +178,7 @@ func storm(ctx context.Context, out io.Writer, s settings) (bool, error) {
 
 	target, bystander := uuid.New(), uuid.New()
 	for _, c := range []uuid.UUID{target, bystander} {
-		if _, err := admin.Exec(ctx, "INSERT INTO communities (id, host) VALUES ($1, $2)", c, "storm-"+c.String()+".example"); err != nil {
+		if _, err := admin.Exec(ctx, "INSERT INTO community_deletion.communities (id, host) VALUES ($1, $2)", c, "storm-"+c.String()+".example"); err != nil {
 			return false, err
 		}
 	}

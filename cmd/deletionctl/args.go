@@ -51,7 +51,7 @@ Commands:
         build the schema inventory of the request's community and freeze it
         with a storage manifest of one summary per object prefix of the
         deployment's declared storage layout (the templates in
-        community_deletion_storage_layout, such as "uploads/{tenant}/",
+        community_deletion.community_deletion_storage_layout, such as "uploads/{tenant}/",
         expanded for the community); prints "<request id> <stage> <digest>".
         There is no default layout: with none declared it refuses. Each
         --prefix must be one of the declared prefixes, and together they
@@ -97,13 +97,13 @@ Commands:
         show serving write lease statistics; with --reap, delete up to N
         (1 to 10000) expired leases and print how many
   health [--json]
-        print what community_deletion_health() (prepared transactions
-        holding an advisory lock) and community_deletion_catalog_drift()
+        print what community_deletion.community_deletion_health() (prepared transactions
+        holding an advisory lock) and community_deletion.community_deletion_catalog_drift()
         report; exit 3 when either reports anything
   check [--json]
         the adoption checks for a service's CI, as the operator, after its
         migrations (the same as communitydeletiontest's RequireCoverage,
-        plus the storage layout): every community_deletion_catalog_drift()
+        plus the storage layout): every community_deletion.community_deletion_catalog_drift()
         row, whether the purge order can be computed, and whether a storage
         layout is declared for inventory. Prints "ok: …" for each check that
         passed and one line per problem, saying what to do; exit 3 when

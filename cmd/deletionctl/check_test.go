@@ -64,8 +64,8 @@ func TestCheckNamesAForgottenTable(t *testing.T) {
 	requireOneLine(t, stderr, "deletionctl: refused: check: 1 problem(s) (listed on stdout)")
 	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
 	require.Equal(t, []string{
-		"problem: table forgotten_notes holds tenant data but is not registered; register it with " +
-			"attach_community_write_fence (purge action 'delete', or 'nullify' for rows kept after a deletion)",
+		"problem: table public.forgotten_notes holds tenant data but is not registered; register it with " +
+			"community_deletion.attach_community_write_fence (purge action 'delete', or 'nullify' for rows kept after a deletion)",
 		"skipped: purge order: fix the catalog drift first",
 		"ok: a storage layout is declared: 2 object and 0 cache template(s): media/{tenant}/, uploads/{tenant}/",
 	}, lines)
@@ -76,7 +76,7 @@ func TestCheckNamesAForgottenTable(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(stdout), &rep))
 	require.False(t, rep.OK)
 	require.Len(t, rep.Problems, 1)
-	require.Contains(t, rep.Problems[0], "table forgotten_notes holds tenant data but is not registered")
+	require.Contains(t, rep.Problems[0], "table public.forgotten_notes holds tenant data but is not registered")
 	require.Equal(t, checkResult{Name: "catalog drift", Status: "problem", Problems: rep.Problems}, rep.Checks[0])
 	require.Equal(t, checkResult{Name: "purge order", Status: "skipped", Detail: "fix the catalog drift first", Problems: []string{}},
 		rep.Checks[1])
@@ -95,7 +95,7 @@ func TestCheckNamesAMissingLayout(t *testing.T) {
 	require.Len(t, lines, 3, stdout)
 	require.True(t, strings.HasPrefix(lines[0], "ok: no catalog drift"), lines[0])
 	require.True(t, strings.HasPrefix(lines[1], "ok: the purge order is computable: "), lines[1])
-	require.True(t, strings.HasPrefix(lines[2], "problem: no storage layout is declared: the deployment declares it as the schema owner with INSERT INTO community_deletion_storage_layout"), lines[2])
+	require.True(t, strings.HasPrefix(lines[2], "problem: no storage layout is declared: the deployment declares it as the schema owner with INSERT INTO community_deletion.community_deletion_storage_layout"), lines[2])
 
 	code, stdout, stderr = db.cliAsOperator(t, "check", "--json")
 	require.Equal(t, exitRefused, code, stderr)

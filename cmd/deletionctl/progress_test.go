@@ -212,7 +212,7 @@ func TestHealthCommand(t *testing.T) {
 	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
 	require.Len(t, lines, 2, stdout)
 	require.Equal(t, []string{"health", "prepared_lock", "prepared", "transaction", gid}, strings.Fields(lines[0])[:5])
-	require.Equal(t, []string{"drift", "unregistered", "stray_notes"}, strings.Fields(lines[1]))
+	require.Equal(t, []string{"drift", "unregistered", "public.stray_notes"}, strings.Fields(lines[1]))
 
 	code, stdout, stderr = db.cli(t, "health", "--json")
 	require.Equal(t, exitRefused, code, stderr)
@@ -221,6 +221,6 @@ func TestHealthCommand(t *testing.T) {
 	require.False(t, rep.Healthy)
 	require.Len(t, rep.Findings, 1)
 	require.Equal(t, "prepared_lock", rep.Findings[0].Problem)
-	require.Equal(t, []driftFinding{{Table: "stray_notes", Problem: "unregistered"}}, rep.Drift)
+	require.Equal(t, []driftFinding{{Table: "public.stray_notes", Problem: "unregistered"}}, rep.Drift)
 	require.Contains(t, stdout, `"problem": "prepared_lock"`, "snake_case keys")
 }

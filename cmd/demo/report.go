@@ -48,7 +48,7 @@ func report(ctx context.Context, out io.Writer, pool *pgxpool.Pool, w *world, d 
 	}
 
 	var stage string
-	if err := pool.QueryRow(ctx, "SELECT stage FROM community_deletion_requests WHERE id = $1", d.request).Scan(&stage); err != nil {
+	if err := pool.QueryRow(ctx, "SELECT stage FROM community_deletion.community_deletion_requests WHERE id = $1", d.request).Scan(&stage); err != nil {
 		return fmt.Errorf("read the request: %w", err)
 	}
 	var state, host string
@@ -56,7 +56,7 @@ func report(ctx context.Context, out io.Writer, pool *pgxpool.Pool, w *world, d 
 	var deletedAt *time.Time
 	var scrubbed bool
 	if err := pool.QueryRow(ctx, `SELECT deletion_state, host, deletion_fence_generation, deleted_at,
-		signing_key IS NULL AND icon IS NULL FROM communities WHERE id = $1`, t.id).Scan(&state, &host, &generation, &deletedAt, &scrubbed); err != nil {
+		signing_key IS NULL AND icon IS NULL FROM community_deletion.communities WHERE id = $1`, t.id).Scan(&state, &host, &generation, &deletedAt, &scrubbed); err != nil {
 		return fmt.Errorf("read the tombstone: %w", err)
 	}
 	fmt.Fprintf(out, "tombstone: %s %s, fence generation %d, deleted at %v, profile scrubbed: %t\n",

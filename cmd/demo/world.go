@@ -50,7 +50,7 @@ func buildWorld(ctx context.Context, pool *pgxpool.Pool, st *stores) (*world, er
 	var keys []string
 	for _, name := range []string{"alpha", "beta", "gamma"} {
 		c := &community{id: uuid.New(), host: name + ".demo.example"}
-		if _, err := pool.Exec(ctx, "INSERT INTO communities (id, host, signing_key, icon) VALUES ($1, $2, 'signing-key', 'icon.png')",
+		if _, err := pool.Exec(ctx, "INSERT INTO community_deletion.communities (id, host, signing_key, icon) VALUES ($1, $2, 'signing-key', 'icon.png')",
 			c.id, c.host); err != nil {
 			return nil, fmt.Errorf("create community %s: %w", c.host, err)
 		}

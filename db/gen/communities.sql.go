@@ -13,7 +13,7 @@ import (
 )
 
 const communityFence = `-- name: CommunityFence :execrows
-UPDATE communities
+UPDATE community_deletion.communities
 SET deletion_state = 'fenced',
     deletion_fence_generation = $1,
     archived_at = COALESCE(archived_at, now())
@@ -38,7 +38,7 @@ func (q *Queries) CommunityFence(ctx context.Context, arg CommunityFenceParams) 
 
 const communityGetByHost = `-- name: CommunityGetByHost :one
 SELECT id, host, deletion_state, deletion_fence_generation, archived_at, deleted_at, created_at, signing_key, icon
-FROM communities
+FROM community_deletion.communities
 WHERE lower(host) = lower($1)
 `
 
@@ -61,7 +61,7 @@ func (q *Queries) CommunityGetByHost(ctx context.Context, host string) (Communit
 
 const communityGetByID = `-- name: CommunityGetByID :one
 SELECT id, host, deletion_state, deletion_fence_generation, archived_at, deleted_at, created_at, signing_key, icon
-FROM communities
+FROM community_deletion.communities
 WHERE id = $1
 `
 
@@ -84,7 +84,7 @@ func (q *Queries) CommunityGetByID(ctx context.Context, id uuid.UUID) (Community
 
 const communityGetForUpdate = `-- name: CommunityGetForUpdate :one
 SELECT id, host, deletion_state, deletion_fence_generation, archived_at, deleted_at, created_at, signing_key, icon
-FROM communities
+FROM community_deletion.communities
 WHERE id = $1
 FOR NO KEY UPDATE
 `
@@ -112,7 +112,7 @@ func (q *Queries) CommunityGetForUpdate(ctx context.Context, id uuid.UUID) (Comm
 }
 
 const communityInsert = `-- name: CommunityInsert :one
-INSERT INTO communities (host, signing_key, icon)
+INSERT INTO community_deletion.communities (host, signing_key, icon)
 VALUES ($1, $2, $3)
 RETURNING id, host, deletion_state, deletion_fence_generation, archived_at, deleted_at, created_at, signing_key, icon
 `
@@ -142,7 +142,7 @@ func (q *Queries) CommunityInsert(ctx context.Context, arg CommunityInsertParams
 
 const communityListByIDs = `-- name: CommunityListByIDs :many
 SELECT id, host, deletion_state, deletion_fence_generation, archived_at, deleted_at, created_at, signing_key, icon
-FROM communities
+FROM community_deletion.communities
 WHERE id = ANY($1::uuid[])
 ORDER BY id
 `
@@ -178,7 +178,7 @@ func (q *Queries) CommunityListByIDs(ctx context.Context, ids []uuid.UUID) ([]Co
 }
 
 const communityQuiesce = `-- name: CommunityQuiesce :execrows
-UPDATE communities
+UPDATE community_deletion.communities
 SET deletion_state = 'quiescing',
     archived_at = COALESCE(archived_at, now())
 WHERE id = $1
@@ -198,7 +198,7 @@ func (q *Queries) CommunityQuiesce(ctx context.Context, id uuid.UUID) (int64, er
 }
 
 const communityRestoreActive = `-- name: CommunityRestoreActive :one
-SELECT community_deletion_restore_active($1::uuid, $2::timestamptz)::bigint AS fence_generation
+SELECT community_deletion.community_deletion_restore_active($1::uuid, $2::timestamptz)::bigint AS fence_generation
 `
 
 type CommunityRestoreActiveParams struct {

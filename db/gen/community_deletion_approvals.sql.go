@@ -15,7 +15,7 @@ import (
 
 const deletionApprovalGetByRequest = `-- name: DeletionApprovalGetByRequest :one
 SELECT request_id, community_id, inventory_digest, approved_by, note, approved_at, approved_by_role, grace_period, grace_until
-FROM community_deletion_approvals
+FROM community_deletion.community_deletion_approvals
 WHERE request_id = $1
 `
 
@@ -38,7 +38,7 @@ func (q *Queries) DeletionApprovalGetByRequest(ctx context.Context, requestID uu
 
 const deletionApprovalGraceUntil = `-- name: DeletionApprovalGraceUntil :many
 SELECT request_id, grace_until
-FROM community_deletion_approvals
+FROM community_deletion.community_deletion_approvals
 WHERE request_id = ANY ($1::uuid[])
   AND grace_until IS NOT NULL
 `
@@ -70,7 +70,7 @@ func (q *Queries) DeletionApprovalGraceUntil(ctx context.Context, requestIds []u
 }
 
 const deletionApprovalInsert = `-- name: DeletionApprovalInsert :one
-INSERT INTO community_deletion_approvals (request_id, community_id, inventory_digest, approved_by, note, grace_period)
+INSERT INTO community_deletion.community_deletion_approvals (request_id, community_id, inventory_digest, approved_by, note, grace_period)
 VALUES ($1, $2, $3, $4, $5, $6::interval)
 RETURNING request_id, community_id, inventory_digest, approved_by, note, approved_at, approved_by_role, grace_period, grace_until
 `
@@ -112,8 +112,8 @@ func (q *Queries) DeletionApprovalInsert(ctx context.Context, arg DeletionApprov
 
 const deletionRequestsInGrace = `-- name: DeletionRequestsInGrace :one
 SELECT count(*)
-FROM community_deletion_requests request
-JOIN community_deletion_approvals approval ON approval.request_id = request.id
+FROM community_deletion.community_deletion_requests request
+JOIN community_deletion.community_deletion_approvals approval ON approval.request_id = request.id
 WHERE request.stage = 'approved'
   AND request.blocked_at IS NULL
   AND approval.grace_until > now()

@@ -16,7 +16,7 @@ SELECT attribute.attname::text AS column_name,
        format_type(attribute.atttypid, attribute.atttypmod)::text AS type_name,
        attribute.attnotnull AS not_null
 FROM pg_catalog.pg_attribute attribute
-WHERE attribute.attrelid = to_regclass('communities')
+WHERE attribute.attrelid = to_regclass('community_deletion.communities')
   AND attribute.attname::text = ANY($1::text[])
   AND attribute.attnum > 0
   AND NOT attribute.attisdropped
@@ -53,7 +53,7 @@ func (q *Queries) CatalogCommunityColumns(ctx context.Context, columnNames []str
 
 const catalogDriftList = `-- name: CatalogDriftList :many
 SELECT drift.table_name::text AS table_name, drift.problem::text AS problem
-FROM community_deletion_catalog_drift() AS drift (table_name, problem)
+FROM community_deletion.community_deletion_catalog_drift() AS drift (table_name, problem)
 ORDER BY drift.table_name, drift.problem
 `
 
@@ -90,11 +90,10 @@ const catalogFencedTables = `-- name: CatalogFencedTables :many
 SELECT rel.relname::text AS table_name
 FROM pg_catalog.pg_class rel
 JOIN pg_catalog.pg_trigger trig ON trig.tgrelid = rel.oid
-WHERE rel.relnamespace = (
-        SELECT home.relnamespace FROM pg_catalog.pg_class home WHERE home.oid = to_regclass('communities'))
+WHERE community_deletion.community_deletion_tenant_schema(rel.relnamespace)
   AND rel.relkind IN ('r', 'p')
   AND NOT rel.relispartition
-  AND trig.tgfoid = to_regprocedure('enforce_community_write_fence()')
+  AND trig.tgfoid = to_regprocedure('community_deletion.enforce_community_write_fence()')
   AND NOT trig.tgisinternal
   AND trig.tgenabled IN ('O', 'A')
   AND trig.tgtype & 67 = 0
@@ -107,7 +106,7 @@ ORDER BY rel.relname
 `
 
 // The tables (partitioned parents and plain tables, not partitions) in the
-// schema of communities that carry the complete, enabled write fence: its
+// service's schemas that carry the complete, enabled write fence: its
 // INSERT, UPDATE and DELETE statement triggers with their transition tables.
 func (q *Queries) CatalogFencedTables(ctx context.Context) ([]string, error) {
 	rows, err := q.db.Query(ctx, catalogFencedTables)
@@ -129,23 +128,8 @@ func (q *Queries) CatalogFencedTables(ctx context.Context) ([]string, error) {
 	return items, nil
 }
 
-const catalogHomeSchema = `-- name: CatalogHomeSchema :one
-SELECT namespace.nspname::text AS schema_name
-FROM pg_catalog.pg_class rel
-JOIN pg_catalog.pg_namespace namespace ON namespace.oid = rel.relnamespace
-WHERE rel.oid = to_regclass('communities')
-`
-
-// The schema that holds communities and every registered tenant table.
-func (q *Queries) CatalogHomeSchema(ctx context.Context) (string, error) {
-	row := q.db.QueryRow(ctx, catalogHomeSchema)
-	var schema_name string
-	err := row.Scan(&schema_name)
-	return schema_name, err
-}
-
 const catalogPing = `-- name: CatalogPing :one
-SELECT (to_regclass('community_deletion_requests') IS NOT NULL)::boolean AS installed
+SELECT (to_regclass('community_deletion.community_deletion_requests') IS NOT NULL)::boolean AS installed
 `
 
 // Whether the deletion control plane is installed. It probes the catalog,
@@ -159,14 +143,16 @@ func (q *Queries) CatalogPing(ctx context.Context) (bool, error) {
 
 const catalogRegistryList = `-- name: CatalogRegistryList :many
 SELECT registered.table_name,
+       registered.table_schema::text AS table_schema,
        registered.purge_action,
-       community_deletion_control_table(registered.table_name)::boolean AS control_plane
-FROM community_scoped_tables registered
+       community_deletion.community_deletion_control_table(registered.table_name)::boolean AS control_plane
+FROM community_deletion.community_scoped_tables registered
 ORDER BY registered.table_name
 `
 
 type CatalogRegistryListRow struct {
 	TableName    string
+	TableSchema  string
 	PurgeAction  string
 	ControlPlane bool
 }
@@ -182,7 +168,12 @@ func (q *Queries) CatalogRegistryList(ctx context.Context) ([]CatalogRegistryLis
 	items := []CatalogRegistryListRow{}
 	for rows.Next() {
 		var i CatalogRegistryListRow
-		if err := rows.Scan(&i.TableName, &i.PurgeAction, &i.ControlPlane); err != nil {
+		if err := rows.Scan(
+			&i.TableName,
+			&i.TableSchema,
+			&i.PurgeAction,
+			&i.ControlPlane,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -198,12 +189,11 @@ SELECT rel.relname::text AS table_name
 FROM pg_catalog.pg_class rel
 WHERE rel.relname::text = ANY($1::text[])
   AND rel.relkind IN ('r', 'p')
-  AND rel.relnamespace = (
-        SELECT home.relnamespace FROM pg_catalog.pg_class home WHERE home.oid = to_regclass('communities'))
+  AND rel.relnamespace = 'community_deletion'::regnamespace
 ORDER BY rel.relname
 `
 
-// Which of table_names exist as tables in the schema of communities.
+// Which of table_names exist as tables in schema community_deletion.
 func (q *Queries) CatalogRelationsPresent(ctx context.Context, tableNames []string) ([]string, error) {
 	rows, err := q.db.Query(ctx, catalogRelationsPresent, tableNames)
 	if err != nil {
@@ -225,19 +215,19 @@ func (q *Queries) CatalogRelationsPresent(ctx context.Context, tableNames []stri
 }
 
 const catalogServingObjects = `-- name: CatalogServingObjects :one
-SELECT (to_regprocedure('community_deletion_lock_key(uuid)') IS NOT NULL)::boolean AS lock_key,
-       (to_regprocedure('community_write_allowed(uuid)') IS NOT NULL)::boolean AS write_allowed,
+SELECT (to_regprocedure('community_deletion.community_deletion_lock_key(uuid)') IS NOT NULL)::boolean AS lock_key,
+       (to_regprocedure('community_deletion.community_write_allowed(uuid)') IS NOT NULL)::boolean AS write_allowed,
        coalesce((SELECT proc.provolatile = 'v'
                  FROM pg_catalog.pg_proc proc
-                 WHERE proc.oid = to_regprocedure('community_write_allowed(uuid)')), false)::boolean AS write_allowed_volatile,
-       (to_regprocedure('assert_community_write_allowed(uuid)') IS NOT NULL)::boolean AS assert_write_allowed,
-       (to_regprocedure('enforce_community_write_fence()') IS NOT NULL)::boolean AS write_fence,
-       (to_regprocedure('community_deletion_catalog_drift()') IS NOT NULL)::boolean AS catalog_drift,
+                 WHERE proc.oid = to_regprocedure('community_deletion.community_write_allowed(uuid)')), false)::boolean AS write_allowed_volatile,
+       (to_regprocedure('community_deletion.assert_community_write_allowed(uuid)') IS NOT NULL)::boolean AS assert_write_allowed,
+       (to_regprocedure('community_deletion.enforce_community_write_fence()') IS NOT NULL)::boolean AS write_fence,
+       (to_regprocedure('community_deletion.community_deletion_catalog_drift()') IS NOT NULL)::boolean AS catalog_drift,
        EXISTS (
            SELECT 1
            FROM pg_catalog.pg_trigger trig
            JOIN pg_catalog.pg_proc proc ON proc.oid = trig.tgfoid
-           WHERE trig.tgrelid = to_regclass('communities')
+           WHERE trig.tgrelid = to_regclass('community_deletion.communities')
              AND proc.proname::text = 'enforce_community_tombstone'
              AND NOT trig.tgisinternal
              AND trig.tgenabled IN ('O', 'A')
@@ -275,7 +265,7 @@ func (q *Queries) CatalogServingObjects(ctx context.Context) (CatalogServingObje
 }
 
 const communityDeletionLockKey = `-- name: CommunityDeletionLockKey :one
-SELECT community_deletion_lock_key($1::uuid)
+SELECT community_deletion.community_deletion_lock_key($1::uuid)
 `
 
 func (q *Queries) CommunityDeletionLockKey(ctx context.Context, communityID uuid.UUID) (int64, error) {
@@ -286,7 +276,7 @@ func (q *Queries) CommunityDeletionLockKey(ctx context.Context, communityID uuid
 }
 
 const schemaDestructionLockKey = `-- name: SchemaDestructionLockKey :one
-SELECT community_schema_destruction_lock_key()
+SELECT community_deletion.community_schema_destruction_lock_key()
 `
 
 func (q *Queries) SchemaDestructionLockKey(ctx context.Context) (int64, error) {

@@ -12,11 +12,11 @@ import (
 )
 
 const deletionCheckpointComplete = `-- name: DeletionCheckpointComplete :exec
-INSERT INTO community_deletion_checkpoints
+INSERT INTO community_deletion.community_deletion_checkpoints
     (request_id, stage, unit_key, status, lease_generation, attempts, detail, completed_at)
 SELECT $1, $2::text, $3, 'completed', $4,
        1 + count(*) FILTER (WHERE c.status = 'failed'), $5, now()
-FROM community_deletion_checkpoints c
+FROM community_deletion.community_deletion_checkpoints c
 WHERE c.request_id = $1 AND c.stage = $2::text AND c.unit_key = $3
 ON CONFLICT (request_id, stage, unit_key) WHERE status = 'completed' DO NOTHING
 `
@@ -44,11 +44,11 @@ func (q *Queries) DeletionCheckpointComplete(ctx context.Context, arg DeletionCh
 }
 
 const deletionCheckpointFail = `-- name: DeletionCheckpointFail :exec
-INSERT INTO community_deletion_checkpoints
+INSERT INTO community_deletion.community_deletion_checkpoints
     (request_id, stage, unit_key, status, lease_generation, attempts, detail, error)
 SELECT $1, $2::text, $3, 'failed', $4,
        1 + count(*) FILTER (WHERE c.status = 'failed'), $5, $6
-FROM community_deletion_checkpoints c
+FROM community_deletion.community_deletion_checkpoints c
 WHERE c.request_id = $1 AND c.stage = $2::text AND c.unit_key = $3
 `
 
@@ -76,7 +76,7 @@ func (q *Queries) DeletionCheckpointFail(ctx context.Context, arg DeletionCheckp
 
 const deletionCheckpointGet = `-- name: DeletionCheckpointGet :one
 SELECT sequence, request_id, stage, unit_key, status, lease_generation, attempts, detail, error, started_at, completed_at
-FROM community_deletion_checkpoints
+FROM community_deletion.community_deletion_checkpoints
 WHERE request_id = $1 AND stage = $2 AND unit_key = $3
 ORDER BY sequence DESC
 LIMIT 1
@@ -109,7 +109,7 @@ func (q *Queries) DeletionCheckpointGet(ctx context.Context, arg DeletionCheckpo
 }
 
 const deletionCheckpointInsertCompleted = `-- name: DeletionCheckpointInsertCompleted :exec
-INSERT INTO community_deletion_checkpoints
+INSERT INTO community_deletion.community_deletion_checkpoints
     (request_id, stage, unit_key, status, lease_generation, detail, completed_at)
 VALUES ($1, $2, $3, 'completed', $4, $5, now())
 `
@@ -136,7 +136,7 @@ func (q *Queries) DeletionCheckpointInsertCompleted(ctx context.Context, arg Del
 
 const deletionCheckpointListByRequest = `-- name: DeletionCheckpointListByRequest :many
 SELECT sequence, request_id, stage, unit_key, status, lease_generation, attempts, detail, error, started_at, completed_at
-FROM community_deletion_checkpoints
+FROM community_deletion.community_deletion_checkpoints
 WHERE request_id = $1
 ORDER BY sequence
 `

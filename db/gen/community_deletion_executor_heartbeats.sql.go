@@ -12,7 +12,7 @@ import (
 )
 
 const deletionExecutorHeartbeatStop = `-- name: DeletionExecutorHeartbeatStop :execrows
-UPDATE community_deletion_executor_heartbeats
+UPDATE community_deletion.community_deletion_executor_heartbeats
 SET request_id = NULL,
     draining = true,
     heartbeat_at = now(),
@@ -30,7 +30,7 @@ func (q *Queries) DeletionExecutorHeartbeatStop(ctx context.Context, executorID 
 }
 
 const deletionExecutorHeartbeatUpsert = `-- name: DeletionExecutorHeartbeatUpsert :exec
-INSERT INTO community_deletion_executor_heartbeats (executor_id, mode, request_id, draining)
+INSERT INTO community_deletion.community_deletion_executor_heartbeats (executor_id, mode, request_id, draining)
 VALUES ($1, $2, $3, $4)
 ON CONFLICT (executor_id) DO UPDATE
 SET mode = EXCLUDED.mode,

@@ -13,7 +13,7 @@ import (
 
 const communityDeletionLockExclusive = `-- name: CommunityDeletionLockExclusive :exec
 
-SELECT pg_advisory_xact_lock(community_deletion_lock_key($1::uuid))
+SELECT pg_advisory_xact_lock(community_deletion.community_deletion_lock_key($1::uuid))
 `
 
 // Advisory locks and transaction-local settings of the deletion lifecycle.
@@ -25,7 +25,7 @@ func (q *Queries) CommunityDeletionLockExclusive(ctx context.Context, communityI
 }
 
 const communityDeletionLockShared = `-- name: CommunityDeletionLockShared :exec
-SELECT pg_advisory_xact_lock_shared(community_deletion_lock_key($1::uuid))
+SELECT pg_advisory_xact_lock_shared(community_deletion.community_deletion_lock_key($1::uuid))
 `
 
 // Takes the community's deletion lock shared until the transaction ends, as
@@ -41,7 +41,7 @@ SELECT coalesce(l.pid, 0)::integer AS pid,
        coalesce(a.application_name, '')::text AS application_name,
        coalesce(a.state, '')::text AS state,
        coalesce(p.gid, '')::text AS prepared_gid
-FROM communities c
+FROM community_deletion.communities c
 JOIN pg_catalog.pg_locks l ON l.locktype = 'transactionid' AND l.granted AND l.mode = 'ExclusiveLock'
     AND l.transactionid = c.xmax
 LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
@@ -89,7 +89,7 @@ func (q *Queries) CommunityRowLockHoldersList(ctx context.Context, tuple string)
 }
 
 const communityWriteAssertAllowed = `-- name: CommunityWriteAssertAllowed :exec
-SELECT assert_community_write_allowed($1::uuid)
+SELECT community_deletion.assert_community_write_allowed($1::uuid)
 `
 
 // The explicit write admission: refuses REPEATABLE READ and SERIALIZABLE with
@@ -124,7 +124,7 @@ SELECT coalesce(holder.pid, 0)::integer AS pid,
        coalesce(holder.application_name, '')::text AS application_name,
        holder.lock_mode::text AS lock_mode,
        coalesce(holder.prepared_gid, '')::text AS prepared_gid
-FROM community_deletion_lock_holders($1::bigint)
+FROM community_deletion.community_deletion_lock_holders($1::bigint)
     AS holder (pid, role_name, application_name, lock_mode, prepared_gid)
 `
 
@@ -170,7 +170,7 @@ SELECT coalesce(l.pid, 0)::integer AS pid,
        coalesce(a.application_name, '')::text AS application_name,
        coalesce(a.state, '')::text AS state,
        coalesce(p.gid, '')::text AS prepared_gid
-FROM community_deletion_requests r
+FROM community_deletion.community_deletion_requests r
 JOIN pg_catalog.pg_locks l ON l.locktype = 'transactionid' AND l.granted AND l.mode = 'ExclusiveLock'
     AND l.transactionid = r.xmax
 LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
@@ -215,7 +215,7 @@ func (q *Queries) RequestRowLockHoldersList(ctx context.Context, tuple string) (
 }
 
 const schemaDestructionLockShared = `-- name: SchemaDestructionLockShared :exec
-SELECT pg_advisory_xact_lock_shared(community_schema_destruction_lock_key())
+SELECT pg_advisory_xact_lock_shared(community_deletion.community_schema_destruction_lock_key())
 `
 
 // Takes the schema-destruction lock shared until the transaction ends; a
@@ -226,7 +226,7 @@ func (q *Queries) SchemaDestructionLockShared(ctx context.Context) error {
 }
 
 const schemaDestructionLockTryShared = `-- name: SchemaDestructionLockTryShared :one
-SELECT pg_try_advisory_xact_lock_shared(community_schema_destruction_lock_key())::boolean AS locked
+SELECT pg_try_advisory_xact_lock_shared(community_deletion.community_schema_destruction_lock_key())::boolean AS locked
 `
 
 // Tries the schema-destruction lock shared without waiting.

@@ -12,7 +12,7 @@ import (
 )
 
 const deletionManifestKeyDeleteByRequest = `-- name: DeletionManifestKeyDeleteByRequest :execrows
-DELETE FROM community_deletion_manifest_keys
+DELETE FROM community_deletion.community_deletion_manifest_keys
 WHERE request_id = $1
 `
 
@@ -28,7 +28,7 @@ func (q *Queries) DeletionManifestKeyDeleteByRequest(ctx context.Context, reques
 
 const deletionManifestKeyGetNextPending = `-- name: DeletionManifestKeyGetNextPending :one
 SELECT request_id, chunk_no, prefix, keys, deleted_at
-FROM community_deletion_manifest_keys
+FROM community_deletion.community_deletion_manifest_keys
 WHERE request_id = $1
   AND deleted_at IS NULL
 ORDER BY chunk_no
@@ -50,7 +50,7 @@ func (q *Queries) DeletionManifestKeyGetNextPending(ctx context.Context, request
 }
 
 const deletionManifestKeyInsert = `-- name: DeletionManifestKeyInsert :execrows
-INSERT INTO community_deletion_manifest_keys (request_id, chunk_no, prefix, keys)
+INSERT INTO community_deletion.community_deletion_manifest_keys (request_id, chunk_no, prefix, keys)
 VALUES ($1, $2, $3, $4::jsonb)
 ON CONFLICT (request_id, chunk_no) DO NOTHING
 `
@@ -80,7 +80,7 @@ func (q *Queries) DeletionManifestKeyInsert(ctx context.Context, arg DeletionMan
 
 const deletionManifestKeyListByRequest = `-- name: DeletionManifestKeyListByRequest :many
 SELECT request_id, chunk_no, prefix, keys, deleted_at
-FROM community_deletion_manifest_keys
+FROM community_deletion.community_deletion_manifest_keys
 WHERE request_id = $1
 ORDER BY chunk_no
 `
@@ -112,7 +112,7 @@ func (q *Queries) DeletionManifestKeyListByRequest(ctx context.Context, requestI
 }
 
 const deletionManifestKeyMarkDeleted = `-- name: DeletionManifestKeyMarkDeleted :execrows
-UPDATE community_deletion_manifest_keys
+UPDATE community_deletion.community_deletion_manifest_keys
 SET deleted_at = now()
 WHERE request_id = $1
   AND chunk_no = $2
@@ -137,7 +137,7 @@ func (q *Queries) DeletionManifestKeyMarkDeleted(ctx context.Context, arg Deleti
 const deletionManifestKeyMatches = `-- name: DeletionManifestKeyMatches :one
 SELECT EXISTS (
     SELECT 1
-    FROM community_deletion_manifest_keys
+    FROM community_deletion.community_deletion_manifest_keys
     WHERE request_id = $1
       AND chunk_no = $2
       AND prefix = $3
@@ -168,7 +168,7 @@ func (q *Queries) DeletionManifestKeyMatches(ctx context.Context, arg DeletionMa
 const deletionManifestKeyProgress = `-- name: DeletionManifestKeyProgress :one
 SELECT count(*)::bigint AS total,
        count(deleted_at)::bigint AS deleted
-FROM community_deletion_manifest_keys
+FROM community_deletion.community_deletion_manifest_keys
 WHERE request_id = $1
 `
 
@@ -185,7 +185,7 @@ func (q *Queries) DeletionManifestKeyProgress(ctx context.Context, requestID uui
 }
 
 const deletionRequestDestructiveStorageFreeze = `-- name: DeletionRequestDestructiveStorageFreeze :execrows
-UPDATE community_deletion_requests
+UPDATE community_deletion.community_deletion_requests
 SET destructive_storage_manifest = $1::jsonb,
     destructive_storage_frozen_at = now()
 WHERE id = $2
@@ -222,7 +222,7 @@ func (q *Queries) DeletionRequestDestructiveStorageFreeze(ctx context.Context, a
 const deletionRequestDestructiveStorageMatches = `-- name: DeletionRequestDestructiveStorageMatches :one
 SELECT (destructive_storage_manifest IS NOT NULL
         AND destructive_storage_manifest = $1::jsonb)::boolean AS matches
-FROM community_deletion_requests
+FROM community_deletion.community_deletion_requests
 WHERE id = $2
 `
 

@@ -14,7 +14,7 @@ import (
 
 const healthFindings = `-- name: HealthFindings :many
 SELECT health.subject::text AS subject, health.problem::text AS problem, health.detail::text AS detail
-FROM community_deletion_health() AS health (subject, problem, detail)
+FROM community_deletion.community_deletion_health() AS health (subject, problem, detail)
 ORDER BY 1, 2, 3
 `
 
@@ -50,7 +50,7 @@ func (q *Queries) HealthFindings(ctx context.Context) ([]HealthFindingsRow, erro
 
 const progressChunkStamps = `-- name: ProgressChunkStamps :many
 SELECT chunk_no, coalesce(deleted_at, now())::timestamptz AS deleted_at
-FROM community_deletion_manifest_keys
+FROM community_deletion.community_deletion_manifest_keys
 WHERE request_id = $1
   AND deleted_at IS NOT NULL
 ORDER BY deleted_at, chunk_no
@@ -98,7 +98,7 @@ func (q *Queries) ProgressDatabaseNow(ctx context.Context) (time.Time, error) {
 const progressPurgeUnits = `-- name: ProgressPurgeUnits :many
 
 SELECT unit_key, row_count, done, updated_at
-FROM community_deletion_purge_progress
+FROM community_deletion.community_deletion_purge_progress
 WHERE request_id = $1
 ORDER BY updated_at, unit_key
 `

@@ -12,7 +12,7 @@ import (
 )
 
 const protectionEventInsert = `-- name: ProtectionEventInsert :one
-INSERT INTO community_deletion_protection_events (community_id, action, actor, reason)
+INSERT INTO community_deletion.community_deletion_protection_events (community_id, action, actor, reason)
 VALUES ($1, $2, $3, $4)
 RETURNING sequence, community_id, action, actor, actor_role, reason, recorded_at
 `
@@ -48,7 +48,7 @@ func (q *Queries) ProtectionEventInsert(ctx context.Context, arg ProtectionEvent
 
 const protectionEventsByCommunity = `-- name: ProtectionEventsByCommunity :many
 SELECT sequence, community_id, action, actor, actor_role, reason, recorded_at
-FROM community_deletion_protection_events
+FROM community_deletion.community_deletion_protection_events
 WHERE community_id = $1
 ORDER BY sequence DESC
 LIMIT $2

@@ -15,9 +15,9 @@ const purgeCommunityPartitions = `-- name: PurgeCommunityPartitions :many
 SELECT registered.table_name::text AS table_name,
        pn.nspname::text AS partition_schema,
        part.relname::text AS partition_name
-FROM community_scoped_tables registered
+FROM community_deletion.community_scoped_tables registered
 JOIN pg_catalog.pg_class parent ON parent.relname = registered.table_name
-    AND parent.relnamespace = (SELECT home.relnamespace FROM pg_catalog.pg_class home WHERE home.oid = 'communities'::regclass)
+    AND parent.relnamespace = (SELECT rn.oid FROM pg_catalog.pg_namespace rn WHERE rn.nspname = registered.table_schema)
     AND parent.relkind = 'p'
 JOIN pg_catalog.pg_inherits inh ON inh.inhparent = parent.oid
 JOIN pg_catalog.pg_class part ON part.oid = inh.inhrelid
@@ -62,7 +62,7 @@ func (q *Queries) PurgeCommunityPartitions(ctx context.Context, communityID uuid
 }
 
 const purgeCommunityTombstone = `-- name: PurgeCommunityTombstone :execrows
-UPDATE communities
+UPDATE community_deletion.communities
 SET deletion_state = 'tombstone',
     deleted_at = COALESCE(deleted_at, now()),
     archived_at = COALESCE(archived_at, now()),
@@ -89,7 +89,7 @@ func (q *Queries) PurgeCommunityTombstone(ctx context.Context, arg PurgeCommunit
 
 const purgeCommunityTombstoned = `-- name: PurgeCommunityTombstoned :one
 SELECT EXISTS (
-    SELECT 1 FROM communities
+    SELECT 1 FROM community_deletion.communities
     WHERE id = $1 AND deletion_state = 'tombstone' AND deleted_at IS NOT NULL
       AND deletion_fence_generation = $2
 )::boolean AS tombstoned
@@ -127,12 +127,14 @@ FROM pg_catalog.pg_constraint con
 JOIN pg_catalog.pg_class child ON child.oid = coalesce(pg_partition_root(con.conrelid), con.conrelid)
 JOIN pg_catalog.pg_class parent ON parent.oid = coalesce(pg_partition_root(con.confrelid), con.confrelid)
 WHERE con.contype = 'f' AND con.conparentid = 0
-  AND child.relnamespace = (SELECT home.relnamespace FROM pg_catalog.pg_class home WHERE home.oid = 'communities'::regclass)
-  AND parent.relnamespace = child.relnamespace
-  AND child.relname IN (
-      SELECT r.table_name FROM community_scoped_tables r WHERE r.purge_action = 'delete')
-  AND parent.relname IN (
-      SELECT r.table_name FROM community_scoped_tables r WHERE r.purge_action = 'delete')
+  AND EXISTS (
+      SELECT 1 FROM community_deletion.community_scoped_tables r
+      JOIN pg_catalog.pg_namespace rn ON rn.nspname = r.table_schema
+      WHERE r.purge_action = 'delete' AND r.table_name = child.relname AND rn.oid = child.relnamespace)
+  AND EXISTS (
+      SELECT 1 FROM community_deletion.community_scoped_tables r
+      JOIN pg_catalog.pg_namespace rn ON rn.nspname = r.table_schema
+      WHERE r.purge_action = 'delete' AND r.table_name = parent.relname AND rn.oid = parent.relnamespace)
 ORDER BY 1, 2, 3
 `
 
@@ -187,7 +189,10 @@ JOIN pg_catalog.pg_class c ON c.oid = root.oid
     OR c.oid IN (SELECT tree.relid FROM pg_partition_tree(root.oid) tree WHERE tree.isleaf)
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE root.relname = $1::text
-  AND root.relnamespace = (SELECT home.relnamespace FROM pg_catalog.pg_class home WHERE home.oid = 'communities'::regclass)
+  AND root.relnamespace = (
+      SELECT rn.oid FROM pg_catalog.pg_namespace rn
+      JOIN community_deletion.community_scoped_tables r ON r.table_schema = rn.nspname
+      WHERE r.table_name = $1::text)
   AND c.relkind = 'r'
 ORDER BY c.relname
 `
@@ -243,7 +248,7 @@ SELECT pressure.replicas::integer AS replicas,
        coalesce(extract(epoch FROM pressure.replay_lag), 0)::float8 AS replay_lag_seconds,
        coalesce(pressure.replay_bytes, 0)::bigint AS replay_bytes,
        pressure.wraparound_tables::text[] AS wraparound_tables
-FROM community_deletion_purge_pressure() AS pressure (replicas, replay_lag, replay_bytes, wraparound_tables)
+FROM community_deletion.community_deletion_purge_pressure() AS pressure (replicas, replay_lag, replay_bytes, wraparound_tables)
 `
 
 type PurgePressureRow struct {
@@ -270,7 +275,7 @@ func (q *Queries) PurgePressure(ctx context.Context) (PurgePressureRow, error) {
 
 const purgeProgressList = `-- name: PurgeProgressList :many
 SELECT unit_key, row_count, done
-FROM community_deletion_purge_progress
+FROM community_deletion.community_deletion_purge_progress
 WHERE request_id = $1
 ORDER BY unit_key
 `
@@ -303,7 +308,7 @@ func (q *Queries) PurgeProgressList(ctx context.Context, requestID uuid.UUID) ([
 }
 
 const purgeProgressRecord = `-- name: PurgeProgressRecord :exec
-INSERT INTO community_deletion_purge_progress (request_id, unit_key, row_count, done, lease_generation)
+INSERT INTO community_deletion.community_deletion_purge_progress (request_id, unit_key, row_count, done, lease_generation)
 VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (request_id, unit_key) DO UPDATE
 SET row_count = EXCLUDED.row_count,
@@ -373,9 +378,9 @@ SELECT registered.table_name::text AS table_name,
        EXISTS (
            SELECT 1 FROM pg_catalog.pg_constraint f WHERE f.contype = 'f' AND f.confrelid = c.oid
        )::boolean AS referenced
-FROM community_scoped_tables registered
+FROM community_deletion.community_scoped_tables registered
 JOIN pg_catalog.pg_class c ON c.relname = registered.table_name
-    AND c.relnamespace = (SELECT home.relnamespace FROM pg_catalog.pg_class home WHERE home.oid = 'communities'::regclass)
+    AND c.relnamespace = (SELECT rn.oid FROM pg_catalog.pg_namespace rn WHERE rn.nspname = registered.table_schema)
     AND c.relkind IN ('r', 'p')
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 JOIN pg_catalog.pg_attribute community ON community.attrelid = c.oid AND community.attname = 'community_id'
@@ -411,7 +416,7 @@ type PurgeTableShapesRow struct {
 // The bounded PostgreSQL purge (lifecycle/purge.go). The per-table DELETE,
 // UPDATE and EXISTS statements are built in Go from the table and column
 // names these queries return, all read from the registry and the catalog.
-// Every registered table that exists in the schema of communities, with what
+// Every registered table that exists in its recorded schema, with what
 // the purge needs to batch it: its schema; whether it is partitioned; the
 // primary key column besides community_id when the primary key is that one
 // column, alone or together with community_id (” otherwise); whether a

@@ -15,7 +15,7 @@ import (
 const receiptChainHead = `-- name: ReceiptChainHead :one
 SELECT h.sequence::bigint AS sequence, coalesce(h.body_sha256, '')::text AS body_sha256,
        coalesce(h.schema_version, 0)::bigint AS schema_version
-FROM community_deletion_receipt_chain_head() h
+FROM community_deletion.community_deletion_receipt_chain_head() h
 `
 
 type ReceiptChainHeadRow struct {
@@ -37,10 +37,10 @@ const receiptFacts = `-- name: ReceiptFacts :one
 SELECT r.community_id, c.host, c.deleted_at, r.requested_by, coalesce(r.requested_by_role::text, '')::text AS requested_by_role,
        r.inventory_digest, r.destructive_storage_manifest, r.created_at, r.inventory_frozen_at, r.completed_at,
        a.approved_by, coalesce(a.approved_by_role::text, '')::text AS approved_by_role, a.approved_at,
-       community_deletion_operators_share_role()::boolean AS operators_share_role
-FROM community_deletion_requests r
-JOIN community_deletion_approvals a ON a.request_id = r.id
-JOIN communities c ON c.id = r.community_id
+       community_deletion.community_deletion_operators_share_role()::boolean AS operators_share_role
+FROM community_deletion.community_deletion_requests r
+JOIN community_deletion.community_deletion_approvals a ON a.request_id = r.id
+JOIN community_deletion.communities c ON c.id = r.community_id
 WHERE r.id = $1
 `
 
@@ -87,7 +87,7 @@ func (q *Queries) ReceiptFacts(ctx context.Context, id uuid.UUID) (ReceiptFactsR
 
 const receiptGetByRequest = `-- name: ReceiptGetByRequest :one
 SELECT sequence, body, signature
-FROM community_deletion_receipts
+FROM community_deletion.community_deletion_receipts
 WHERE request_id = $1
 `
 
@@ -105,7 +105,7 @@ func (q *Queries) ReceiptGetByRequest(ctx context.Context, requestID uuid.UUID) 
 }
 
 const receiptInsert = `-- name: ReceiptInsert :exec
-INSERT INTO community_deletion_receipts
+INSERT INTO community_deletion.community_deletion_receipts
     (sequence, request_id, body, body_sha256, previous_sha256, signature, signer)
 VALUES ($1, $2, $3, $4, $5, $6, $7)
 `
@@ -135,7 +135,7 @@ func (q *Queries) ReceiptInsert(ctx context.Context, arg ReceiptInsertParams) er
 
 const receiptList = `-- name: ReceiptList :many
 SELECT sequence, body, signature
-FROM community_deletion_receipts
+FROM community_deletion.community_deletion_receipts
 WHERE sequence > $1
 ORDER BY sequence
 LIMIT $2
@@ -175,7 +175,7 @@ func (q *Queries) ReceiptList(ctx context.Context, arg ReceiptListParams) ([]Rec
 
 const receiptStageCheckpoints = `-- name: ReceiptStageCheckpoints :many
 SELECT stage, unit_key, completed_at, detail
-FROM community_deletion_checkpoints
+FROM community_deletion.community_deletion_checkpoints
 WHERE request_id = $1 AND status = 'completed'
   AND stage = ANY ($2::text[]) AND unit_key = ANY ($3::text[])
 `

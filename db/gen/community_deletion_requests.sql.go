@@ -14,7 +14,7 @@ import (
 )
 
 const deletionRequestAbort = `-- name: DeletionRequestAbort :one
-UPDATE community_deletion_requests
+UPDATE community_deletion.community_deletion_requests
 SET stage = 'aborted',
     aborted_by = $1,
     abort_reason = $2,
@@ -95,7 +95,7 @@ func (q *Queries) DeletionRequestAbort(ctx context.Context, arg DeletionRequestA
 }
 
 const deletionRequestAdvance = `-- name: DeletionRequestAdvance :execrows
-UPDATE community_deletion_requests
+UPDATE community_deletion.community_deletion_requests
 SET stage = $1,
     fence_generation = COALESCE($2::bigint, fence_generation),
     retry_count = 0,
@@ -137,7 +137,7 @@ func (q *Queries) DeletionRequestAdvance(ctx context.Context, arg DeletionReques
 }
 
 const deletionRequestBlock = `-- name: DeletionRequestBlock :one
-UPDATE community_deletion_requests
+UPDATE community_deletion.community_deletion_requests
 SET blocked_at = now(),
     blocked_reason = $1,
     last_error = $1,
@@ -198,7 +198,7 @@ func (q *Queries) DeletionRequestBlock(ctx context.Context, arg DeletionRequestB
 }
 
 const deletionRequestBlockLeased = `-- name: DeletionRequestBlockLeased :execrows
-UPDATE community_deletion_requests
+UPDATE community_deletion.community_deletion_requests
 SET blocked_at = now(),
     blocked_reason = $1,
     last_error = $1,
@@ -238,7 +238,7 @@ func (q *Queries) DeletionRequestBlockLeased(ctx context.Context, arg DeletionRe
 }
 
 const deletionRequestClaim = `-- name: DeletionRequestClaim :one
-UPDATE community_deletion_requests
+UPDATE community_deletion.community_deletion_requests
 SET lease_owner = $1,
     lease_generation = lease_generation + 1,
     lease_until = clock_timestamp() + $2::interval,
@@ -300,12 +300,12 @@ func (q *Queries) DeletionRequestClaim(ctx context.Context, arg DeletionRequestC
 
 const deletionRequestClaimNextCandidate = `-- name: DeletionRequestClaimNextCandidate :one
 SELECT request.id, request.community_id, request.community_host, request.stage, request.retry_stage, request.requested_by, request.reason, request.schema_manifest, request.storage_manifest, request.destructive_storage_manifest, request.inventory_manifest, request.inventory_digest, request.inventory_frozen_at, request.destructive_storage_frozen_at, request.fence_generation, request.lease_owner, request.lease_generation, request.lease_until, request.attempts, request.retry_count, request.last_error, request.last_error_at, request.next_attempt_at, request.blocked_at, request.blocked_reason, request.created_at, request.updated_at, request.pre_quiesce_archived_at, request.quiescing_started_at, request.aborted_by, request.abort_reason, request.aborted_at, request.completed_at, request.requested_by_role
-FROM community_deletion_requests request
-JOIN community_deletion_approvals approval ON approval.request_id = request.id
+FROM community_deletion.community_deletion_requests request
+JOIN community_deletion.community_deletion_approvals approval ON approval.request_id = request.id
     AND approval.community_id = request.community_id
     AND approval.inventory_digest = request.inventory_digest
 WHERE request.blocked_at IS NULL
-  AND community_deletion_stage_runnable(request.stage)
+  AND community_deletion.community_deletion_stage_runnable(request.stage)
   AND request.next_attempt_at <= now()
   AND (request.lease_until IS NULL OR request.lease_until < now())
   AND (approval.grace_until IS NULL OR approval.grace_until <= now())
@@ -361,13 +361,13 @@ func (q *Queries) DeletionRequestClaimNextCandidate(ctx context.Context) (Commun
 
 const deletionRequestClaimSpecificCandidate = `-- name: DeletionRequestClaimSpecificCandidate :one
 SELECT request.id, request.community_id, request.community_host, request.stage, request.retry_stage, request.requested_by, request.reason, request.schema_manifest, request.storage_manifest, request.destructive_storage_manifest, request.inventory_manifest, request.inventory_digest, request.inventory_frozen_at, request.destructive_storage_frozen_at, request.fence_generation, request.lease_owner, request.lease_generation, request.lease_until, request.attempts, request.retry_count, request.last_error, request.last_error_at, request.next_attempt_at, request.blocked_at, request.blocked_reason, request.created_at, request.updated_at, request.pre_quiesce_archived_at, request.quiescing_started_at, request.aborted_by, request.abort_reason, request.aborted_at, request.completed_at, request.requested_by_role
-FROM community_deletion_requests request
-JOIN community_deletion_approvals approval ON approval.request_id = request.id
+FROM community_deletion.community_deletion_requests request
+JOIN community_deletion.community_deletion_approvals approval ON approval.request_id = request.id
     AND approval.community_id = request.community_id
     AND approval.inventory_digest = request.inventory_digest
 WHERE request.id = $1
   AND request.blocked_at IS NULL
-  AND community_deletion_stage_runnable(request.stage)
+  AND community_deletion.community_deletion_stage_runnable(request.stage)
   AND request.next_attempt_at <= now()
   AND (request.lease_until IS NULL OR request.lease_until < now())
   AND (approval.grace_until IS NULL OR approval.grace_until <= now())
@@ -419,7 +419,7 @@ func (q *Queries) DeletionRequestClaimSpecificCandidate(ctx context.Context, id 
 }
 
 const deletionRequestComplete = `-- name: DeletionRequestComplete :execrows
-UPDATE community_deletion_requests
+UPDATE community_deletion.community_deletion_requests
 SET stage = 'retention_pending',
     completed_at = now(),
     lease_owner = NULL,
@@ -460,7 +460,7 @@ func (q *Queries) DeletionRequestComplete(ctx context.Context, arg DeletionReque
 }
 
 const deletionRequestFreezeInventory = `-- name: DeletionRequestFreezeInventory :one
-UPDATE community_deletion_requests
+UPDATE community_deletion.community_deletion_requests
 SET stage = 'inventoried',
     schema_manifest = $1::jsonb,
     storage_manifest = $2::jsonb,
@@ -537,7 +537,7 @@ func (q *Queries) DeletionRequestFreezeInventory(ctx context.Context, arg Deleti
 
 const deletionRequestGet = `-- name: DeletionRequestGet :one
 SELECT id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role
-FROM community_deletion_requests
+FROM community_deletion.community_deletion_requests
 WHERE id = $1
 `
 
@@ -584,10 +584,10 @@ func (q *Queries) DeletionRequestGet(ctx context.Context, id uuid.UUID) (Communi
 }
 
 const deletionRequestGetForOperator = `-- name: DeletionRequestGetForOperator :one
-SELECT community_deletion_requests.id, community_deletion_requests.community_id, community_deletion_requests.community_host, community_deletion_requests.stage, community_deletion_requests.retry_stage, community_deletion_requests.requested_by, community_deletion_requests.reason, community_deletion_requests.schema_manifest, community_deletion_requests.storage_manifest, community_deletion_requests.destructive_storage_manifest, community_deletion_requests.inventory_manifest, community_deletion_requests.inventory_digest, community_deletion_requests.inventory_frozen_at, community_deletion_requests.destructive_storage_frozen_at, community_deletion_requests.fence_generation, community_deletion_requests.lease_owner, community_deletion_requests.lease_generation, community_deletion_requests.lease_until, community_deletion_requests.attempts, community_deletion_requests.retry_count, community_deletion_requests.last_error, community_deletion_requests.last_error_at, community_deletion_requests.next_attempt_at, community_deletion_requests.blocked_at, community_deletion_requests.blocked_reason, community_deletion_requests.created_at, community_deletion_requests.updated_at, community_deletion_requests.pre_quiesce_archived_at, community_deletion_requests.quiescing_started_at, community_deletion_requests.aborted_by, community_deletion_requests.abort_reason, community_deletion_requests.aborted_at, community_deletion_requests.completed_at, community_deletion_requests.requested_by_role,
-       (lease_owner IS NOT NULL AND lease_until >= clock_timestamp())::boolean AS lease_live
-FROM community_deletion_requests
-WHERE id = $1
+SELECT request.id, request.community_id, request.community_host, request.stage, request.retry_stage, request.requested_by, request.reason, request.schema_manifest, request.storage_manifest, request.destructive_storage_manifest, request.inventory_manifest, request.inventory_digest, request.inventory_frozen_at, request.destructive_storage_frozen_at, request.fence_generation, request.lease_owner, request.lease_generation, request.lease_until, request.attempts, request.retry_count, request.last_error, request.last_error_at, request.next_attempt_at, request.blocked_at, request.blocked_reason, request.created_at, request.updated_at, request.pre_quiesce_archived_at, request.quiescing_started_at, request.aborted_by, request.abort_reason, request.aborted_at, request.completed_at, request.requested_by_role,
+       (request.lease_owner IS NOT NULL AND request.lease_until >= clock_timestamp())::boolean AS lease_live
+FROM community_deletion.community_deletion_requests request
+WHERE request.id = $1
 FOR UPDATE
 `
 
@@ -643,7 +643,7 @@ func (q *Queries) DeletionRequestGetForOperator(ctx context.Context, id uuid.UUI
 
 const deletionRequestGetForUpdate = `-- name: DeletionRequestGetForUpdate :one
 SELECT id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role
-FROM community_deletion_requests
+FROM community_deletion.community_deletion_requests
 WHERE id = $1
 FOR UPDATE
 `
@@ -691,7 +691,7 @@ func (q *Queries) DeletionRequestGetForUpdate(ctx context.Context, id uuid.UUID)
 }
 
 const deletionRequestHeartbeat = `-- name: DeletionRequestHeartbeat :execrows
-UPDATE community_deletion_requests request
+UPDATE community_deletion.community_deletion_requests request
 SET lease_until = clock_timestamp() + $1::interval
 WHERE request.id = $2
   AND request.community_id = $3
@@ -700,10 +700,10 @@ WHERE request.id = $2
   AND request.lease_until >= now()
   AND request.blocked_at IS NULL
   AND request.fence_generation IS NOT DISTINCT FROM $6::bigint
-  AND community_deletion_stage_runnable(request.stage)
+  AND community_deletion.community_deletion_stage_runnable(request.stage)
   AND EXISTS (
       SELECT 1
-      FROM community_deletion_approvals approval
+      FROM community_deletion.community_deletion_approvals approval
       WHERE approval.request_id = request.id
         AND approval.community_id = request.community_id
         AND approval.inventory_digest = request.inventory_digest)
@@ -739,9 +739,9 @@ func (q *Queries) DeletionRequestHeartbeat(ctx context.Context, arg DeletionRequ
 const deletionRequestLeaseFenceValid = `-- name: DeletionRequestLeaseFenceValid :one
 SELECT EXISTS (
     SELECT 1
-    FROM community_deletion_requests request
-    JOIN communities community ON community.id = request.community_id
-    JOIN community_deletion_approvals approval ON approval.request_id = request.id
+    FROM community_deletion.community_deletion_requests request
+    JOIN community_deletion.communities community ON community.id = request.community_id
+    JOIN community_deletion.community_deletion_approvals approval ON approval.request_id = request.id
         AND approval.community_id = request.community_id
         AND approval.inventory_digest = request.inventory_digest
     WHERE request.id = $1
@@ -786,8 +786,8 @@ func (q *Queries) DeletionRequestLeaseFenceValid(ctx context.Context, arg Deleti
 const deletionRequestLeaseValid = `-- name: DeletionRequestLeaseValid :one
 SELECT EXISTS (
     SELECT 1
-    FROM community_deletion_requests request
-    JOIN community_deletion_approvals approval ON approval.request_id = request.id
+    FROM community_deletion.community_deletion_requests request
+    JOIN community_deletion.community_deletion_approvals approval ON approval.request_id = request.id
         AND approval.community_id = request.community_id
         AND approval.inventory_digest = request.inventory_digest
     WHERE request.id = $1
@@ -825,7 +825,7 @@ func (q *Queries) DeletionRequestLeaseValid(ctx context.Context, arg DeletionReq
 
 const deletionRequestList = `-- name: DeletionRequestList :many
 SELECT id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role
-FROM community_deletion_requests
+FROM community_deletion.community_deletion_requests
 ORDER BY created_at DESC, id DESC
 LIMIT $1::integer
 `
@@ -888,7 +888,7 @@ func (q *Queries) DeletionRequestList(ctx context.Context, maxRows int32) ([]Com
 
 const deletionRequestListPage = `-- name: DeletionRequestListPage :many
 SELECT id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role
-FROM community_deletion_requests
+FROM community_deletion.community_deletion_requests
 WHERE (created_at, id) < (coalesce($1::timestamptz, 'infinity'::timestamptz),
                          coalesce($2::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'::uuid))
   AND ($3::boolean IS NULL OR (blocked_at IS NOT NULL) = $3::boolean)
@@ -969,7 +969,7 @@ func (q *Queries) DeletionRequestListPage(ctx context.Context, arg DeletionReque
 
 const deletionRequestListPageBlocked = `-- name: DeletionRequestListPageBlocked :many
 SELECT id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role
-FROM community_deletion_requests
+FROM community_deletion.community_deletion_requests
 WHERE blocked_at IS NOT NULL
   AND (created_at, id) < (coalesce($1::timestamptz, 'infinity'::timestamptz),
                          coalesce($2::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'::uuid))
@@ -1042,7 +1042,7 @@ func (q *Queries) DeletionRequestListPageBlocked(ctx context.Context, arg Deleti
 
 const deletionRequestListPageByStage = `-- name: DeletionRequestListPageByStage :many
 SELECT id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role
-FROM community_deletion_requests
+FROM community_deletion.community_deletion_requests
 WHERE stage = $1
   AND (created_at, id) < (coalesce($2::timestamptz, 'infinity'::timestamptz),
                          coalesce($3::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'::uuid))
@@ -1123,7 +1123,7 @@ func (q *Queries) DeletionRequestListPageByStage(ctx context.Context, arg Deleti
 }
 
 const deletionRequestMarkApproved = `-- name: DeletionRequestMarkApproved :one
-UPDATE community_deletion_requests
+UPDATE community_deletion.community_deletion_requests
 SET stage = 'approved',
     next_attempt_at = now()
 WHERE id = $1
@@ -1177,7 +1177,7 @@ func (q *Queries) DeletionRequestMarkApproved(ctx context.Context, id uuid.UUID)
 }
 
 const deletionRequestRecordQuiescing = `-- name: DeletionRequestRecordQuiescing :execrows
-UPDATE community_deletion_requests
+UPDATE community_deletion.community_deletion_requests
 SET pre_quiesce_archived_at = $1::timestamptz,
     quiescing_started_at = now()
 WHERE id = $2
@@ -1200,7 +1200,7 @@ func (q *Queries) DeletionRequestRecordQuiescing(ctx context.Context, arg Deleti
 }
 
 const deletionRequestRecordRetry = `-- name: DeletionRequestRecordRetry :one
-UPDATE community_deletion_requests
+UPDATE community_deletion.community_deletion_requests
 SET retry_count = CASE WHEN retry_stage = $1 THEN retry_count + 1 ELSE 1 END,
     retry_stage = $1,
     last_error = $2,
@@ -1294,7 +1294,7 @@ func (q *Queries) DeletionRequestRecordRetry(ctx context.Context, arg DeletionRe
 }
 
 const deletionRequestReleaseLease = `-- name: DeletionRequestReleaseLease :execrows
-UPDATE community_deletion_requests
+UPDATE community_deletion.community_deletion_requests
 SET lease_owner = NULL,
     lease_until = NULL
 WHERE id = $1
@@ -1331,12 +1331,12 @@ func (q *Queries) DeletionRequestReleaseLease(ctx context.Context, arg DeletionR
 const deletionRequestSubmit = `-- name: DeletionRequestSubmit :one
 WITH target AS (
     SELECT community.id, community.host
-    FROM communities community
+    FROM community_deletion.communities community
     WHERE lower(community.host) = lower($1::text)
       AND community.deletion_state = 'active'
       AND community.deleted_at IS NULL
 ), inserted AS (
-    INSERT INTO community_deletion_requests (community_id, community_host, requested_by, reason)
+    INSERT INTO community_deletion.community_deletion_requests (community_id, community_host, requested_by, reason)
     SELECT target.id, target.host, $2::text, $3::text
     FROM target
     ON CONFLICT (community_id) WHERE stage <> 'aborted' DO NOTHING
@@ -1346,7 +1346,7 @@ SELECT inserted.id, inserted.community_id, inserted.community_host, inserted.sta
 FROM inserted
 UNION ALL
 SELECT request.id, request.community_id, request.community_host, request.stage, request.retry_stage, request.requested_by, request.reason, request.schema_manifest, request.storage_manifest, request.destructive_storage_manifest, request.inventory_manifest, request.inventory_digest, request.inventory_frozen_at, request.destructive_storage_frozen_at, request.fence_generation, request.lease_owner, request.lease_generation, request.lease_until, request.attempts, request.retry_count, request.last_error, request.last_error_at, request.next_attempt_at, request.blocked_at, request.blocked_reason, request.created_at, request.updated_at, request.pre_quiesce_archived_at, request.quiescing_started_at, request.aborted_by, request.abort_reason, request.aborted_at, request.completed_at, request.requested_by_role
-FROM community_deletion_requests request
+FROM community_deletion.community_deletion_requests request
 JOIN target ON target.id = request.community_id
 WHERE request.stage = 'submitted'
   AND request.requested_by = $2::text
@@ -1444,7 +1444,7 @@ func (q *Queries) DeletionRequestSubmit(ctx context.Context, arg DeletionRequest
 }
 
 const deletionRequestUnblock = `-- name: DeletionRequestUnblock :one
-UPDATE community_deletion_requests
+UPDATE community_deletion.community_deletion_requests
 SET blocked_at = NULL,
     blocked_reason = NULL,
     retry_count = 0,

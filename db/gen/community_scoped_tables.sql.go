@@ -10,7 +10,7 @@ import (
 )
 
 const communityScopedTableAttach = `-- name: CommunityScopedTableAttach :exec
-SELECT attach_community_write_fence(($1::text)::regclass, $2::text)
+SELECT community_deletion.attach_community_write_fence(($1::text)::regclass, $2::text)
 `
 
 type CommunityScopedTableAttachParams struct {
@@ -24,8 +24,8 @@ func (q *Queries) CommunityScopedTableAttach(ctx context.Context, arg CommunityS
 }
 
 const communityScopedTableList = `-- name: CommunityScopedTableList :many
-SELECT table_name, purge_action, registered_at, registered_by
-FROM community_scoped_tables
+SELECT table_name, purge_action, registered_at, registered_by, table_schema
+FROM community_deletion.community_scoped_tables
 ORDER BY table_name
 `
 
@@ -43,6 +43,7 @@ func (q *Queries) CommunityScopedTableList(ctx context.Context) ([]CommunityScop
 			&i.PurgeAction,
 			&i.RegisteredAt,
 			&i.RegisteredBy,
+			&i.TableSchema,
 		); err != nil {
 			return nil, err
 		}

@@ -15,7 +15,7 @@ import (
 const servingWriteLeaseCountActive = `-- name: ServingWriteLeaseCountActive :one
 SELECT count(*)::bigint AS active_count,
        coalesce(array_agg(DISTINCT lease.operation ORDER BY lease.operation), '{}')::text[] AS operations
-FROM community_serving_write_leases lease
+FROM community_deletion.community_serving_write_leases lease
 WHERE lease.community_id = $1
   AND lease.lease_until >= now()
 `
@@ -37,7 +37,7 @@ func (q *Queries) ServingWriteLeaseCountActive(ctx context.Context, communityID 
 }
 
 const servingWriteLeaseDelete = `-- name: ServingWriteLeaseDelete :execrows
-DELETE FROM community_serving_write_leases
+DELETE FROM community_deletion.community_serving_write_leases
 WHERE id = $1
   AND community_id = $2
   AND owner = $3
@@ -71,13 +71,13 @@ func (q *Queries) ServingWriteLeaseDelete(ctx context.Context, arg ServingWriteL
 const servingWriteLeaseDeleteExpired = `-- name: ServingWriteLeaseDeleteExpired :execrows
 WITH expired AS (
     SELECT id
-    FROM community_serving_write_leases
+    FROM community_deletion.community_serving_write_leases
     WHERE lease_until < now()
     ORDER BY lease_until
     LIMIT $1::integer
     FOR UPDATE SKIP LOCKED
 )
-DELETE FROM community_serving_write_leases
+DELETE FROM community_deletion.community_serving_write_leases
 WHERE id = ANY (ARRAY(SELECT expired.id FROM expired))
 `
 
@@ -94,13 +94,13 @@ func (q *Queries) ServingWriteLeaseDeleteExpired(ctx context.Context, maxRows in
 }
 
 const servingWriteLeaseInsert = `-- name: ServingWriteLeaseInsert :one
-INSERT INTO community_serving_write_leases (community_id, operation, owner, fence_generation, lease_until)
+INSERT INTO community_deletion.community_serving_write_leases (community_id, operation, owner, fence_generation, lease_until)
 SELECT community.id,
        $1::text,
        $2::text,
        community.deletion_fence_generation,
        now() + make_interval(secs => $3::bigint)
-FROM communities community
+FROM community_deletion.communities community
 WHERE community.id = $4
   AND community.deletion_state = 'active'
 RETURNING id, community_id, operation, owner, generation, fence_generation, lease_until, heartbeat_at, created_at
@@ -140,10 +140,10 @@ func (q *Queries) ServingWriteLeaseInsert(ctx context.Context, arg ServingWriteL
 }
 
 const servingWriteLeaseRenew = `-- name: ServingWriteLeaseRenew :one
-UPDATE community_serving_write_leases lease
+UPDATE community_deletion.community_serving_write_leases lease
 SET lease_until = now() + make_interval(secs => $1::bigint),
     heartbeat_at = now()
-FROM communities community
+FROM community_deletion.communities community
 WHERE lease.id = $2
   AND lease.community_id = $3
   AND lease.owner = $4
@@ -185,8 +185,8 @@ func (q *Queries) ServingWriteLeaseRenew(ctx context.Context, arg ServingWriteLe
 const servingWriteLeaseStats = `-- name: ServingWriteLeaseStats :one
 SELECT count(*) FILTER (WHERE lease.lease_until >= now())::bigint AS active,
        count(*) FILTER (WHERE lease.lease_until < now())::bigint AS expired,
-       pg_stat_get_dead_tuples('community_serving_write_leases'::regclass)::bigint AS dead_tuples
-FROM community_serving_write_leases lease
+       pg_stat_get_dead_tuples('community_deletion.community_serving_write_leases'::regclass)::bigint AS dead_tuples
+FROM community_deletion.community_serving_write_leases lease
 `
 
 type ServingWriteLeaseStatsRow struct {
@@ -207,8 +207,8 @@ func (q *Queries) ServingWriteLeaseStats(ctx context.Context) (ServingWriteLease
 const servingWriteLeaseValid = `-- name: ServingWriteLeaseValid :one
 SELECT EXISTS (
     SELECT 1
-    FROM community_serving_write_leases lease
-    JOIN communities community ON community.id = lease.community_id
+    FROM community_deletion.community_serving_write_leases lease
+    JOIN community_deletion.communities community ON community.id = lease.community_id
     WHERE lease.id = $1
       AND lease.community_id = $2
       AND lease.owner = $3

@@ -77,6 +77,13 @@ type CommunityDeletionFunctionDigest struct {
 	RecordedAt        time.Time
 }
 
+// The schema this project's objects lived in before migration 00021 moved them here; its Down moves them back.
+type CommunityDeletionInstall struct {
+	Singleton  bool
+	HomeSchema string
+	MovedAt    time.Time
+}
+
 type CommunityDeletionManifestKey struct {
 	RequestID uuid.UUID
 	ChunkNo   int64
@@ -191,6 +198,8 @@ type CommunityScopedTable struct {
 	PurgeAction  string
 	RegisteredAt time.Time
 	RegisteredBy *string
+	// The schema of the registered table: any schema of the service (community_deletion_tenant_schema()).
+	TableSchema string
 }
 
 type CommunityServingWriteLease struct {

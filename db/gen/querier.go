@@ -21,18 +21,16 @@ type Querier interface {
 	// alias list names them and the casts type them.)
 	CatalogDriftList(ctx context.Context) ([]CatalogDriftListRow, error)
 	// The tables (partitioned parents and plain tables, not partitions) in the
-	// schema of communities that carry the complete, enabled write fence: its
+	// service's schemas that carry the complete, enabled write fence: its
 	// INSERT, UPDATE and DELETE statement triggers with their transition tables.
 	CatalogFencedTables(ctx context.Context) ([]string, error)
-	// The schema that holds communities and every registered tenant table.
-	CatalogHomeSchema(ctx context.Context) (string, error)
 	// Whether the deletion control plane is installed. It probes the catalog,
 	// not the migration tool's version table.
 	CatalogPing(ctx context.Context) (bool, error)
 	// The registry of tenant tables, with whether each names a deletion
 	// control-plane table (which must never be registered).
 	CatalogRegistryList(ctx context.Context) ([]CatalogRegistryListRow, error)
-	// Which of table_names exist as tables in the schema of communities.
+	// Which of table_names exist as tables in schema community_deletion.
 	CatalogRelationsPresent(ctx context.Context, tableNames []string) ([]string, error)
 	// Whether each function and trigger the serving-path write fence relies on
 	// is installed: community_write_allowed must be VOLATILE (a STABLE one could
@@ -281,7 +279,7 @@ type Querier interface {
 	// The bounded PostgreSQL purge (lifecycle/purge.go). The per-table DELETE,
 	// UPDATE and EXISTS statements are built in Go from the table and column
 	// names these queries return, all read from the registry and the catalog.
-	// Every registered table that exists in the schema of communities, with what
+	// Every registered table that exists in its recorded schema, with what
 	// the purge needs to batch it: its schema; whether it is partitioned; the
 	// primary key column besides community_id when the primary key is that one
 	// column, alone or together with community_id ('' otherwise); whether a

@@ -12,7 +12,7 @@ import (
 
 const storageTaxonomySweepGetLatest = `-- name: StorageTaxonomySweepGetLatest :one
 SELECT id, started_at, completed_at, listed_objects, unknown_object_count, unknown_key_sample, object_cap
-FROM storage_taxonomy_sweeps
+FROM community_deletion.storage_taxonomy_sweeps
 ORDER BY completed_at DESC, id DESC
 LIMIT 1
 `
@@ -34,7 +34,7 @@ func (q *Queries) StorageTaxonomySweepGetLatest(ctx context.Context) (StorageTax
 }
 
 const storageTaxonomySweepInsert = `-- name: StorageTaxonomySweepInsert :one
-INSERT INTO storage_taxonomy_sweeps
+INSERT INTO community_deletion.storage_taxonomy_sweeps
     (started_at, completed_at, listed_objects, unknown_object_count, unknown_key_sample, object_cap)
 SELECT LEAST($1::timestamptz, clock.db_now),
        clock.db_now,

@@ -54,8 +54,8 @@ type Sources struct {
 // driftHints says, per drift class of community_deletion_catalog_drift(),
 // what a service does about it.
 var driftHints = map[string]string{
-	"unregistered":          "holds tenant data but is not registered; register it with attach_community_write_fence (purge action 'delete', or 'nullify' for rows kept after a deletion)",
-	"unfenced":              "is registered for 'delete' but lacks its write fence; run attach_community_write_fence on it again",
+	"unregistered":          "holds tenant data but is not registered; register it with community_deletion.attach_community_write_fence (purge action 'delete', or 'nullify' for rows kept after a deletion)",
+	"unfenced":              "is registered for 'delete' but lacks its write fence; run community_deletion.attach_community_write_fence on it again",
 	"missing":               "is registered but does not exist or has no community_id uuid column; restore it or unregister it",
 	"shape":                 "has the wrong community_id nullability for its purge action: NOT NULL for 'delete', nullable for 'nullify'",
 	"stray_fence":           "carries the write fence but is not registered; register it or drop the trigger",
@@ -63,7 +63,8 @@ var driftHints = map[string]string{
 	"trigger_planted":       "is a trigger on a control table that the migrations did not create; drop it",
 	"control_table_changed": "is a control table whose indexes, constraints or triggers differ from what the migrations recorded; restore them",
 	"function_planted":      "is a function the migrations did not install, named like or overloading theirs or a built-in; drop, rename or move it",
-	"operator_planted":      "is an operator in the schema of communities, where the project installs none; drop it",
+	"operator_planted":      "is an operator in schema community_deletion, where the project installs none; drop it",
+	"schema_create_granted": "lets a role other than its owner create objects in schema community_deletion; revoke CREATE from it",
 }
 
 // Run runs the checks in order: drift, then the purge order (skipped while

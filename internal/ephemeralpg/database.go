@@ -23,6 +23,14 @@ type TemplateBuilder interface {
 	Migrate(ctx context.Context, connString string) error
 }
 
+// DatabaseSettings is implemented by a TemplateBuilder whose databases need
+// per-database defaults (ALTER DATABASE ... SET), which CREATE DATABASE does
+// not copy from a template.
+type DatabaseSettings interface {
+	// Settings returns each parameter's value, as SET would take it.
+	Settings() map[string]string
+}
+
 // isMissingDatabase reports whether err is PostgreSQL's "database does not
 // exist" (SQLSTATE 3D000, invalid_catalog_name).
 func isMissingDatabase(err error) bool {
@@ -75,8 +83,36 @@ func (s *Server) NewDatabase(ctx context.Context, m TemplateBuilder) (connString
 		if err != nil {
 			return "", nil, fmt.Errorf("ephemeralpg: new database: %w", err)
 		}
+		if settings, ok := m.(DatabaseSettings); ok {
+			if err := s.applySettings(ctx, connString, settings.Settings()); err != nil {
+				return "", nil, errors.Join(fmt.Errorf("ephemeralpg: new database: %w", err), drop(context.WithoutCancel(ctx)))
+			}
+		}
 		return connString, drop, nil
 	}
+}
+
+// applySettings makes each setting a default of the database at connString.
+func (s *Server) applySettings(ctx context.Context, connString string, settings map[string]string) error {
+	if len(settings) == 0 {
+		return nil
+	}
+	config, err := pgx.ParseConfig(connString)
+	if err != nil {
+		return fmt.Errorf("parse connection string: %w", err)
+	}
+	conn, err := s.connectAdmin(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	for name, value := range settings {
+		stmt := "ALTER DATABASE " + pgx.Identifier{config.Database}.Sanitize() + " SET " + pgx.Identifier{name}.Sanitize() + " = " + value
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			return fmt.Errorf("set %s on database %s: %w", name, config.Database, err)
+		}
+	}
+	return nil
 }
 
 // NewEmptyDatabase returns the connection string of a fresh, unmigrated

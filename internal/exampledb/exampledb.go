@@ -67,7 +67,7 @@ func (d *Database) Community(host string, members int) uuid.UUID {
 	pool := Connect(ctx, d.URL)
 	defer pool.Close()
 	id := uuid.New()
-	_, err := pool.Exec(ctx, "INSERT INTO communities (id, host, signing_key, icon) VALUES ($1, $2, 'key', 'icon.png')", id, host)
+	_, err := pool.Exec(ctx, "INSERT INTO community_deletion.communities (id, host, signing_key, icon) VALUES ($1, $2, 'key', 'icon.png')", id, host)
 	must(err)
 	_, err = pool.Exec(ctx, `INSERT INTO fixture_members (community_id, handle)
 		SELECT $1, 'member-' || g FROM generate_series(1, $2::int) g`, id, members)

@@ -103,7 +103,7 @@ func Community(ctx context.Context, tb testing.TB, db *DB, opts *CommunityOpts) 
 	if key == nil {
 		key = []byte("key")
 	}
-	_, err := db.Pool.Exec(ctx, `INSERT INTO communities (id, host, signing_key, icon, archived_at)
+	_, err := db.Pool.Exec(ctx, `INSERT INTO community_deletion.communities (id, host, signing_key, icon, archived_at)
 		VALUES ($1, $2, $3, $4, $5)`, id, host, key, cmp.Or(opts.Icon, "icon.png"), opts.ArchivedAt)
 	require.NoError(tb, err, "testfactory: insert community %s", host)
 	WriteRows(ctx, tb, db, id, opts.Rows)
@@ -297,7 +297,7 @@ func Request(ctx context.Context, tb testing.TB, db *DB, opts *RequestOpts) (*li
 		community = Community(ctx, tb, db, nil).ID
 	}
 	var host string
-	require.NoError(tb, db.Pool.QueryRow(ctx, "SELECT host FROM communities WHERE id = $1", community).Scan(&host),
+	require.NoError(tb, db.Pool.QueryRow(ctx, "SELECT host FROM community_deletion.communities WHERE id = $1", community).Scan(&host),
 		"testfactory: look up community %s", community)
 	storage := EmptyStorage(community)
 	if opts.Storage != nil {
@@ -464,7 +464,7 @@ func Reclaim(ctx context.Context, tb testing.TB, db *DB, token lifecycle.LeaseTo
 // request must be leased. Nothing else of the request changes.
 func ExpireLease(ctx context.Context, tb testing.TB, db *DB, request uuid.UUID) {
 	tb.Helper()
-	tag, err := db.Pool.Exec(ctx, `UPDATE community_deletion_requests
+	tag, err := db.Pool.Exec(ctx, `UPDATE community_deletion.community_deletion_requests
 		SET lease_until = now() - interval '1 second' WHERE id = $1 AND lease_until IS NOT NULL`, request)
 	require.NoError(tb, err, "testfactory: expire the lease of deletion %s", request)
 	require.EqualValues(tb, 1, tag.RowsAffected(), "testfactory: deletion %s holds no lease to expire", request)
@@ -501,7 +501,7 @@ func ServingLease(ctx context.Context, tb testing.TB, db *DB, opts *ServingLease
 		cmp.Or(opts.Duration, time.Minute))
 	require.NoError(tb, err, "testfactory: acquire a serving write lease of %s", community)
 	if opts.Expired {
-		require.NoError(tb, db.Pool.QueryRow(ctx, `UPDATE community_serving_write_leases
+		require.NoError(tb, db.Pool.QueryRow(ctx, `UPDATE community_deletion.community_serving_write_leases
 			SET lease_until = now() - interval '1 second' WHERE id = $1 RETURNING lease_until`, lease.ID).Scan(&lease.LeaseUntil),
 			"testfactory: expire serving write lease %s", lease.ID)
 	}
@@ -514,6 +514,6 @@ func AwaitGrace(ctx context.Context, tb testing.TB, db *DB, request uuid.UUID) {
 	tb.Helper()
 	var wait time.Duration
 	require.NoError(tb, db.Pool.QueryRow(ctx, `SELECT GREATEST(coalesce(max(grace_until), now()) - clock_timestamp(), interval '0')
-		FROM community_deletion_approvals WHERE request_id = $1`, request).Scan(&wait), "testfactory: read the grace period of %s", request)
+		FROM community_deletion.community_deletion_approvals WHERE request_id = $1`, request).Scan(&wait), "testfactory: read the grace period of %s", request)
 	time.Sleep(wait)
 }

@@ -63,7 +63,7 @@ DO $install$
 DECLARE
     home text := (SELECT n.nspname FROM pg_catalog.pg_class c
                   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-                  WHERE c.oid = 'communities'::pg_catalog.regclass);
+                  WHERE c.oid = 'community_deletion.communities'::pg_catalog.regclass);
     member record;
 BEGIN
     DROP EVENT TRIGGER IF EXISTS community_deletion_ddl_guard;

@@ -1,7 +1,7 @@
 -- name: CommunityFence :execrows
 -- Fences a quiescing community under a new fence generation. The caller is
 -- the authorized executor at that generation and holds the community lock.
-UPDATE communities
+UPDATE community_deletion.communities
 SET deletion_state = 'fenced',
     deletion_fence_generation = @fence_generation,
     archived_at = COALESCE(archived_at, now())
@@ -10,12 +10,12 @@ WHERE id = @id
 
 -- name: CommunityGetByHost :one
 SELECT *
-FROM communities
+FROM community_deletion.communities
 WHERE lower(host) = lower(@host);
 
 -- name: CommunityGetByID :one
 SELECT *
-FROM communities
+FROM community_deletion.communities
 WHERE id = @id;
 
 -- name: CommunityGetForUpdate :one
@@ -25,18 +25,18 @@ WHERE id = @id;
 -- here (taken while holding the exclusive community lock) would deadlock with
 -- every writer caught in between.
 SELECT *
-FROM communities
+FROM community_deletion.communities
 WHERE id = @id
 FOR NO KEY UPDATE;
 
 -- name: CommunityInsert :one
-INSERT INTO communities (host, signing_key, icon)
+INSERT INTO community_deletion.communities (host, signing_key, icon)
 VALUES (@host, sqlc.narg('signing_key'), sqlc.narg('icon'))
 RETURNING *;
 
 -- name: CommunityListByIDs :many
 SELECT *
-FROM communities
+FROM community_deletion.communities
 WHERE id = ANY(@ids::uuid[])
 ORDER BY id;
 
@@ -44,7 +44,7 @@ ORDER BY id;
 -- Moves an active (or already quiescing) community to quiescing and marks it
 -- archived unless it already was. The caller is the authorized executor at
 -- the current fence generation and holds the community lock.
-UPDATE communities
+UPDATE community_deletion.communities
 SET deletion_state = 'quiescing',
     archived_at = COALESCE(archived_at, now())
 WHERE id = @id
@@ -57,4 +57,4 @@ WHERE id = @id
 -- quiescing (an operator's abort), and returns that generation. The
 -- operator is not the executor: the SECURITY DEFINER function authorizes
 -- exactly this step for this transaction.
-SELECT community_deletion_restore_active(@request_id::uuid, sqlc.narg('archived_at')::timestamptz)::bigint AS fence_generation;
+SELECT community_deletion.community_deletion_restore_active(@request_id::uuid, sqlc.narg('archived_at')::timestamptz)::bigint AS fence_generation;

@@ -5,7 +5,7 @@ SELECT attribute.attname::text AS column_name,
        format_type(attribute.atttypid, attribute.atttypmod)::text AS type_name,
        attribute.attnotnull AS not_null
 FROM pg_catalog.pg_attribute attribute
-WHERE attribute.attrelid = to_regclass('communities')
+WHERE attribute.attrelid = to_regclass('community_deletion.communities')
   AND attribute.attname::text = ANY(@column_names::text[])
   AND attribute.attnum > 0
   AND NOT attribute.attisdropped
@@ -17,21 +17,20 @@ ORDER BY attribute.attname;
 -- (sqlc does not see the RETURNS TABLE columns, sqlc-dev/sqlc#3391: the
 -- alias list names them and the casts type them.)
 SELECT drift.table_name::text AS table_name, drift.problem::text AS problem
-FROM community_deletion_catalog_drift() AS drift (table_name, problem)
+FROM community_deletion.community_deletion_catalog_drift() AS drift (table_name, problem)
 ORDER BY drift.table_name, drift.problem;
 
 -- name: CatalogFencedTables :many
 -- The tables (partitioned parents and plain tables, not partitions) in the
--- schema of communities that carry the complete, enabled write fence: its
+-- service's schemas that carry the complete, enabled write fence: its
 -- INSERT, UPDATE and DELETE statement triggers with their transition tables.
 SELECT rel.relname::text AS table_name
 FROM pg_catalog.pg_class rel
 JOIN pg_catalog.pg_trigger trig ON trig.tgrelid = rel.oid
-WHERE rel.relnamespace = (
-        SELECT home.relnamespace FROM pg_catalog.pg_class home WHERE home.oid = to_regclass('communities'))
+WHERE community_deletion.community_deletion_tenant_schema(rel.relnamespace)
   AND rel.relkind IN ('r', 'p')
   AND NOT rel.relispartition
-  AND trig.tgfoid = to_regprocedure('enforce_community_write_fence()')
+  AND trig.tgfoid = to_regprocedure('community_deletion.enforce_community_write_fence()')
   AND NOT trig.tgisinternal
   AND trig.tgenabled IN ('O', 'A')
   AND trig.tgtype & 67 = 0
@@ -42,35 +41,28 @@ HAVING bool_or(trig.tgtype & 4 = 4 AND trig.tgnewtable::text = 'community_fence_
    AND bool_or(trig.tgtype & 8 = 8 AND trig.tgoldtable::text = 'community_fence_old')
 ORDER BY rel.relname;
 
--- name: CatalogHomeSchema :one
--- The schema that holds communities and every registered tenant table.
-SELECT namespace.nspname::text AS schema_name
-FROM pg_catalog.pg_class rel
-JOIN pg_catalog.pg_namespace namespace ON namespace.oid = rel.relnamespace
-WHERE rel.oid = to_regclass('communities');
-
 -- name: CatalogPing :one
 -- Whether the deletion control plane is installed. It probes the catalog,
 -- not the migration tool's version table.
-SELECT (to_regclass('community_deletion_requests') IS NOT NULL)::boolean AS installed;
+SELECT (to_regclass('community_deletion.community_deletion_requests') IS NOT NULL)::boolean AS installed;
 
 -- name: CatalogRegistryList :many
 -- The registry of tenant tables, with whether each names a deletion
 -- control-plane table (which must never be registered).
 SELECT registered.table_name,
+       registered.table_schema::text AS table_schema,
        registered.purge_action,
-       community_deletion_control_table(registered.table_name)::boolean AS control_plane
-FROM community_scoped_tables registered
+       community_deletion.community_deletion_control_table(registered.table_name)::boolean AS control_plane
+FROM community_deletion.community_scoped_tables registered
 ORDER BY registered.table_name;
 
 -- name: CatalogRelationsPresent :many
--- Which of table_names exist as tables in the schema of communities.
+-- Which of table_names exist as tables in schema community_deletion.
 SELECT rel.relname::text AS table_name
 FROM pg_catalog.pg_class rel
 WHERE rel.relname::text = ANY(@table_names::text[])
   AND rel.relkind IN ('r', 'p')
-  AND rel.relnamespace = (
-        SELECT home.relnamespace FROM pg_catalog.pg_class home WHERE home.oid = to_regclass('communities'))
+  AND rel.relnamespace = 'community_deletion'::regnamespace
 ORDER BY rel.relname;
 
 -- name: CatalogServingObjects :one
@@ -78,19 +70,19 @@ ORDER BY rel.relname;
 -- is installed: community_write_allowed must be VOLATILE (a STABLE one could
 -- be evaluated once per statement), and the tombstone guard must be an
 -- enabled BEFORE INSERT OR UPDATE OR DELETE row trigger on communities.
-SELECT (to_regprocedure('community_deletion_lock_key(uuid)') IS NOT NULL)::boolean AS lock_key,
-       (to_regprocedure('community_write_allowed(uuid)') IS NOT NULL)::boolean AS write_allowed,
+SELECT (to_regprocedure('community_deletion.community_deletion_lock_key(uuid)') IS NOT NULL)::boolean AS lock_key,
+       (to_regprocedure('community_deletion.community_write_allowed(uuid)') IS NOT NULL)::boolean AS write_allowed,
        coalesce((SELECT proc.provolatile = 'v'
                  FROM pg_catalog.pg_proc proc
-                 WHERE proc.oid = to_regprocedure('community_write_allowed(uuid)')), false)::boolean AS write_allowed_volatile,
-       (to_regprocedure('assert_community_write_allowed(uuid)') IS NOT NULL)::boolean AS assert_write_allowed,
-       (to_regprocedure('enforce_community_write_fence()') IS NOT NULL)::boolean AS write_fence,
-       (to_regprocedure('community_deletion_catalog_drift()') IS NOT NULL)::boolean AS catalog_drift,
+                 WHERE proc.oid = to_regprocedure('community_deletion.community_write_allowed(uuid)')), false)::boolean AS write_allowed_volatile,
+       (to_regprocedure('community_deletion.assert_community_write_allowed(uuid)') IS NOT NULL)::boolean AS assert_write_allowed,
+       (to_regprocedure('community_deletion.enforce_community_write_fence()') IS NOT NULL)::boolean AS write_fence,
+       (to_regprocedure('community_deletion.community_deletion_catalog_drift()') IS NOT NULL)::boolean AS catalog_drift,
        EXISTS (
            SELECT 1
            FROM pg_catalog.pg_trigger trig
            JOIN pg_catalog.pg_proc proc ON proc.oid = trig.tgfoid
-           WHERE trig.tgrelid = to_regclass('communities')
+           WHERE trig.tgrelid = to_regclass('community_deletion.communities')
              AND proc.proname::text = 'enforce_community_tombstone'
              AND NOT trig.tgisinternal
              AND trig.tgenabled IN ('O', 'A')
@@ -98,7 +90,7 @@ SELECT (to_regprocedure('community_deletion_lock_key(uuid)') IS NOT NULL)::boole
        )::boolean AS tombstone_guard;
 
 -- name: CommunityDeletionLockKey :one
-SELECT community_deletion_lock_key(@community_id::uuid);
+SELECT community_deletion.community_deletion_lock_key(@community_id::uuid);
 
 -- name: SchemaDestructionLockKey :one
-SELECT community_schema_destruction_lock_key();
+SELECT community_deletion.community_schema_destruction_lock_key();

@@ -1,6 +1,6 @@
 -- name: DeletionExecutorHeartbeatStop :execrows
 -- Marks an executor stopped and draining, holding no request.
-UPDATE community_deletion_executor_heartbeats
+UPDATE community_deletion.community_deletion_executor_heartbeats
 SET request_id = NULL,
     draining = true,
     heartbeat_at = now(),
@@ -9,7 +9,7 @@ WHERE executor_id = @executor_id;
 
 -- name: DeletionExecutorHeartbeatUpsert :exec
 -- Records an executor's liveness, its mode and the request it works on.
-INSERT INTO community_deletion_executor_heartbeats (executor_id, mode, request_id, draining)
+INSERT INTO community_deletion.community_deletion_executor_heartbeats (executor_id, mode, request_id, draining)
 VALUES (@executor_id, @mode, @request_id, @draining)
 ON CONFLICT (executor_id) DO UPDATE
 SET mode = EXCLUDED.mode,

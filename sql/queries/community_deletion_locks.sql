@@ -3,19 +3,19 @@
 -- name: CommunityDeletionLockExclusive :exec
 -- Takes the community's deletion lock exclusively until the transaction ends.
 -- Every lifecycle transition takes it before any row lock.
-SELECT pg_advisory_xact_lock(community_deletion_lock_key(@community_id::uuid));
+SELECT pg_advisory_xact_lock(community_deletion.community_deletion_lock_key(@community_id::uuid));
 
 -- name: CommunityDeletionLockShared :exec
 -- Takes the community's deletion lock shared until the transaction ends, as
 -- every writer of community data does.
-SELECT pg_advisory_xact_lock_shared(community_deletion_lock_key(@community_id::uuid));
+SELECT pg_advisory_xact_lock_shared(community_deletion.community_deletion_lock_key(@community_id::uuid));
 
 -- name: CommunityWriteAssertAllowed :exec
 -- The explicit write admission: refuses REPEATABLE READ and SERIALIZABLE with
 -- SQLSTATE 25000, takes the community's deletion lock shared until the
 -- transaction ends, then refuses with SQLSTATE 55000 ("community write
 -- refused: ...") unless community_write_allowed() admits the transaction.
-SELECT assert_community_write_allowed(@community_id::uuid);
+SELECT community_deletion.assert_community_write_allowed(@community_id::uuid);
 
 -- name: DeletionExecutorSet :exec
 -- Marks the transaction as the authorized deletion executor of a community at
@@ -26,11 +26,11 @@ SELECT set_config('community_deletion.executor_community', @community_id::text, 
 -- name: SchemaDestructionLockShared :exec
 -- Takes the schema-destruction lock shared until the transaction ends; a
 -- running migration holds it exclusively.
-SELECT pg_advisory_xact_lock_shared(community_schema_destruction_lock_key());
+SELECT pg_advisory_xact_lock_shared(community_deletion.community_schema_destruction_lock_key());
 
 -- name: SchemaDestructionLockTryShared :one
 -- Tries the schema-destruction lock shared without waiting.
-SELECT pg_try_advisory_xact_lock_shared(community_schema_destruction_lock_key())::boolean AS locked;
+SELECT pg_try_advisory_xact_lock_shared(community_deletion.community_schema_destruction_lock_key())::boolean AS locked;
 
 -- name: ServingWriteLeaseSet :exec
 -- Carries a serving write lease in the transaction, for the write fence.
@@ -51,7 +51,7 @@ SELECT coalesce(holder.pid, 0)::integer AS pid,
        coalesce(holder.application_name, '')::text AS application_name,
        holder.lock_mode::text AS lock_mode,
        coalesce(holder.prepared_gid, '')::text AS prepared_gid
-FROM community_deletion_lock_holders(@lock_key::bigint)
+FROM community_deletion.community_deletion_lock_holders(@lock_key::bigint)
     AS holder (pid, role_name, application_name, lock_mode, prepared_gid);
 
 -- name: CommunityRowLockHoldersList :many
@@ -64,7 +64,7 @@ SELECT coalesce(l.pid, 0)::integer AS pid,
        coalesce(a.application_name, '')::text AS application_name,
        coalesce(a.state, '')::text AS state,
        coalesce(p.gid, '')::text AS prepared_gid
-FROM communities c
+FROM community_deletion.communities c
 JOIN pg_catalog.pg_locks l ON l.locktype = 'transactionid' AND l.granted AND l.mode = 'ExclusiveLock'
     AND l.transactionid = c.xmax
 LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
@@ -79,7 +79,7 @@ SELECT coalesce(l.pid, 0)::integer AS pid,
        coalesce(a.application_name, '')::text AS application_name,
        coalesce(a.state, '')::text AS state,
        coalesce(p.gid, '')::text AS prepared_gid
-FROM community_deletion_requests r
+FROM community_deletion.community_deletion_requests r
 JOIN pg_catalog.pg_locks l ON l.locktype = 'transactionid' AND l.granted AND l.mode = 'ExclusiveLock'
     AND l.transactionid = r.xmax
 LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid

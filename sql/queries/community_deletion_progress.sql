@@ -6,7 +6,7 @@
 -- ('purge:<table>' or 'nullify:<table>'): rows so far, whether the table is
 -- done, and when the row was last written, oldest first.
 SELECT unit_key, row_count, done, updated_at
-FROM community_deletion_purge_progress
+FROM community_deletion.community_deletion_purge_progress
 WHERE request_id = @request_id
 ORDER BY updated_at, unit_key;
 
@@ -14,7 +14,7 @@ ORDER BY updated_at, unit_key;
 -- When each manifest key chunk of a request was stamped deleted, oldest
 -- first (the chunks are dropped at logical verification).
 SELECT chunk_no, coalesce(deleted_at, now())::timestamptz AS deleted_at
-FROM community_deletion_manifest_keys
+FROM community_deletion.community_deletion_manifest_keys
 WHERE request_id = @request_id
   AND deleted_at IS NOT NULL
 ORDER BY deleted_at, chunk_no;
@@ -29,5 +29,5 @@ SELECT now()::timestamptz AS now;
 -- (sqlc does not see the RETURNS TABLE columns, sqlc-dev/sqlc#3391: the
 -- alias list names them and the casts type them.)
 SELECT health.subject::text AS subject, health.problem::text AS problem, health.detail::text AS detail
-FROM community_deletion_health() AS health (subject, problem, detail)
+FROM community_deletion.community_deletion_health() AS health (subject, problem, detail)
 ORDER BY 1, 2, 3;

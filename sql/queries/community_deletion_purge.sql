@@ -3,7 +3,7 @@
 -- names these queries return, all read from the registry and the catalog.
 
 -- name: PurgeTableShapes :many
--- Every registered table that exists in the schema of communities, with what
+-- Every registered table that exists in its recorded schema, with what
 -- the purge needs to batch it: its schema; whether it is partitioned; the
 -- primary key column besides community_id when the primary key is that one
 -- column, alone or together with community_id ('' otherwise); whether a
@@ -24,9 +24,9 @@ SELECT registered.table_name::text AS table_name,
        EXISTS (
            SELECT 1 FROM pg_catalog.pg_constraint f WHERE f.contype = 'f' AND f.confrelid = c.oid
        )::boolean AS referenced
-FROM community_scoped_tables registered
+FROM community_deletion.community_scoped_tables registered
 JOIN pg_catalog.pg_class c ON c.relname = registered.table_name
-    AND c.relnamespace = (SELECT home.relnamespace FROM pg_catalog.pg_class home WHERE home.oid = 'communities'::regclass)
+    AND c.relnamespace = (SELECT rn.oid FROM pg_catalog.pg_namespace rn WHERE rn.nspname = registered.table_schema)
     AND c.relkind IN ('r', 'p')
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 JOIN pg_catalog.pg_attribute community ON community.attrelid = c.oid AND community.attname = 'community_id'
@@ -71,12 +71,14 @@ FROM pg_catalog.pg_constraint con
 JOIN pg_catalog.pg_class child ON child.oid = coalesce(pg_partition_root(con.conrelid), con.conrelid)
 JOIN pg_catalog.pg_class parent ON parent.oid = coalesce(pg_partition_root(con.confrelid), con.confrelid)
 WHERE con.contype = 'f' AND con.conparentid = 0
-  AND child.relnamespace = (SELECT home.relnamespace FROM pg_catalog.pg_class home WHERE home.oid = 'communities'::regclass)
-  AND parent.relnamespace = child.relnamespace
-  AND child.relname IN (
-      SELECT r.table_name FROM community_scoped_tables r WHERE r.purge_action = 'delete')
-  AND parent.relname IN (
-      SELECT r.table_name FROM community_scoped_tables r WHERE r.purge_action = 'delete')
+  AND EXISTS (
+      SELECT 1 FROM community_deletion.community_scoped_tables r
+      JOIN pg_catalog.pg_namespace rn ON rn.nspname = r.table_schema
+      WHERE r.purge_action = 'delete' AND r.table_name = child.relname AND rn.oid = child.relnamespace)
+  AND EXISTS (
+      SELECT 1 FROM community_deletion.community_scoped_tables r
+      JOIN pg_catalog.pg_namespace rn ON rn.nspname = r.table_schema
+      WHERE r.purge_action = 'delete' AND r.table_name = parent.relname AND rn.oid = parent.relnamespace)
 ORDER BY 1, 2, 3;
 
 -- name: PurgeCommunityPartitions :many
@@ -88,9 +90,9 @@ ORDER BY 1, 2, 3;
 SELECT registered.table_name::text AS table_name,
        pn.nspname::text AS partition_schema,
        part.relname::text AS partition_name
-FROM community_scoped_tables registered
+FROM community_deletion.community_scoped_tables registered
 JOIN pg_catalog.pg_class parent ON parent.relname = registered.table_name
-    AND parent.relnamespace = (SELECT home.relnamespace FROM pg_catalog.pg_class home WHERE home.oid = 'communities'::regclass)
+    AND parent.relnamespace = (SELECT rn.oid FROM pg_catalog.pg_namespace rn WHERE rn.nspname = registered.table_schema)
     AND parent.relkind = 'p'
 JOIN pg_catalog.pg_inherits inh ON inh.inhparent = parent.oid
 JOIN pg_catalog.pg_class part ON part.oid = inh.inhrelid
@@ -116,20 +118,23 @@ JOIN pg_catalog.pg_class c ON c.oid = root.oid
     OR c.oid IN (SELECT tree.relid FROM pg_partition_tree(root.oid) tree WHERE tree.isleaf)
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE root.relname = @table_name::text
-  AND root.relnamespace = (SELECT home.relnamespace FROM pg_catalog.pg_class home WHERE home.oid = 'communities'::regclass)
+  AND root.relnamespace = (
+      SELECT rn.oid FROM pg_catalog.pg_namespace rn
+      JOIN community_deletion.community_scoped_tables r ON r.table_schema = rn.nspname
+      WHERE r.table_name = @table_name::text)
   AND c.relkind = 'r'
 ORDER BY c.relname;
 
 -- name: PurgeProgressList :many
 -- The purge's progress per table of a request: rows so far and whether done.
 SELECT unit_key, row_count, done
-FROM community_deletion_purge_progress
+FROM community_deletion.community_deletion_purge_progress
 WHERE request_id = @request_id
 ORDER BY unit_key;
 
 -- name: PurgeProgressRecord :exec
 -- Records a table's rows so far after a committed batch.
-INSERT INTO community_deletion_purge_progress (request_id, unit_key, row_count, done, lease_generation)
+INSERT INTO community_deletion.community_deletion_purge_progress (request_id, unit_key, row_count, done, lease_generation)
 VALUES (@request_id, @unit_key, @row_count, @done, @lease_generation)
 ON CONFLICT (request_id, unit_key) DO UPDATE
 SET row_count = EXCLUDED.row_count,
@@ -141,7 +146,7 @@ SET row_count = EXCLUDED.row_count,
 -- Turns the fenced community into its tombstone at the fence generation and
 -- scrubs its profile; the tombstone guard admits it only as the executor
 -- with the request at bindings_removed under the same generation.
-UPDATE communities
+UPDATE community_deletion.communities
 SET deletion_state = 'tombstone',
     deleted_at = COALESCE(deleted_at, now()),
     archived_at = COALESCE(archived_at, now()),
@@ -152,7 +157,7 @@ WHERE id = @id AND deletion_state = 'fenced' AND deletion_fence_generation = @fe
 -- name: PurgeCommunityTombstoned :one
 -- Whether the community is the tombstone of a fence generation.
 SELECT EXISTS (
-    SELECT 1 FROM communities
+    SELECT 1 FROM community_deletion.communities
     WHERE id = @id AND deletion_state = 'tombstone' AND deleted_at IS NOT NULL
       AND deletion_fence_generation = @fence_generation
 )::boolean AS tombstoned;
@@ -181,4 +186,4 @@ SELECT pressure.replicas::integer AS replicas,
        coalesce(extract(epoch FROM pressure.replay_lag), 0)::float8 AS replay_lag_seconds,
        coalesce(pressure.replay_bytes, 0)::bigint AS replay_bytes,
        pressure.wraparound_tables::text[] AS wraparound_tables
-FROM community_deletion_purge_pressure() AS pressure (replicas, replay_lag, replay_bytes, wraparound_tables);
+FROM community_deletion.community_deletion_purge_pressure() AS pressure (replicas, replay_lag, replay_bytes, wraparound_tables);

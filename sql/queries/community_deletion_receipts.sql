@@ -3,7 +3,7 @@
 -- schema version (0 if unknown), after queueing on the chain's advisory lock.
 SELECT h.sequence::bigint AS sequence, coalesce(h.body_sha256, '')::text AS body_sha256,
        coalesce(h.schema_version, 0)::bigint AS schema_version
-FROM community_deletion_receipt_chain_head() h;
+FROM community_deletion.community_deletion_receipt_chain_head() h;
 
 -- name: ReceiptFacts :one
 -- What a completed request's receipt states from its request, approval,
@@ -11,34 +11,34 @@ FROM community_deletion_receipt_chain_head() h;
 SELECT r.community_id, c.host, c.deleted_at, r.requested_by, coalesce(r.requested_by_role::text, '')::text AS requested_by_role,
        r.inventory_digest, r.destructive_storage_manifest, r.created_at, r.inventory_frozen_at, r.completed_at,
        a.approved_by, coalesce(a.approved_by_role::text, '')::text AS approved_by_role, a.approved_at,
-       community_deletion_operators_share_role()::boolean AS operators_share_role
-FROM community_deletion_requests r
-JOIN community_deletion_approvals a ON a.request_id = r.id
-JOIN communities c ON c.id = r.community_id
+       community_deletion.community_deletion_operators_share_role()::boolean AS operators_share_role
+FROM community_deletion.community_deletion_requests r
+JOIN community_deletion.community_deletion_approvals a ON a.request_id = r.id
+JOIN community_deletion.communities c ON c.id = r.community_id
 WHERE r.id = @id;
 
 -- name: ReceiptStageCheckpoints :many
 -- The completed checkpoints of the units that moved a request from stage
 -- to stage: at most one row per (stage, unit), found through the unit index.
 SELECT stage, unit_key, completed_at, detail
-FROM community_deletion_checkpoints
+FROM community_deletion.community_deletion_checkpoints
 WHERE request_id = @request_id AND status = 'completed'
   AND stage = ANY (@stages::text[]) AND unit_key = ANY (@unit_keys::text[]);
 
 -- name: ReceiptInsert :exec
-INSERT INTO community_deletion_receipts
+INSERT INTO community_deletion.community_deletion_receipts
     (sequence, request_id, body, body_sha256, previous_sha256, signature, signer)
 VALUES (@sequence, @request_id, @body, @body_sha256, sqlc.narg('previous_sha256'), @signature, @signer);
 
 -- name: ReceiptGetByRequest :one
 SELECT sequence, body, signature
-FROM community_deletion_receipts
+FROM community_deletion.community_deletion_receipts
 WHERE request_id = @request_id;
 
 -- name: ReceiptList :many
 -- Receipts after sequence after, in chain order, at most max_rows.
 SELECT sequence, body, signature
-FROM community_deletion_receipts
+FROM community_deletion.community_deletion_receipts
 WHERE sequence > @after
 ORDER BY sequence
 LIMIT @max_rows;

@@ -5,13 +5,13 @@
 -- community_serving_write_leases_community_idx.
 SELECT count(*)::bigint AS active_count,
        coalesce(array_agg(DISTINCT lease.operation ORDER BY lease.operation), '{}')::text[] AS operations
-FROM community_serving_write_leases lease
+FROM community_deletion.community_serving_write_leases lease
 WHERE lease.community_id = @community_id
   AND lease.lease_until >= now();
 
 -- name: ServingWriteLeaseDelete :execrows
 -- Releases exactly one lease; a lease already reaped deletes nothing.
-DELETE FROM community_serving_write_leases
+DELETE FROM community_deletion.community_serving_write_leases
 WHERE id = @id
   AND community_id = @community_id
   AND owner = @owner
@@ -25,13 +25,13 @@ WHERE id = @id
 -- by community_serving_write_leases_lease_until_idx, then the primary key.
 WITH expired AS (
     SELECT id
-    FROM community_serving_write_leases
+    FROM community_deletion.community_serving_write_leases
     WHERE lease_until < now()
     ORDER BY lease_until
     LIMIT @max_rows::integer
     FOR UPDATE SKIP LOCKED
 )
-DELETE FROM community_serving_write_leases
+DELETE FROM community_deletion.community_serving_write_leases
 WHERE id = ANY (ARRAY(SELECT expired.id FROM expired));
 
 -- name: ServingWriteLeaseInsert :one
@@ -39,13 +39,13 @@ WHERE id = ANY (ARRAY(SELECT expired.id FROM expired));
 -- The caller has already asserted the write admission (which holds the shared
 -- community lock); the row guard asserts it again and draws the generation
 -- from community_serving_write_lease_generation_seq. No row: not active.
-INSERT INTO community_serving_write_leases (community_id, operation, owner, fence_generation, lease_until)
+INSERT INTO community_deletion.community_serving_write_leases (community_id, operation, owner, fence_generation, lease_until)
 SELECT community.id,
        @operation::text,
        @owner::text,
        community.deletion_fence_generation,
        now() + make_interval(secs => @lease_seconds::bigint)
-FROM communities community
+FROM community_deletion.communities community
 WHERE community.id = @community_id
   AND community.deletion_state = 'active'
 RETURNING *;
@@ -54,10 +54,10 @@ RETURNING *;
 -- Extends exactly this unexpired lease while its community is active at
 -- the lease's fence generation (once quiescing, a lease only runs out). The
 -- caller holds the shared community lock. No row: the lease is stale.
-UPDATE community_serving_write_leases lease
+UPDATE community_deletion.community_serving_write_leases lease
 SET lease_until = now() + make_interval(secs => @lease_seconds::bigint),
     heartbeat_at = now()
-FROM communities community
+FROM community_deletion.communities community
 WHERE lease.id = @id
   AND lease.community_id = @community_id
   AND lease.owner = @owner
@@ -74,8 +74,8 @@ RETURNING lease.lease_until;
 -- the lease table.
 SELECT count(*) FILTER (WHERE lease.lease_until >= now())::bigint AS active,
        count(*) FILTER (WHERE lease.lease_until < now())::bigint AS expired,
-       pg_stat_get_dead_tuples('community_serving_write_leases'::regclass)::bigint AS dead_tuples
-FROM community_serving_write_leases lease;
+       pg_stat_get_dead_tuples('community_deletion.community_serving_write_leases'::regclass)::bigint AS dead_tuples
+FROM community_deletion.community_serving_write_leases lease;
 
 -- name: ServingWriteLeaseValid :one
 -- Whether exactly this lease is unexpired and its community is active or
@@ -84,8 +84,8 @@ FROM community_serving_write_leases lease;
 -- for a lock is never taken as current.
 SELECT EXISTS (
     SELECT 1
-    FROM community_serving_write_leases lease
-    JOIN communities community ON community.id = lease.community_id
+    FROM community_deletion.community_serving_write_leases lease
+    JOIN community_deletion.communities community ON community.id = lease.community_id
     WHERE lease.id = @id
       AND lease.community_id = @community_id
       AND lease.owner = @owner
