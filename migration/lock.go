@@ -117,6 +117,10 @@ func (l *sessionLocker) SessionLock(ctx context.Context, conn *sql.Conn) error {
 			return errors.Join(fmt.Errorf("set %s on the migration session: %w", s[0], err), unlockErr)
 		}
 	}
+	if _, err := conn.ExecContext(ctx, openGuardRun); err != nil {
+		_, unlockErr := conn.ExecContext(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", l.key)
+		return errors.Join(fmt.Errorf("open a migration run for the DDL guard: %w", err), unlockErr)
+	}
 	if l.guard != nil {
 		if err := l.guard(ctx, conn); err != nil {
 			return errors.Join(err, l.SessionUnlock(context.WithoutCancel(ctx), conn))
@@ -136,6 +140,11 @@ func (l *sessionLocker) SessionUnlock(ctx context.Context, conn *sql.Conn) error
 	// context, which pgx refuses). Nothing in it may be kept; end it so the
 	// unlock can run. Session-level advisory locks survive a rollback.
 	_, _ = conn.ExecContext(ctx, "ROLLBACK")
+	// A session that stays in a migration run would be exempt from the DDL
+	// guard after it went back to the pool: end the session instead.
+	if _, err := conn.ExecContext(ctx, closeGuardRun); err != nil {
+		defer discard(conn)
+	}
 	var unlocked bool
 	var err error
 	for range 3 {
@@ -169,6 +178,21 @@ func (l *sessionLocker) SessionUnlock(ctx context.Context, conn *sql.Conn) error
 	}
 	return lost
 }
+
+// openGuardRun and closeGuardRun open and close a migration run of the
+// optional DDL guard (sql/optional/community_deletion_ddl_guard.sql), when it
+// is installed: the guard exempts the DDL of a session in a run that a login
+// of the owner of schema community_deletion opened, and no other.
+const (
+	openGuardRun = `DO $$ BEGIN
+IF pg_catalog.to_regprocedure('community_deletion.community_deletion_ddl_guard_open_run()') IS NOT NULL THEN
+    PERFORM community_deletion.community_deletion_ddl_guard_open_run();
+END IF; END $$`
+	closeGuardRun = `DO $$ BEGIN
+IF pg_catalog.to_regprocedure('community_deletion.community_deletion_ddl_guard_close_run()') IS NOT NULL THEN
+    PERFORM community_deletion.community_deletion_ddl_guard_close_run();
+END IF; END $$`
+)
 
 // discard closes conn's session instead of returning it to the pool.
 func discard(conn *sql.Conn) {

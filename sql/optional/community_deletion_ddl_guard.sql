@@ -1,124 +1,221 @@
--- The optional DDL guard: an event trigger that makes owner-level tampering
--- with the deletion schema impossible, not only visible. A table owner can
--- always ALTER its own objects; an event trigger sees every DDL command of
--- every role, so a superuser installs it once, after the migrations:
+-- The optional DDL guard: event triggers that make tampering with the
+-- deletion schema impossible, not only visible. A table's owner can always
+-- ALTER its own objects, and the owner of schema community_deletion can drop
+-- or create anything in it; an event trigger sees every DDL command of every
+-- role, so a superuser installs it once, after the migrations:
 --
 --     go run ./cmd/migrate install-ddl-guard   (or: psql -f this file, as a superuser)
 --
--- At the end of every DDL command it refuses (SQLSTATE 42501) a command that
--- leaves any of these:
---   * a function the migrations installed changed, dropped, re-owned or
---     re-configured (its digest differs from the one the migrations recorded);
---   * a guard trigger of a control table missing, disabled, firing for
---     replication sessions only or calling another function; and any
---     CREATE TRIGGER on a control table (a new trigger, or a guard trigger
---     replaced with fewer events or another WHEN clause);
---   * a registered 'delete' table, or one of its partitions, without a whole
---     fence: for each of INSERT, UPDATE and DELETE an enabled AFTER ...
---     FOR EACH STATEMENT trigger of enforce_community_write_fence(), with its
---     transition tables, no WHEN clause and no column list;
---   * a table outside the registry (a detached partition) that still holds
---     rows and carries part of a fence;
---   * a registered table dropped, renamed, or reshaped (community_id gone,
---     retyped or of the wrong nullability);
---   * a registered table (or partition) whose row-level security applies to
---     a login of the executor or operator role;
---   * a table rewrite of a registered table (ALTER COLUMN ... TYPE ...
---     USING, for one) that changes any row of a community that is not
---     active: a second event trigger, on table_rewrite, digests those rows
---     before the rewrite;
---   * a change to a control table's indexes, constraints, triggers or column
+-- It lives in schema community_deletion, owned by the installing superuser,
+-- runs with search_path = pg_catalog, pg_temp and names everything
+-- community_deletion.x or pg_catalog.x (operators too), so nothing another
+-- role plants runs inside it. Of the migrations' functions it calls only the
+-- constant lists community_deletion_guard_triggers() and
+-- community_deletion_control_table(). Installing it over a guard an earlier
+-- release installed in the schema of communities removes that one first
+-- (its event triggers, functions, tables and TRUNCATE fences).
+--
+-- At the end of every DDL command outside a migration run it refuses
+-- (SQLSTATE 42501) a command that:
+--   * creates or alters anything in schema community_deletion, or moves
+--     something into it (CREATE FUNCTION, CREATE OPERATOR, ALTER ... SET
+--     SCHEMA community_deletion), or leaves a function or operator there that
+--     the migrations did not install;
+--   * leaves any role but the schema's owner with CREATE on it (GRANT CREATE
+--     ON SCHEMA community_deletion);
+--   * leaves a function the migrations installed changed, dropped, re-owned
+--     or re-configured (its digest differs from the one they recorded);
+--   * leaves a guard trigger of a control table missing, disabled, firing
+--     for replication sessions only or calling another function, or creates
+--     any trigger on a control table;
+--   * changes a control table's indexes, constraints, triggers or column
 --     domains (their digest is kept in community_deletion_ddl_guard_state
---     and moves on only in migration runs).
--- Every table of a registered 'delete' table also gets a BEFORE TRUNCATE
--- trigger, community_deletion_truncate_fence, that refuses TRUNCATE (55000)
--- while any community is quiescing or fenced; the guard adds it with each
--- new write fence and refuses DDL that drops, disables or narrows it.
--- A new partition of a registered 'delete' table (CREATE TABLE ... PARTITION
--- OF, ALTER TABLE ... ATTACH PARTITION) is fenced and granted at once, as
--- attach_community_write_fence() would; one that holds rows of a community
--- that is not active is refused. A command that only creates fence triggers
--- exactly as attach does is not refused (attach builds a fence one trigger
--- at a time): it can only add or restore protection.
+--     and moves on only in migration runs);
+--   * leaves a registered 'delete' table, or any of its partitions, without
+--     a whole fence: for each of INSERT, UPDATE and DELETE an enabled AFTER
+--     ... FOR EACH STATEMENT trigger of enforce_community_write_fence() with
+--     its transition tables, no WHEN clause and no column list, and the
+--     BEFORE TRUNCATE trigger of enforce_community_truncate_fence() that
+--     attach creates (community_write_fence_truncate), enabled, no WHEN;
+--   * leaves a table outside the registry (a detached partition) that holds
+--     rows and carries part of a write fence;
+--   * leaves a registered table dropped, renamed, or reshaped (community_id
+--     gone, retyped or of the wrong nullability);
+--   * leaves a registered table (or partition) whose row-level security
+--     applies to a login of the executor or operator role;
+--   * rewrites a registered table (ALTER COLUMN ... TYPE ... USING, for one)
+--     and changes any row of a community that is not active: a second event
+--     trigger, on table_rewrite, digests those rows before the rewrite (this
+--     one holds in migration runs too).
+-- A third, at the start of DROP FUNCTION, DROP ROUTINE, DROP SCHEMA and
+-- DROP OWNED, refuses them to a member of community_deletion's owner that
+-- is not a superuser, outside a migration run: a schema's owner may drop
+-- every object in it, the guard's own functions too (and CASCADE takes the
+-- event triggers with them, after which nothing fires at the command's end).
 --
--- The one exemption is a migration run of this project: a session whose
--- login (session_user) is a member of the role that owns communities and
--- that holds the schema-destruction lock exclusively. The lock alone, which
--- any role may take, exempts nothing.
+-- Entitled paths pass: attach_community_write_fence() (each command only
+-- creates fence triggers exactly as attach does, which can only add or
+-- restore protection); a new partition of a registered 'delete' table
+-- (CREATE TABLE ... PARTITION OF, ALTER TABLE ... ATTACH PARTITION) is
+-- fenced and granted at once as attach would, and refused when it holds
+-- rows of a community that is not active; any DDL that leaves none of the
+-- above.
 --
--- The guard runs as its superuser owner with search_path = pg_catalog,
--- pg_temp: every table and function of the deletion schema it names is
--- qualified with the schema of communities, and it calls none of that
--- schema's functions but the two constant lists
--- community_deletion_guard_triggers() and community_deletion_control_table(),
--- so nothing a role that may CREATE in that schema plants runs inside it.
+-- The exemption is a migration run: a session whose login (session_user) is
+-- a member of the owner of schema community_deletion and that has opened a
+-- run with community_deletion.community_deletion_ddl_guard_open_run() (the
+-- migration job does, after it takes the schema-destruction lock, and closes
+-- it with community_deletion_ddl_guard_close_run() before it lets go). Only
+-- that owner can open one: the function refuses everyone else, and the
+-- record it writes (the session's pid and start time, its login and
+-- application_name) lives in a table that only the superuser's functions
+-- write and that stays as a log. The owner can replace every function of
+-- the schema in a migration anyway, so the guard does not hold against it;
+-- what a run buys is that the owner's DDL outside one (a stray psql
+-- session, a service that shares the owner's login) is refused, and that
+-- every run is on record. No lock, setting or grant that another role can
+-- take opens a run.
 --
--- It is installed in the schema of communities (found through the
--- installing session's search_path). It refuses every DDL command (failing
--- closed) once the deletion schema's functions are gone: uninstall it
--- before migrating down past version 11. Remove it with
--- `migrate uninstall-ddl-guard`.
+-- It refuses every DDL command (failing closed) once schema
+-- community_deletion is gone. Remove it with `migrate uninstall-ddl-guard`.
+BEGIN;
+SET LOCAL search_path = pg_catalog, pg_temp;
 
-DO $install$
-DECLARE
-    home text := (SELECT n.nspname FROM pg_catalog.pg_class c
-                  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-                  WHERE c.oid = 'community_deletion.communities'::pg_catalog.regclass);
-    member record;
+DO $check$
 BEGIN
-    DROP EVENT TRIGGER IF EXISTS community_deletion_ddl_guard;
-    EXECUTE pg_catalog.replace($truncate$
-CREATE OR REPLACE FUNCTION @home@.community_deletion_ddl_guard_truncate() RETURNS trigger
-    LANGUAGE plpgsql SECURITY DEFINER
+    IF pg_catalog.to_regclass('community_deletion.communities') IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '55000',
+            MESSAGE = 'DDL guard not installed: community_deletion.communities does not exist; migrate the database (migrate up) first';
+    END IF;
+END
+$check$;
+
+-- Whatever guard is installed, this release's or an earlier one's: its
+-- event triggers first, so nothing of it runs while it goes.
+DROP EVENT TRIGGER IF EXISTS community_deletion_ddl_guard;
+DROP EVENT TRIGGER IF EXISTS community_deletion_ddl_guard_rewrite;
+DROP EVENT TRIGGER IF EXISTS community_deletion_ddl_guard_drop;
+DO $remove$
+DECLARE
+    item record;
+BEGIN
+    FOR item IN
+        SELECT t.tgname, t.tgrelid::pg_catalog.regclass AS relid
+        FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) t.tgfoid
+        WHERE p.proname OPERATOR(pg_catalog.=) 'community_deletion_ddl_guard_truncate'
+    LOOP
+        EXECUTE pg_catalog.format('DROP TRIGGER %I ON %s', item.tgname, item.relid);
+    END LOOP;
+    FOR item IN
+        SELECT p.oid::pg_catalog.regprocedure AS fn
+        FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_roles o ON o.oid OPERATOR(pg_catalog.=) p.proowner AND o.rolsuper
+        WHERE p.proname OPERATOR(pg_catalog.~) '^community_deletion_ddl_guard($|_)'
+    LOOP
+        EXECUTE pg_catalog.format('DROP FUNCTION %s', item.fn);
+    END LOOP;
+    -- The run log is kept across a re-install; the rest is rebuilt.
+    FOR item IN
+        SELECT c.oid::pg_catalog.regclass AS relid
+        FROM pg_catalog.pg_class c JOIN pg_catalog.pg_roles o ON o.oid OPERATOR(pg_catalog.=) c.relowner AND o.rolsuper
+        WHERE c.relkind OPERATOR(pg_catalog.=) 'r'
+          AND c.relname OPERATOR(pg_catalog.=) ANY (ARRAY['community_deletion_ddl_guard_state',
+                                                          'community_deletion_ddl_guard_rewrites']::pg_catalog.name[])
+    LOOP
+        EXECUTE pg_catalog.format('DROP TABLE %s', item.relid);
+    END LOOP;
+END
+$remove$;
+
+-- Migration runs: opened and closed by the schema's owner, kept as a log.
+CREATE TABLE IF NOT EXISTS community_deletion.community_deletion_ddl_guard_runs (
+    id pg_catalog.int8 GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    pid pg_catalog.int4 NOT NULL,
+    backend_start pg_catalog.timestamptz NOT NULL,
+    login pg_catalog.name NOT NULL,
+    application_name pg_catalog.text NOT NULL,
+    opened_at pg_catalog.timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    closed_at pg_catalog.timestamptz
+);
+REVOKE ALL ON community_deletion.community_deletion_ddl_guard_runs FROM PUBLIC;
+
+-- Whether this session is in a migration run it opened, and its login is
+-- (still) a member of the schema's owner.
+CREATE FUNCTION community_deletion.community_deletion_ddl_guard_in_run() RETURNS pg_catalog.bool
+    LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     AS $body$
+    SELECT EXISTS (
+        SELECT 1
+        FROM community_deletion.community_deletion_ddl_guard_runs r
+        CROSS JOIN pg_catalog.pg_stat_get_activity(pg_catalog.pg_backend_pid()) me
+        WHERE r.pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid()
+          AND r.backend_start OPERATOR(pg_catalog.=) me.backend_start
+          AND r.closed_at IS NULL)
+       AND pg_catalog.pg_has_role(session_user,
+                                  (SELECT n.nspowner FROM pg_catalog.pg_namespace n
+                                   WHERE n.nspname OPERATOR(pg_catalog.=) 'community_deletion'::pg_catalog.name),
+                                  'MEMBER'::pg_catalog.text)
+$body$;
+
+-- Opens a migration run for this session: only a login that is a member of
+-- the owner of schema community_deletion may. Closes runs of sessions that
+-- have ended.
+CREATE FUNCTION community_deletion.community_deletion_ddl_guard_open_run() RETURNS void
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $body$
+DECLARE
+    owner pg_catalog.oid := (SELECT n.nspowner FROM pg_catalog.pg_namespace n
+                             WHERE n.nspname OPERATOR(pg_catalog.=) 'community_deletion'::pg_catalog.name);
 BEGIN
-    IF EXISTS (SELECT 1 FROM @home@.communities c
-               WHERE c.deletion_state OPERATOR(pg_catalog.=) ANY (ARRAY['quiescing', 'fenced']::pg_catalog.text[])) THEN
-        RAISE EXCEPTION USING ERRCODE = '55000',
-            MESSAGE = pg_catalog.format('TRUNCATE of %I.%I refused: a community is being deleted, and TRUNCATE would take its rows past the deletion; delete rows by community, or truncate once no deletion is under way',
-                                        TG_TABLE_SCHEMA, TG_TABLE_NAME);
+    IF NOT pg_catalog.pg_has_role(session_user, owner, 'MEMBER'::pg_catalog.text) THEN
+        RAISE EXCEPTION USING ERRCODE = '42501',
+            MESSAGE = pg_catalog.format('migration run refused: login %I is not a member of %I, the owner of schema community_deletion; run migrations as that owner',
+                                        session_user, pg_catalog.pg_get_userbyid(owner));
     END IF;
-    RETURN NULL;
+    UPDATE community_deletion.community_deletion_ddl_guard_runs r
+    SET closed_at = pg_catalog.clock_timestamp()
+    WHERE r.closed_at IS NULL
+      AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_get_activity(r.pid) a
+                      WHERE a.backend_start OPERATOR(pg_catalog.=) r.backend_start);
+    IF NOT community_deletion.community_deletion_ddl_guard_in_run() THEN
+        INSERT INTO community_deletion.community_deletion_ddl_guard_runs (pid, backend_start, login, application_name)
+        SELECT pg_catalog.pg_backend_pid(), me.backend_start, session_user,
+               pg_catalog.current_setting('application_name'::pg_catalog.text)
+        FROM pg_catalog.pg_stat_get_activity(pg_catalog.pg_backend_pid()) me;
+    END IF;
 END
-$body$
-$truncate$, '@home@', pg_catalog.quote_ident(home));
-    EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %I.community_deletion_ddl_guard_truncate() FROM PUBLIC', home);
-    -- Every table of a registered 'delete' table's partition tree gets its
-    -- TRUNCATE fence; the guard adds it to each table fenced later.
-    FOR member IN EXECUTE pg_catalog.format($members$
-        SELECT part.relid::pg_catalog.regclass AS relid
-        FROM %1$I.community_scoped_tables r
-        JOIN pg_catalog.pg_class c ON c.relname OPERATOR(pg_catalog.=) r.table_name
-            AND c.relnamespace OPERATOR(pg_catalog.=) %2$L::pg_catalog.regnamespace::pg_catalog.oid
-            AND c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'p']::pg_catalog."char"[]) AND NOT c.relispartition
-        CROSS JOIN LATERAL (SELECT c.oid UNION SELECT tree.relid::pg_catalog.oid
-                            FROM pg_catalog.pg_partition_tree(c.oid::pg_catalog.regclass) tree) part (relid)
-        WHERE r.purge_action OPERATOR(pg_catalog.=) 'delete'
-          AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
-                          WHERE t.tgrelid OPERATOR(pg_catalog.=) part.relid
-                            AND t.tgname OPERATOR(pg_catalog.=) 'community_deletion_truncate_fence')
-        $members$, home, pg_catalog.quote_ident(home))
-    LOOP
-        EXECUTE pg_catalog.format('CREATE TRIGGER community_deletion_truncate_fence BEFORE TRUNCATE ON %s '
-                                  'FOR EACH STATEMENT EXECUTE FUNCTION %I.community_deletion_ddl_guard_truncate()', member.relid, home);
-    END LOOP;
-    -- The control tables' indexes, constraints, triggers and column domains,
-    -- as the guard last accepted them (at install, and after each command of
-    -- a migration run).
-    EXECUTE pg_catalog.replace(pg_catalog.replace($digest$
-CREATE OR REPLACE FUNCTION @home@.community_deletion_ddl_guard_control_tables() RETURNS pg_catalog.oid[]
+$body$;
+
+-- Closes this session's migration run, if it has one.
+CREATE FUNCTION community_deletion.community_deletion_ddl_guard_close_run() RETURNS void
+    LANGUAGE sql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $body$
+    UPDATE community_deletion.community_deletion_ddl_guard_runs r
+    SET closed_at = pg_catalog.clock_timestamp()
+    WHERE r.pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid() AND r.closed_at IS NULL
+$body$;
+GRANT EXECUTE ON FUNCTION community_deletion.community_deletion_ddl_guard_in_run(),
+    community_deletion.community_deletion_ddl_guard_open_run(),
+    community_deletion.community_deletion_ddl_guard_close_run() TO PUBLIC;
+
+-- The control tables: every table of schema community_deletion that
+-- community_deletion_control_table() names, and their indexes,
+-- constraints, triggers and column domains as the guard last accepted them
+-- (at install, and after each command of a migration run).
+CREATE FUNCTION community_deletion.community_deletion_ddl_guard_control_tables() RETURNS pg_catalog.oid[]
     LANGUAGE sql STABLE
     SET search_path = pg_catalog, pg_temp
     AS $body$
-        SELECT coalesce(pg_catalog.array_agg(c.oid ORDER BY c.oid), '{}')
-        FROM pg_catalog.pg_class c
-        WHERE c.relnamespace OPERATOR(pg_catalog.=) @homeoid@
-          AND c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'p']::pg_catalog."char"[])
-          AND @home@.community_deletion_control_table(c.relname::pg_catalog.text)
+    SELECT coalesce(pg_catalog.array_agg(c.oid ORDER BY c.oid), '{}')
+    FROM pg_catalog.pg_class c
+    WHERE c.relnamespace OPERATOR(pg_catalog.=) 'community_deletion'::pg_catalog.regnamespace::pg_catalog.oid
+      AND c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'p']::pg_catalog."char"[])
+      AND community_deletion.community_deletion_control_table(c.relname::pg_catalog.text)
 $body$;
 
-CREATE OR REPLACE FUNCTION @home@.community_deletion_ddl_guard_control_digest(tables pg_catalog.oid[]) RETURNS text
+CREATE FUNCTION community_deletion.community_deletion_ddl_guard_control_digest(tables pg_catalog.oid[]) RETURNS pg_catalog.text
     LANGUAGE sql STABLE
     SET search_path = pg_catalog, pg_temp
     AS $body$
@@ -156,136 +253,186 @@ CREATE OR REPLACE FUNCTION @home@.community_deletion_ddl_guard_control_digest(ta
         JOIN pg_catalog.pg_type ty ON ty.oid OPERATOR(pg_catalog.=) a.atttypid AND ty.typtype OPERATOR(pg_catalog.=) 'd'
         LEFT JOIN pg_catalog.pg_constraint k ON k.contypid OPERATOR(pg_catalog.=) ty.oid
     ) item
-$body$
-$digest$, '@homeoid@', pg_catalog.format('%L::pg_catalog.regnamespace::pg_catalog.oid', pg_catalog.quote_ident(home))),
-       '@home@', pg_catalog.quote_ident(home));
-    EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %I.community_deletion_ddl_guard_control_tables() FROM PUBLIC', home);
-    EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %I.community_deletion_ddl_guard_control_digest(pg_catalog.oid[]) FROM PUBLIC', home);
-    EXECUTE pg_catalog.format('CREATE TABLE IF NOT EXISTS %I.community_deletion_ddl_guard_state ('
-                              'singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton), '
-                              'control_tables oid[] NOT NULL, control_digest text NOT NULL)', home);
-    EXECUTE pg_catalog.format('REVOKE ALL ON %I.community_deletion_ddl_guard_state FROM PUBLIC', home);
-    EXECUTE pg_catalog.format('INSERT INTO %1$I.community_deletion_ddl_guard_state (control_tables, control_digest) '
-                              'SELECT t.oids, %1$I.community_deletion_ddl_guard_control_digest(t.oids) '
-                              'FROM (SELECT %1$I.community_deletion_ddl_guard_control_tables() AS oids) t '
-                              'ON CONFLICT (singleton) DO UPDATE SET control_tables = excluded.control_tables, '
-                              'control_digest = excluded.control_digest', home);
-    -- Table rewrites of registered tables: the rows of every community that
-    -- is not active, digested before the rewrite and compared after it.
-    EXECUTE pg_catalog.replace($rewrite$
-CREATE OR REPLACE FUNCTION @home@.community_deletion_ddl_guard_rows_digest(relation pg_catalog.regclass) RETURNS text
+$body$;
+REVOKE ALL ON FUNCTION community_deletion.community_deletion_ddl_guard_control_tables() FROM PUBLIC;
+REVOKE ALL ON FUNCTION community_deletion.community_deletion_ddl_guard_control_digest(pg_catalog.oid[]) FROM PUBLIC;
+
+CREATE TABLE community_deletion.community_deletion_ddl_guard_state (
+    singleton pg_catalog.bool PRIMARY KEY DEFAULT true CHECK (singleton),
+    control_tables pg_catalog.oid[] NOT NULL,
+    control_digest pg_catalog.text NOT NULL
+);
+REVOKE ALL ON community_deletion.community_deletion_ddl_guard_state FROM PUBLIC;
+INSERT INTO community_deletion.community_deletion_ddl_guard_state (control_tables, control_digest)
+SELECT t.oids, community_deletion.community_deletion_ddl_guard_control_digest(t.oids)
+FROM (SELECT community_deletion.community_deletion_ddl_guard_control_tables() AS oids) t;
+
+-- The tables of a registered table's partition tree (the registered table
+-- itself first), by the registry's (table_schema, table_name).
+CREATE FUNCTION community_deletion.community_deletion_ddl_guard_registered() RETURNS TABLE (
+        table_schema pg_catalog.name, table_name pg_catalog.name, purge_action pg_catalog.text,
+        root pg_catalog.oid, relid pg_catalog.oid)
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $body$
+    SELECT r.table_schema, r.table_name, r.purge_action::pg_catalog.text, c.oid, part.relid
+    FROM community_deletion.community_scoped_tables r
+    JOIN pg_catalog.pg_namespace n ON n.nspname OPERATOR(pg_catalog.=) r.table_schema
+    JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) n.oid AND c.relname OPERATOR(pg_catalog.=) r.table_name
+        AND c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'p']::pg_catalog."char"[]) AND NOT c.relispartition
+    CROSS JOIN LATERAL (SELECT c.oid UNION SELECT tree.relid::pg_catalog.oid
+                        FROM pg_catalog.pg_partition_tree(c.oid::pg_catalog.regclass) tree) part (relid)
+$body$;
+REVOKE ALL ON FUNCTION community_deletion.community_deletion_ddl_guard_registered() FROM PUBLIC;
+
+-- Table rewrites of registered tables: the rows of every community that is
+-- not active, digested before the rewrite and compared after it.
+CREATE FUNCTION community_deletion.community_deletion_ddl_guard_rows_digest(relation pg_catalog.regclass) RETURNS pg_catalog.text
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
     AS $body$
 DECLARE
-    digest text;
+    digest pg_catalog.text;
 BEGIN
     EXECUTE pg_catalog.format('SELECT pg_catalog.md5(coalesce(pg_catalog.string_agg(m.line, E''\n'' ORDER BY m.line), '''')) '
                               'FROM (SELECT m::pg_catalog.text AS line FROM %s m '
-                              'WHERE m.community_id IN (SELECT c.id FROM @home@.communities c '
-                              'WHERE c.deletion_state OPERATOR(pg_catalog.<>) ''active'')) m', relation) INTO digest;
+                              'WHERE m.community_id IN (SELECT c.id FROM community_deletion.communities c '
+                              'WHERE c.deletion_state OPERATOR(pg_catalog.<>) ''active''::pg_catalog.text)) m', relation) INTO digest;
     RETURN digest;
 END
 $body$;
+REVOKE ALL ON FUNCTION community_deletion.community_deletion_ddl_guard_rows_digest(pg_catalog.regclass) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION @home@.community_deletion_ddl_guard_rewrite() RETURNS event_trigger
+CREATE TABLE community_deletion.community_deletion_ddl_guard_rewrites (
+    xid pg_catalog.int8 NOT NULL,
+    relid pg_catalog.oid NOT NULL,
+    digest pg_catalog.text,
+    PRIMARY KEY (xid, relid)
+);
+REVOKE ALL ON community_deletion.community_deletion_ddl_guard_rewrites FROM PUBLIC;
+
+CREATE FUNCTION community_deletion.community_deletion_ddl_guard_rewrite() RETURNS event_trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     AS $body$
 DECLARE
     relation pg_catalog.oid := pg_catalog.pg_event_trigger_table_rewrite_oid();
 BEGIN
-    IF EXISTS (
-        SELECT 1
-        FROM @home@.community_scoped_tables r
-        JOIN pg_catalog.pg_class c ON c.relname OPERATOR(pg_catalog.=) r.table_name
-            AND c.relnamespace OPERATOR(pg_catalog.=) (SELECT x.relnamespace FROM pg_catalog.pg_class x
-                                                        WHERE x.oid OPERATOR(pg_catalog.=) '@home@.communities'::pg_catalog.regclass::pg_catalog.oid)
-            AND NOT c.relispartition
-        CROSS JOIN LATERAL (SELECT c.oid UNION SELECT tree.relid::pg_catalog.oid
-                            FROM pg_catalog.pg_partition_tree(c.oid::pg_catalog.regclass) tree) part (relid)
-        WHERE part.relid OPERATOR(pg_catalog.=) relation)
+    IF EXISTS (SELECT 1 FROM community_deletion.community_deletion_ddl_guard_registered() reg
+               WHERE reg.relid OPERATOR(pg_catalog.=) relation)
        AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
-                   WHERE a.attrelid OPERATOR(pg_catalog.=) relation AND a.attname OPERATOR(pg_catalog.=) 'community_id'
+                   WHERE a.attrelid OPERATOR(pg_catalog.=) relation AND a.attname OPERATOR(pg_catalog.=) 'community_id'::pg_catalog.name
                      AND NOT a.attisdropped) THEN
-        INSERT INTO @home@.community_deletion_ddl_guard_rewrites (xid, relid, digest)
+        INSERT INTO community_deletion.community_deletion_ddl_guard_rewrites (xid, relid, digest)
         VALUES (pg_catalog.txid_current(), relation,
-                @home@.community_deletion_ddl_guard_rows_digest(relation::pg_catalog.regclass));
+                community_deletion.community_deletion_ddl_guard_rows_digest(relation::pg_catalog.regclass));
     END IF;
 END
 $body$;
-$rewrite$, '@home@', pg_catalog.quote_ident(home));
-    EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %I.community_deletion_ddl_guard_rows_digest(pg_catalog.regclass) FROM PUBLIC', home);
-    EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %I.community_deletion_ddl_guard_rewrite() FROM PUBLIC', home);
-    EXECUTE pg_catalog.format('CREATE TABLE IF NOT EXISTS %I.community_deletion_ddl_guard_rewrites ('
-                              'xid bigint NOT NULL, relid oid NOT NULL, digest text, PRIMARY KEY (xid, relid))', home);
-    EXECUTE pg_catalog.format('REVOKE ALL ON %I.community_deletion_ddl_guard_rewrites FROM PUBLIC', home);
-    DROP EVENT TRIGGER IF EXISTS community_deletion_ddl_guard_rewrite;
-    EXECUTE pg_catalog.format('CREATE EVENT TRIGGER community_deletion_ddl_guard_rewrite ON table_rewrite '
-                              'EXECUTE FUNCTION %I.community_deletion_ddl_guard_rewrite()', home);
-    EXECUTE pg_catalog.replace(pg_catalog.replace($guard$
-CREATE OR REPLACE FUNCTION @home@.community_deletion_ddl_guard() RETURNS event_trigger
+REVOKE ALL ON FUNCTION community_deletion.community_deletion_ddl_guard_rewrite() FROM PUBLIC;
+CREATE EVENT TRIGGER community_deletion_ddl_guard_rewrite ON table_rewrite
+    EXECUTE FUNCTION community_deletion.community_deletion_ddl_guard_rewrite();
+
+-- At the start of a DROP that could take the guard's functions with it
+-- (the owner of a schema may drop anything in it): refused to a member of
+-- the schema's owner, outside a migration run. Runs as the caller, to see
+-- who that is (current_user); it reads only catalogs, and the run record
+-- through the superuser's community_deletion_ddl_guard_in_run().
+CREATE FUNCTION community_deletion.community_deletion_ddl_guard_drop() RETURNS event_trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $body$
+BEGIN
+    IF pg_catalog.pg_has_role(current_user,
+                              (SELECT n.nspowner FROM pg_catalog.pg_namespace n
+                               WHERE n.nspname OPERATOR(pg_catalog.=) 'community_deletion'::pg_catalog.name),
+                              'MEMBER'::pg_catalog.text)
+       AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                       WHERE r.rolname OPERATOR(pg_catalog.=) current_user AND r.rolsuper)
+       AND NOT community_deletion.community_deletion_ddl_guard_in_run() THEN
+        RAISE EXCEPTION USING ERRCODE = '42501',
+            MESSAGE = pg_catalog.format('DDL refused: %s by %I, a member of the owner of schema community_deletion, outside a migration run could drop the DDL guard with that schema''s objects; run it as another role, or in a migration run',
+                                        TG_TAG, current_user);
+    END IF;
+END
+$body$;
+GRANT EXECUTE ON FUNCTION community_deletion.community_deletion_ddl_guard_drop() TO PUBLIC;
+CREATE EVENT TRIGGER community_deletion_ddl_guard_drop ON ddl_command_start
+    WHEN TAG IN ('DROP FUNCTION', 'DROP ROUTINE', 'DROP SCHEMA', 'DROP OWNED')
+    EXECUTE FUNCTION community_deletion.community_deletion_ddl_guard_drop();
+
+CREATE FUNCTION community_deletion.community_deletion_ddl_guard() RETURNS event_trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     AS $body$
 DECLARE
-    home_prefix constant text := @homeprefix@;
-    communities_table pg_catalog.oid;
-    home_namespace pg_catalog.oid;
+    home pg_catalog.oid := pg_catalog.to_regnamespace('community_deletion'::pg_catalog.text)::pg_catalog.oid;
     fence_function pg_catalog.oid;
     truncate_function pg_catalog.oid;
     member record;
     problem record;
-    foreign_rows boolean;
+    foreign_rows pg_catalog.bool;
 BEGIN
-    communities_table := pg_catalog.to_regclass(home_prefix OPERATOR(pg_catalog.||) 'communities');
     -- A table rewrite of a registered table (ALTER COLUMN ... TYPE ...
     -- USING, for one) must leave the rows of every community that is not
     -- active as they were: recorded before it by the table_rewrite trigger.
+    -- This holds in migration runs too.
     FOR member IN
         SELECT w.relid::pg_catalog.regclass AS relid, w.digest
-        FROM @home@.community_deletion_ddl_guard_rewrites w
+        FROM community_deletion.community_deletion_ddl_guard_rewrites w
         WHERE w.xid OPERATOR(pg_catalog.=) pg_catalog.txid_current()
     LOOP
-        DELETE FROM @home@.community_deletion_ddl_guard_rewrites w
+        DELETE FROM community_deletion.community_deletion_ddl_guard_rewrites w
         WHERE w.xid OPERATOR(pg_catalog.=) pg_catalog.txid_current()
           AND w.relid OPERATOR(pg_catalog.=) member.relid::pg_catalog.oid;
-        IF @home@.community_deletion_ddl_guard_rows_digest(member.relid) IS DISTINCT FROM member.digest THEN
+        IF community_deletion.community_deletion_ddl_guard_rows_digest(member.relid) IS DISTINCT FROM member.digest THEN
             RAISE EXCEPTION USING ERRCODE = '42501',
                 MESSAGE = pg_catalog.format('DDL refused: %s rewrites %s and changes rows of a community that is being deleted or deleted; change it once no deletion is under way, without moving rows between communities',
                                             TG_TAG, member.relid);
         END IF;
     END LOOP;
-    -- A migration run of this project: a login of the schema's owner that
-    -- holds the schema-destruction lock exclusively at session level.
-    IF EXISTS (
-        SELECT 1 FROM pg_catalog.pg_locks l
-        WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory' AND l.pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid()
-          AND l.granted AND l.mode OPERATOR(pg_catalog.=) 'ExclusiveLock' AND l.objsubid OPERATOR(pg_catalog.=) 1
-          AND l.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
-                                                  WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
-          AND l.classid OPERATOR(pg_catalog.=) ((7161976178216365409::pg_catalog.int8 OPERATOR(pg_catalog.>>) 32)
-                                                 OPERATOR(pg_catalog.&) 4294967295)::pg_catalog.oid
-          AND l.objid OPERATOR(pg_catalog.=) (7161976178216365409::pg_catalog.int8
-                                               OPERATOR(pg_catalog.&) 4294967295)::pg_catalog.oid)
-       AND EXISTS (
-        SELECT 1 FROM pg_catalog.pg_class c
-        WHERE c.oid OPERATOR(pg_catalog.=) communities_table
-          AND pg_catalog.pg_has_role(session_user, c.relowner, 'MEMBER'::pg_catalog.text)) THEN
-        IF pg_catalog.to_regprocedure(home_prefix OPERATOR(pg_catalog.||) 'community_deletion_control_table(text)') IS NOT NULL THEN
-            UPDATE @home@.community_deletion_ddl_guard_state s
-            SET control_tables = t.oids, control_digest = @home@.community_deletion_ddl_guard_control_digest(t.oids)
-            FROM (SELECT @home@.community_deletion_ddl_guard_control_tables() AS oids) t;
+    -- A migration run, opened by a login of the schema's owner.
+    IF community_deletion.community_deletion_ddl_guard_in_run() THEN
+        IF pg_catalog.to_regprocedure('community_deletion.community_deletion_control_table(text)'::pg_catalog.text) IS NOT NULL THEN
+            UPDATE community_deletion.community_deletion_ddl_guard_state s
+            SET control_tables = t.oids, control_digest = community_deletion.community_deletion_ddl_guard_control_digest(t.oids)
+            FROM (SELECT community_deletion.community_deletion_ddl_guard_control_tables() AS oids) t;
         END IF;
         RETURN;
     END IF;
-    IF communities_table IS NULL THEN
+    IF pg_catalog.to_regclass('community_deletion.communities'::pg_catalog.text) IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '42501',
             MESSAGE = pg_catalog.format('DDL refused: %s runs while the deletion schema is gone; uninstall the DDL guard (migrate uninstall-ddl-guard) before migrating down', TG_TAG);
     END IF;
-    home_namespace := (SELECT c.relnamespace FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) communities_table);
-    fence_function := pg_catalog.to_regprocedure(home_prefix OPERATOR(pg_catalog.||) 'enforce_community_write_fence()');
-    truncate_function := pg_catalog.to_regprocedure(home_prefix OPERATOR(pg_catalog.||) 'community_deletion_ddl_guard_truncate()');
+    fence_function := pg_catalog.to_regprocedure('community_deletion.enforce_community_write_fence()'::pg_catalog.text);
+    truncate_function := pg_catalog.to_regprocedure('community_deletion.enforce_community_truncate_fence()'::pg_catalog.text);
+
+    -- Schema community_deletion changes only in migration runs: nothing is
+    -- created or altered in it, nor moved into it (ALTER ... SET SCHEMA),
+    -- and no role but its owner may CREATE there.
+    SELECT cmd.command_tag, cmd.object_type, cmd.object_identity INTO problem
+    FROM pg_catalog.pg_event_trigger_ddl_commands() cmd
+    WHERE cmd.schema_name OPERATOR(pg_catalog.=) 'community_deletion'::pg_catalog.text
+       OR (cmd.object_type OPERATOR(pg_catalog.=) 'schema'::pg_catalog.text
+           AND cmd.object_identity OPERATOR(pg_catalog.=) 'community_deletion'::pg_catalog.text)
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = '42501',
+            MESSAGE = pg_catalog.format('DDL refused: %s changes %s %s in schema community_deletion outside a migration run; change that schema only through its migrations',
+                                        problem.command_tag, problem.object_type, problem.object_identity);
+    END IF;
+    SELECT CASE WHEN acl.grantee OPERATOR(pg_catalog.=) 0::pg_catalog.oid THEN 'PUBLIC'::pg_catalog.text
+                ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(acl.grantee)::pg_catalog.text) END AS grantee INTO problem
+    FROM pg_catalog.pg_namespace n
+    CROSS JOIN LATERAL pg_catalog.aclexplode(n.nspacl) acl
+    WHERE n.oid OPERATOR(pg_catalog.=) home AND acl.privilege_type OPERATOR(pg_catalog.=) 'CREATE'::pg_catalog.text
+      AND acl.grantee OPERATOR(pg_catalog.<>) n.nspowner
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = '42501',
+            MESSAGE = pg_catalog.format('DDL refused: %s leaves CREATE on schema community_deletion with %s; only its owner may create there',
+                                        TG_TAG, problem.grantee);
+    END IF;
 
     -- A trigger on a control table is created only by the migrations: a new
     -- one could undo a guard's work, a replaced guard could lose events.
@@ -293,9 +440,9 @@ BEGIN
     FROM pg_catalog.pg_event_trigger_ddl_commands() cmd
     JOIN pg_catalog.pg_trigger t ON t.oid OPERATOR(pg_catalog.=) cmd.objid
     JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) t.tgrelid
-    WHERE cmd.object_type OPERATOR(pg_catalog.=) 'trigger'
-      AND c.relnamespace OPERATOR(pg_catalog.=) home_namespace
-      AND @home@.community_deletion_control_table(c.relname::pg_catalog.text)
+    WHERE cmd.object_type OPERATOR(pg_catalog.=) 'trigger'::pg_catalog.text
+      AND c.relnamespace OPERATOR(pg_catalog.=) home
+      AND community_deletion.community_deletion_control_table(c.relname::pg_catalog.text)
     LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION USING ERRCODE = '42501',
@@ -306,67 +453,53 @@ BEGIN
     -- The control tables' indexes, constraints, triggers and domains change
     -- only in migration runs (a dropped index or CHECK would let a guard's
     -- rule go unenforced).
-    IF NOT EXISTS (SELECT 1 FROM @home@.community_deletion_ddl_guard_state s
-                   WHERE s.control_digest OPERATOR(pg_catalog.=) @home@.community_deletion_ddl_guard_control_digest(s.control_tables)) THEN
+    IF NOT EXISTS (SELECT 1 FROM community_deletion.community_deletion_ddl_guard_state s
+                   WHERE s.control_digest OPERATOR(pg_catalog.=) community_deletion.community_deletion_ddl_guard_control_digest(s.control_tables)) THEN
         RAISE EXCEPTION USING ERRCODE = '42501',
             MESSAGE = pg_catalog.format('DDL refused: %s changes an index, constraint, trigger or domain of a deletion control table; change the deletion schema only through its migrations',
                                         TG_TAG);
     END IF;
 
-    -- Building a fence (attach, or the fencing below) creates its three
-    -- triggers one command at a time. A command that only creates triggers
-    -- exactly as attach does, each under the name of its event, can only add
-    -- or restore protection. (A DROP command lists nothing here, and is
-    -- checked.)
+    -- Building a fence (attach, or the fencing below) creates its triggers
+    -- one command at a time. A command that only creates triggers exactly as
+    -- attach does, each under the name of its event, can only add or restore
+    -- protection. (A DROP command lists nothing here, and is checked.)
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger_ddl_commands()) AND NOT EXISTS (
         SELECT 1 FROM pg_catalog.pg_event_trigger_ddl_commands() cmd
-        WHERE NOT (cmd.object_type OPERATOR(pg_catalog.=) 'trigger' AND EXISTS (
+        WHERE NOT (cmd.object_type OPERATOR(pg_catalog.=) 'trigger'::pg_catalog.text AND EXISTS (
             SELECT 1 FROM pg_catalog.pg_trigger t
             WHERE t.oid OPERATOR(pg_catalog.=) cmd.objid
-              AND t.tgfoid OPERATOR(pg_catalog.=) fence_function
-              AND NOT t.tgisinternal AND t.tgenabled OPERATOR(pg_catalog.=) 'O'
+              AND NOT t.tgisinternal AND t.tgenabled OPERATOR(pg_catalog.=) 'O'::pg_catalog."char"
               AND t.tgqual IS NULL
               AND pg_catalog.cardinality(t.tgattr::pg_catalog.int2[]) OPERATOR(pg_catalog.=) 0
-              AND ((t.tgname OPERATOR(pg_catalog.=) 'community_write_fence_insert' AND t.tgtype OPERATOR(pg_catalog.=) 4
-                    AND t.tgoldtable IS NULL AND t.tgnewtable OPERATOR(pg_catalog.=) 'community_fence_new')
-                OR (t.tgname OPERATOR(pg_catalog.=) 'community_write_fence_update' AND t.tgtype OPERATOR(pg_catalog.=) 16
-                    AND t.tgoldtable OPERATOR(pg_catalog.=) 'community_fence_old' AND t.tgnewtable OPERATOR(pg_catalog.=) 'community_fence_new')
-                OR (t.tgname OPERATOR(pg_catalog.=) 'community_write_fence_delete' AND t.tgtype OPERATOR(pg_catalog.=) 8
-                    AND t.tgoldtable OPERATOR(pg_catalog.=) 'community_fence_old' AND t.tgnewtable IS NULL))))) THEN
-        -- A table whose write fence is now complete gets its TRUNCATE fence.
-        FOR member IN
-            SELECT DISTINCT t.tgrelid::pg_catalog.regclass AS relid
-            FROM pg_catalog.pg_event_trigger_ddl_commands() cmd
-            JOIN pg_catalog.pg_trigger t ON t.oid OPERATOR(pg_catalog.=) cmd.objid
-            WHERE (SELECT pg_catalog.count(DISTINCT f.tgtype) FROM pg_catalog.pg_trigger f
-                   WHERE f.tgrelid OPERATOR(pg_catalog.=) t.tgrelid AND f.tgfoid OPERATOR(pg_catalog.=) fence_function
-                     AND f.tgtype OPERATOR(pg_catalog.=) ANY (ARRAY[4, 8, 16]::pg_catalog.int2[])) OPERATOR(pg_catalog.=) 3
-              AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger f
-                              WHERE f.tgrelid OPERATOR(pg_catalog.=) t.tgrelid
-                                AND f.tgfoid OPERATOR(pg_catalog.=) truncate_function)
-        LOOP
-            EXECUTE pg_catalog.format('CREATE TRIGGER community_deletion_truncate_fence BEFORE TRUNCATE ON %s '
-                                      'FOR EACH STATEMENT EXECUTE FUNCTION %s', member.relid, truncate_function::pg_catalog.regprocedure);
-        END LOOP;
+              AND ((t.tgfoid OPERATOR(pg_catalog.=) fence_function
+                    AND ((t.tgname OPERATOR(pg_catalog.=) 'community_write_fence_insert'::pg_catalog.name AND t.tgtype OPERATOR(pg_catalog.=) 4
+                          AND t.tgoldtable IS NULL AND t.tgnewtable OPERATOR(pg_catalog.=) 'community_fence_new'::pg_catalog.name)
+                      OR (t.tgname OPERATOR(pg_catalog.=) 'community_write_fence_update'::pg_catalog.name AND t.tgtype OPERATOR(pg_catalog.=) 16
+                          AND t.tgoldtable OPERATOR(pg_catalog.=) 'community_fence_old'::pg_catalog.name
+                          AND t.tgnewtable OPERATOR(pg_catalog.=) 'community_fence_new'::pg_catalog.name)
+                      OR (t.tgname OPERATOR(pg_catalog.=) 'community_write_fence_delete'::pg_catalog.name AND t.tgtype OPERATOR(pg_catalog.=) 8
+                          AND t.tgoldtable OPERATOR(pg_catalog.=) 'community_fence_old'::pg_catalog.name AND t.tgnewtable IS NULL)))
+                OR (t.tgfoid OPERATOR(pg_catalog.=) truncate_function
+                    AND t.tgname OPERATOR(pg_catalog.=) 'community_write_fence_truncate'::pg_catalog.name
+                    AND t.tgtype OPERATOR(pg_catalog.=) 34 AND t.tgoldtable IS NULL AND t.tgnewtable IS NULL))))) THEN
         RETURN;
     END IF;
 
     -- New partitions of registered 'delete' tables (no fence trigger at
-    -- all): fence and grant them, unless they hold rows of a community that
-    -- is not active.
+    -- all): fence and grant them as attach would, unless they hold rows of
+    -- a community that is not active.
     FOR member IN
-        SELECT tree.relid::pg_catalog.regclass AS relid, r.table_name
-        FROM @home@.community_scoped_tables r
-        JOIN pg_catalog.pg_class parent ON parent.relname OPERATOR(pg_catalog.=) r.table_name
-            AND parent.relkind OPERATOR(pg_catalog.=) 'p' AND parent.relnamespace OPERATOR(pg_catalog.=) home_namespace
-        CROSS JOIN LATERAL pg_catalog.pg_partition_tree(parent.oid::pg_catalog.regclass) tree
-        WHERE r.purge_action OPERATOR(pg_catalog.=) 'delete' AND tree.relid::pg_catalog.oid OPERATOR(pg_catalog.<>) parent.oid
+        SELECT reg.relid::pg_catalog.regclass AS relid, reg.table_name
+        FROM community_deletion.community_deletion_ddl_guard_registered() reg
+        WHERE reg.purge_action OPERATOR(pg_catalog.=) 'delete'::pg_catalog.text
+          AND reg.relid OPERATOR(pg_catalog.<>) reg.root
           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
-                          WHERE t.tgrelid OPERATOR(pg_catalog.=) tree.relid::pg_catalog.oid AND NOT t.tgisinternal
-                            AND t.tgfoid OPERATOR(pg_catalog.=) fence_function)
+                          WHERE t.tgrelid OPERATOR(pg_catalog.=) reg.relid AND NOT t.tgisinternal
+                            AND t.tgfoid OPERATOR(pg_catalog.=) ANY (ARRAY[fence_function, truncate_function]))
     LOOP
-        EXECUTE pg_catalog.format('SELECT EXISTS (SELECT 1 FROM %s m JOIN %scommunities c ON c.id OPERATOR(pg_catalog.=) m.community_id '
-                                  'WHERE c.deletion_state OPERATOR(pg_catalog.<>) ''active'')', member.relid, home_prefix) INTO foreign_rows;
+        EXECUTE pg_catalog.format('SELECT EXISTS (SELECT 1 FROM %s m JOIN community_deletion.communities c ON c.id OPERATOR(pg_catalog.=) m.community_id '
+                                  'WHERE c.deletion_state OPERATOR(pg_catalog.<>) ''active''::pg_catalog.text)', member.relid) INTO foreign_rows;
         IF foreign_rows THEN
             RAISE EXCEPTION USING ERRCODE = '42501',
                 MESSAGE = pg_catalog.format('DDL refused: %s makes %s a partition of %s while it holds rows of a community that is being deleted',
@@ -381,46 +514,50 @@ BEGIN
         EXECUTE pg_catalog.format('CREATE OR REPLACE TRIGGER community_write_fence_delete AFTER DELETE ON %s '
                                   'REFERENCING OLD TABLE AS community_fence_old '
                                   'FOR EACH STATEMENT EXECUTE FUNCTION %s', member.relid, fence_function::pg_catalog.regprocedure);
+        EXECUTE pg_catalog.format('CREATE OR REPLACE TRIGGER community_write_fence_truncate BEFORE TRUNCATE ON %s '
+                                  'FOR EACH STATEMENT EXECUTE FUNCTION %s', member.relid, truncate_function::pg_catalog.regprocedure);
         EXECUTE pg_catalog.format('GRANT SELECT, UPDATE, DELETE ON %s TO community_deletion_executor', member.relid);
         EXECUTE pg_catalog.format('GRANT SELECT (community_id) ON %s TO community_deletion_operator', member.relid);
     END LOOP;
 
-    -- Everything else the drift report flags about registered tables, guard
-    -- triggers and installed functions, checked here without calling it (its
-    -- search_path includes the schema of communities). Unregistered tables
-    -- are not refused (a service creates a tenant table, then attaches it),
-    -- nor a fence on a table not yet registered (attach fences before it
-    -- registers) unless that table holds rows and its fence is incomplete.
+    -- Everything else the drift report flags about registered tables,
+    -- fences, guard triggers, installed functions and row security, checked
+    -- here without calling it. Unregistered tables are not refused (a
+    -- service creates a tenant table, then attaches it), nor a fence on a
+    -- table not yet registered (attach fences before it registers) unless
+    -- that table holds rows and its fence is incomplete.
     WITH registered AS (
         -- oid is NULL when the table is gone or has no community_id uuid column.
-        SELECT r.table_name, r.purge_action, t.oid, t.attnotnull
-        FROM @home@.community_scoped_tables r
+        SELECT r.table_schema, r.table_name, r.purge_action, t.oid, t.attnotnull,
+               pg_catalog.quote_ident(r.table_schema::pg_catalog.text) OPERATOR(pg_catalog.||) '.'::pg_catalog.text
+                   OPERATOR(pg_catalog.||) pg_catalog.quote_ident(r.table_name::pg_catalog.text) AS display_name
+        FROM community_deletion.community_scoped_tables r
         LEFT JOIN LATERAL (
             SELECT c.oid, a.attnotnull
             FROM pg_catalog.pg_class c
+            JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
             JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) c.oid
-                AND a.attname OPERATOR(pg_catalog.=) 'community_id' AND NOT a.attisdropped
+                AND a.attname OPERATOR(pg_catalog.=) 'community_id'::pg_catalog.name AND NOT a.attisdropped
                 AND a.atttypid OPERATOR(pg_catalog.=) 'pg_catalog.uuid'::pg_catalog.regtype::pg_catalog.oid
-            WHERE c.relname OPERATOR(pg_catalog.=) r.table_name AND c.relnamespace OPERATOR(pg_catalog.=) home_namespace
+            WHERE c.relname OPERATOR(pg_catalog.=) r.table_name AND n.nspname OPERATOR(pg_catalog.=) r.table_schema
               AND c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'p']::pg_catalog."char"[]) AND NOT c.relispartition) t ON true
     ), members AS (
         -- Every table of a registered 'delete' table's partition tree.
-        SELECT registered.table_name, registered.oid AS relid
+        SELECT registered.display_name, part.relid
         FROM registered
-        WHERE registered.purge_action OPERATOR(pg_catalog.=) 'delete' AND registered.oid IS NOT NULL
-        UNION
-        SELECT registered.table_name, tree.relid::pg_catalog.oid
-        FROM registered, pg_catalog.pg_partition_tree(registered.oid::pg_catalog.regclass) tree
-        WHERE registered.purge_action OPERATOR(pg_catalog.=) 'delete' AND registered.oid IS NOT NULL
+        CROSS JOIN LATERAL (SELECT registered.oid
+                            UNION SELECT tree.relid::pg_catalog.oid
+                                  FROM pg_catalog.pg_partition_tree(registered.oid::pg_catalog.regclass) tree) part (relid)
+        WHERE registered.purge_action OPERATOR(pg_catalog.=) 'delete'::pg_catalog.text AND registered.oid IS NOT NULL
     ), fence_state AS (
         -- Per table with a fence trigger: is each event covered whole?
         SELECT t.tgrelid AS relid,
                pg_catalog.bool_or(t.tgtype OPERATOR(pg_catalog.=) 4
-                                  AND t.tgnewtable OPERATOR(pg_catalog.=) 'community_fence_new' AND ok.whole) AS on_insert,
-               pg_catalog.bool_or(t.tgtype OPERATOR(pg_catalog.=) 16 AND t.tgoldtable OPERATOR(pg_catalog.=) 'community_fence_old'
-                                  AND t.tgnewtable OPERATOR(pg_catalog.=) 'community_fence_new' AND ok.whole) AS on_update,
+                                  AND t.tgnewtable OPERATOR(pg_catalog.=) 'community_fence_new'::pg_catalog.name AND ok.whole) AS on_insert,
+               pg_catalog.bool_or(t.tgtype OPERATOR(pg_catalog.=) 16 AND t.tgoldtable OPERATOR(pg_catalog.=) 'community_fence_old'::pg_catalog.name
+                                  AND t.tgnewtable OPERATOR(pg_catalog.=) 'community_fence_new'::pg_catalog.name AND ok.whole) AS on_update,
                pg_catalog.bool_or(t.tgtype OPERATOR(pg_catalog.=) 8
-                                  AND t.tgoldtable OPERATOR(pg_catalog.=) 'community_fence_old' AND ok.whole) AS on_delete
+                                  AND t.tgoldtable OPERATOR(pg_catalog.=) 'community_fence_old'::pg_catalog.name AND ok.whole) AS on_delete
         FROM pg_catalog.pg_trigger t
         CROSS JOIN LATERAL (SELECT t.tgenabled OPERATOR(pg_catalog.=) ANY (ARRAY['O', 'A']::pg_catalog."char"[])
                                    AND t.tgqual IS NULL
@@ -429,13 +566,20 @@ BEGIN
         GROUP BY t.tgrelid
     ), guards AS (
         SELECT g.table_name, g.trigger_name, t.tgenabled,
-               t.tgfoid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure(home_prefix OPERATOR(pg_catalog.||) g.function_signature)::pg_catalog.oid AS same_function
-        FROM @home@.community_deletion_guard_triggers() g
+               t.tgfoid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure('community_deletion.'::pg_catalog.text
+                                                                          OPERATOR(pg_catalog.||) g.function_signature)::pg_catalog.oid AS same_function
+        FROM community_deletion.community_deletion_guard_triggers() g
         LEFT JOIN pg_catalog.pg_trigger t
-            ON t.tgrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(home_prefix OPERATOR(pg_catalog.||) pg_catalog.quote_ident(g.table_name))::pg_catalog.oid
+            ON t.tgrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass('community_deletion.'::pg_catalog.text
+                                                                      OPERATOR(pg_catalog.||) pg_catalog.quote_ident(g.table_name))::pg_catalog.oid
            AND t.tgname OPERATOR(pg_catalog.=) g.trigger_name
+    ), installed AS (
+        SELECT d.function_signature,
+               pg_catalog.to_regprocedure('community_deletion.'::pg_catalog.text OPERATOR(pg_catalog.||) d.function_signature)::pg_catalog.oid AS oid,
+               d.digest
+        FROM community_deletion.community_deletion_function_digests d
     ), row_secured AS (
-        SELECT registered.table_name
+        SELECT registered.display_name
         FROM registered
         CROSS JOIN LATERAL (SELECT registered.oid
                             UNION SELECT tree.relid::pg_catalog.oid
@@ -449,67 +593,78 @@ BEGIN
     )
     SELECT found.subject, found.problem INTO problem
     FROM (
-        SELECT registered.table_name AS subject, 'missing' AS problem
+        SELECT registered.display_name AS subject, 'missing'::pg_catalog.text AS problem
         FROM registered WHERE registered.oid IS NULL
         UNION ALL
-        SELECT registered.table_name, 'shape'
+        SELECT registered.display_name, 'shape'
         FROM registered
         WHERE registered.oid IS NOT NULL
-          AND registered.attnotnull OPERATOR(pg_catalog.<>) (registered.purge_action OPERATOR(pg_catalog.=) 'delete')
+          AND registered.attnotnull OPERATOR(pg_catalog.<>) (registered.purge_action OPERATOR(pg_catalog.=) 'delete'::pg_catalog.text)
         UNION ALL
-        SELECT members.table_name, 'unfenced'
+        SELECT members.display_name, 'unfenced'
         FROM members LEFT JOIN fence_state f ON f.relid OPERATOR(pg_catalog.=) members.relid
         WHERE NOT coalesce(f.on_insert AND f.on_update AND f.on_delete, false)
         UNION ALL
-        SELECT members.table_name, 'without its TRUNCATE fence'
+        SELECT members.display_name, 'unfenced: without its TRUNCATE fence'
         FROM members
         WHERE NOT EXISTS (
             SELECT 1 FROM pg_catalog.pg_trigger t
             WHERE t.tgrelid OPERATOR(pg_catalog.=) members.relid AND t.tgfoid OPERATOR(pg_catalog.=) truncate_function
-              AND t.tgtype OPERATOR(pg_catalog.=) 34 AND t.tgqual IS NULL
+              AND t.tgtype OPERATOR(pg_catalog.=) 34 AND t.tgqual IS NULL AND NOT t.tgisinternal
               AND t.tgenabled OPERATOR(pg_catalog.=) ANY (ARRAY['O', 'A']::pg_catalog."char"[]))
         UNION ALL
-        SELECT c.relname::pg_catalog.text, 'partly fenced and holding rows'
+        SELECT c.oid::pg_catalog.regclass::pg_catalog.text, 'partly fenced and holding rows'
         FROM fence_state f
         JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) f.relid
         WHERE NOT (f.on_insert AND f.on_update AND f.on_delete)
           AND NOT EXISTS (SELECT 1 FROM members WHERE members.relid OPERATOR(pg_catalog.=) f.relid)
-          AND c.relkind OPERATOR(pg_catalog.=) 'r' AND c.relpersistence OPERATOR(pg_catalog.<>) 't'
+          AND c.relkind OPERATOR(pg_catalog.=) 'r'::pg_catalog."char" AND c.relpersistence OPERATOR(pg_catalog.<>) 't'::pg_catalog."char"
           AND pg_catalog.pg_relation_size(c.oid::pg_catalog.regclass) OPERATOR(pg_catalog.>) 0
         UNION ALL
-        SELECT guards.table_name OPERATOR(pg_catalog.||) '.' OPERATOR(pg_catalog.||) guards.trigger_name,
+        SELECT guards.table_name OPERATOR(pg_catalog.||) '.'::pg_catalog.text OPERATOR(pg_catalog.||) guards.trigger_name,
                CASE WHEN guards.tgenabled IS NULL OR NOT guards.same_function THEN 'guard_missing' ELSE 'guard_disabled' END
         FROM guards
         WHERE guards.tgenabled IS NULL OR NOT guards.same_function
            OR NOT guards.tgenabled OPERATOR(pg_catalog.=) ANY (ARRAY['O', 'A']::pg_catalog."char"[])
         UNION ALL
-        SELECT d.function_signature,
+        SELECT installed.function_signature,
                CASE WHEN p.oid IS NULL THEN 'function_missing' ELSE 'function_changed' END
-        FROM @home@.community_deletion_function_digests d
-        LEFT JOIN pg_catalog.pg_proc p
-            ON p.oid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure(home_prefix OPERATOR(pg_catalog.||) d.function_signature)::pg_catalog.oid
+        FROM installed
+        LEFT JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) installed.oid
         WHERE p.oid IS NULL
            OR pg_catalog.md5(pg_catalog.concat_ws(E'\x1f', p.prosrc, pg_catalog.array_to_string(p.proconfig, E'\x1e'),
                                                   p.prosecdef::pg_catalog.text, p.provolatile::pg_catalog.text,
                                                   pg_catalog.pg_get_userbyid(p.proowner)))
-              OPERATOR(pg_catalog.<>) d.digest
+              OPERATOR(pg_catalog.<>) installed.digest
         UNION ALL
-        SELECT DISTINCT row_secured.table_name, 'row_security'
+        -- A function in schema community_deletion that the migrations did
+        -- not install (nor is the guard's own, a superuser's), and any
+        -- operator there: this project installs none.
+        SELECT p.oid::pg_catalog.regprocedure::pg_catalog.text, 'function_planted'
+        FROM pg_catalog.pg_proc p
+        WHERE p.pronamespace OPERATOR(pg_catalog.=) home
+          AND NOT EXISTS (SELECT 1 FROM installed WHERE installed.oid OPERATOR(pg_catalog.=) p.oid)
+          AND NOT (p.proname OPERATOR(pg_catalog.~) '^community_deletion_ddl_guard($|_)'::pg_catalog.text
+                   AND EXISTS (SELECT 1 FROM pg_catalog.pg_roles o WHERE o.oid OPERATOR(pg_catalog.=) p.proowner AND o.rolsuper))
+        UNION ALL
+        SELECT pg_catalog.format('operator %s(%s, %s)', o.oprname, o.oprleft::pg_catalog.regtype, o.oprright::pg_catalog.regtype),
+               'operator_planted'
+        FROM pg_catalog.pg_operator o
+        WHERE o.oprnamespace OPERATOR(pg_catalog.=) home
+        UNION ALL
+        SELECT DISTINCT row_secured.display_name, 'row_security'
         FROM row_secured
     ) found
     ORDER BY 1, 2
     LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION USING ERRCODE = '42501',
-            MESSAGE = pg_catalog.format('DDL refused: %s leaves %s %s (see community_deletion_catalog_drift()); change the deletion schema only through its migrations',
+            MESSAGE = pg_catalog.format('DDL refused: %s leaves %s %s (see community_deletion.community_deletion_catalog_drift()); change the deletion schema only through its migrations',
                                         TG_TAG, problem.subject, problem.problem);
     END IF;
 END
-$body$
-$guard$, '@homeprefix@', pg_catalog.quote_literal(pg_catalog.quote_ident(home) OPERATOR(pg_catalog.||) '.')),
-       '@home@', pg_catalog.quote_ident(home));
-    EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %I.community_deletion_ddl_guard() FROM PUBLIC', home);
-    EXECUTE pg_catalog.format('CREATE EVENT TRIGGER community_deletion_ddl_guard ON ddl_command_end '
-                              'EXECUTE FUNCTION %I.community_deletion_ddl_guard()', home);
-END
-$install$;
+$body$;
+REVOKE ALL ON FUNCTION community_deletion.community_deletion_ddl_guard() FROM PUBLIC;
+CREATE EVENT TRIGGER community_deletion_ddl_guard ON ddl_command_end
+    EXECUTE FUNCTION community_deletion.community_deletion_ddl_guard();
+COMMIT;

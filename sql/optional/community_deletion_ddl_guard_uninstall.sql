@@ -1,50 +1,45 @@
--- Removes the optional DDL guard (community_deletion_ddl_guard.sql): the
--- event trigger, its function, the TRUNCATE fences it added with their
--- function, its table_rewrite trigger, and its records. Run it as a
--- superuser: go run ./cmd/migrate uninstall-ddl-guard
+-- Removes the optional DDL guard (community_deletion_ddl_guard.sql): its
+-- event triggers first (so nothing of it runs while it goes), then its
+-- functions and tables, in schema community_deletion and, from a guard an
+-- earlier release installed in the schema of communities, wherever they
+-- are, with the TRUNCATE fences that release added. It leaves what the
+-- migrations installed (attach's community_write_fence_truncate). Run it as
+-- a superuser: go run ./cmd/migrate uninstall-ddl-guard
+BEGIN;
+SET LOCAL search_path = pg_catalog, pg_temp;
 DROP EVENT TRIGGER IF EXISTS community_deletion_ddl_guard;
 DROP EVENT TRIGGER IF EXISTS community_deletion_ddl_guard_rewrite;
+DROP EVENT TRIGGER IF EXISTS community_deletion_ddl_guard_drop;
 DO $uninstall$
 DECLARE
-    guard regprocedure := pg_catalog.to_regprocedure('community_deletion_ddl_guard()');
-    truncate_fence regprocedure := pg_catalog.to_regprocedure('community_deletion_ddl_guard_truncate()');
-    control_digest regprocedure := pg_catalog.to_regprocedure('community_deletion_ddl_guard_control_digest(oid[])');
-    control_tables regprocedure := pg_catalog.to_regprocedure('community_deletion_ddl_guard_control_tables()');
-    state regclass := pg_catalog.to_regclass('community_deletion_ddl_guard_state');
-    rewrite regprocedure := pg_catalog.to_regprocedure('community_deletion_ddl_guard_rewrite()');
-    rows_digest regprocedure := pg_catalog.to_regprocedure('community_deletion_ddl_guard_rows_digest(regclass)');
-    rewrites regclass := pg_catalog.to_regclass('community_deletion_ddl_guard_rewrites');
-    fenced record;
+    item record;
 BEGIN
-    IF truncate_fence IS NOT NULL THEN
-        FOR fenced IN
-            SELECT t.tgname, t.tgrelid::pg_catalog.regclass AS relid FROM pg_catalog.pg_trigger t
-            WHERE t.tgfoid OPERATOR(pg_catalog.=) truncate_fence::pg_catalog.oid
-        LOOP
-            EXECUTE pg_catalog.format('DROP TRIGGER %I ON %s', fenced.tgname, fenced.relid);
-        END LOOP;
-        EXECUTE pg_catalog.format('DROP FUNCTION %s', truncate_fence);
-    END IF;
-    IF guard IS NOT NULL THEN
-        EXECUTE pg_catalog.format('DROP FUNCTION %s', guard);
-    END IF;
-    IF control_digest IS NOT NULL THEN
-        EXECUTE pg_catalog.format('DROP FUNCTION %s', control_digest);
-    END IF;
-    IF control_tables IS NOT NULL THEN
-        EXECUTE pg_catalog.format('DROP FUNCTION %s', control_tables);
-    END IF;
-    IF state IS NOT NULL THEN
-        EXECUTE pg_catalog.format('DROP TABLE %s', state);
-    END IF;
-    IF rewrite IS NOT NULL THEN
-        EXECUTE pg_catalog.format('DROP FUNCTION %s', rewrite);
-    END IF;
-    IF rows_digest IS NOT NULL THEN
-        EXECUTE pg_catalog.format('DROP FUNCTION %s', rows_digest);
-    END IF;
-    IF rewrites IS NOT NULL THEN
-        EXECUTE pg_catalog.format('DROP TABLE %s', rewrites);
-    END IF;
+    -- The TRUNCATE fences an earlier release's guard added.
+    FOR item IN
+        SELECT t.tgname, t.tgrelid::pg_catalog.regclass AS relid
+        FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) t.tgfoid
+        WHERE p.proname OPERATOR(pg_catalog.=) 'community_deletion_ddl_guard_truncate'
+    LOOP
+        EXECUTE pg_catalog.format('DROP TRIGGER %I ON %s', item.tgname, item.relid);
+    END LOOP;
+    -- Only what a superuser created under the guard's names: anything else
+    -- of that name is not the guard's to remove.
+    FOR item IN
+        SELECT p.oid::pg_catalog.regprocedure AS fn
+        FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_roles o ON o.oid OPERATOR(pg_catalog.=) p.proowner AND o.rolsuper
+        WHERE p.proname OPERATOR(pg_catalog.~) '^community_deletion_ddl_guard($|_)'
+    LOOP
+        EXECUTE pg_catalog.format('DROP FUNCTION %s', item.fn);
+    END LOOP;
+    FOR item IN
+        SELECT c.oid::pg_catalog.regclass AS relid
+        FROM pg_catalog.pg_class c JOIN pg_catalog.pg_roles o ON o.oid OPERATOR(pg_catalog.=) c.relowner AND o.rolsuper
+        WHERE c.relkind OPERATOR(pg_catalog.=) 'r'
+          AND c.relname OPERATOR(pg_catalog.=) ANY (ARRAY['community_deletion_ddl_guard_state', 'community_deletion_ddl_guard_rewrites',
+                                                          'community_deletion_ddl_guard_runs']::pg_catalog.name[])
+    LOOP
+        EXECUTE pg_catalog.format('DROP TABLE %s', item.relid);
+    END LOOP;
 END
 $uninstall$;
+COMMIT;
