@@ -51,8 +51,8 @@ func triggerSnapshot(t *testing.T, b *testBundle, relation string) string {
 
 // The exemption for migration runs is the schema owner's, not the lock's:
 // a table owner who takes the schema-destruction lock, exactly as a
-// migration run does, is refused like any other session; the schema's
-// owner holding it may still change the schema.
+// migration run does, is refused like any other session; the schema's owner
+// is refused too until it opens a run, and may change the schema in one.
 func TestDDLGuardExemptsOnlyTheSchemaOwnersMigrationRun(t *testing.T) {
 	t.Parallel()
 	b := guardedAsOwner(t)
@@ -72,17 +72,19 @@ func TestDDLGuardExemptsOnlyTheSchemaOwnersMigrationRun(t *testing.T) {
 	require.Empty(t, drift(t, b))
 
 	// The schema's owner (here the superuser who migrated) in a migration
-	// run may change what it installed.
+	// run it opened may change what it installed; the lock is not needed.
 	owner, err := b.pool.Acquire(ctx)
 	require.NoError(t, err)
 	defer owner.Release()
-	_, err = owner.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(schemaDestructionLockKey))
+	_, err = owner.Exec(ctx, "ALTER TABLE fixture_messages DISABLE TRIGGER community_write_fence_insert")
+	requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "DDL refused: ")
+	_, err = owner.Exec(ctx, "SELECT community_deletion.community_deletion_ddl_guard_open_run()")
 	require.NoError(t, err)
 	_, err = owner.Exec(ctx, "ALTER TABLE fixture_messages DISABLE TRIGGER community_write_fence_insert")
 	require.NoError(t, err, "allowed inside the owner's migration run")
 	_, err = owner.Exec(ctx, "ALTER TABLE fixture_messages ENABLE TRIGGER community_write_fence_insert")
 	require.NoError(t, err)
-	_, err = owner.Exec(ctx, "SELECT pg_advisory_unlock($1)", int64(schemaDestructionLockKey))
+	_, err = owner.Exec(ctx, "SELECT community_deletion.community_deletion_ddl_guard_close_run()")
 	require.NoError(t, err)
 	require.Equal(t, before, triggerSnapshot(t, b, "fixture_messages"))
 }
@@ -115,9 +117,9 @@ func TestDDLGuardRunsNoPlantedFunction(t *testing.T) {
 	require.NoError(t, err)
 	before := triggerSnapshot(t, b, "fixture_messages")
 	_, err = service.Exec(t.Context(), "ALTER TABLE fixture_messages ENABLE ROW LEVEL SECURITY")
-	requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "fixture_messages row_security")
+	requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "public.fixture_messages row_security")
 	_, err = service.Exec(t.Context(), "ALTER TABLE fixture_messages DISABLE TRIGGER community_write_fence_delete")
-	requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "fixture_messages unfenced")
+	requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "public.fixture_messages unfenced")
 	require.Equal(t, before, triggerSnapshot(t, b, "fixture_messages"))
 	var secured bool
 	require.NoError(t, b.pool.QueryRow(t.Context(),
@@ -193,7 +195,7 @@ func TestDDLGuardKeepsTheFenceOfADetachedPartitionThatHoldsRows(t *testing.T) {
 		"ALTER TABLE fixture_activity_default DISABLE TRIGGER USER",
 	} {
 		_, err := service.Exec(t.Context(), sql)
-		requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "fixture_activity_default partly fenced and holding rows")
+		requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "public.fixture_activity_default partly fenced and holding rows")
 		require.Equal(t, before, triggerSnapshot(t, b, "fixture_activity_default"), sql)
 	}
 	_, err = service.Exec(t.Context(), "ALTER TABLE fixture_activity ATTACH PARTITION fixture_activity_default DEFAULT")
@@ -232,40 +234,41 @@ func TestDDLGuardRefusesTruncateWhileACommunityIsBeingDeleted(t *testing.T) {
 
 	snapshot := triggerSnapshot(t, b, "fixture_messages")
 	for _, sql := range []string{
-		"DROP TRIGGER community_deletion_truncate_fence ON fixture_messages",
-		"ALTER TABLE fixture_messages DISABLE TRIGGER community_deletion_truncate_fence",
-		"ALTER TABLE fixture_messages ENABLE REPLICA TRIGGER community_deletion_truncate_fence",
+		"DROP TRIGGER community_write_fence_truncate ON fixture_messages",
+		"ALTER TABLE fixture_messages DISABLE TRIGGER community_write_fence_truncate",
+		"ALTER TABLE fixture_messages ENABLE REPLICA TRIGGER community_write_fence_truncate",
 	} {
 		_, err := service.Exec(t.Context(), sql)
-		requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "fixture_messages without its TRUNCATE fence")
+		requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "public.fixture_messages unfenced: no TRUNCATE fence")
 		require.Equal(t, snapshot, triggerSnapshot(t, b, "fixture_messages"), sql)
 	}
 }
 
-// Install is idempotent and fences what is registered; a table attached
-// later gets its TRUNCATE fence with its write fence; uninstall removes
-// everything install created, and may run twice.
+// Install is idempotent and adds no trigger of its own (the TRUNCATE fence
+// is attach's); uninstall removes everything install created, leaves what
+// the migrations and attach did, and may run twice.
 func TestDDLGuardInstallsAndUninstallsWhole(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	installDDLGuard(t, b)
-	installDDLGuard(t, b)
-	require.NoError(t, b.exec(t, "CREATE TABLE fixture_polls (id bigint PRIMARY KEY, community_id uuid NOT NULL REFERENCES communities (id))"))
-	require.NoError(t, b.exec(t, "SELECT attach_community_write_fence('fixture_polls')"))
-	require.Empty(t, drift(t, b))
 	countTruncateFences := func() int {
 		var n int
 		require.NoError(t, b.pool.QueryRow(t.Context(),
-			"SELECT count(*) FROM pg_trigger WHERE tgname = 'community_deletion_truncate_fence'").Scan(&n))
+			"SELECT count(*) FROM pg_trigger WHERE tgname = 'community_write_fence_truncate'").Scan(&n))
 		return n
 	}
-	// Five plain tables, the partitioned one and its partition, and the new one.
-	require.Equal(t, 8, countTruncateFences())
+	fences := countTruncateFences()
+	installDDLGuard(t, b)
+	installDDLGuard(t, b)
+	require.Equal(t, fences, countTruncateFences())
+	require.NoError(t, b.exec(t, "CREATE TABLE fixture_polls (id bigint PRIMARY KEY, community_id uuid NOT NULL REFERENCES community_deletion.communities (id))"))
+	require.NoError(t, b.exec(t, "SELECT community_deletion.attach_community_write_fence('fixture_polls')"))
+	require.Empty(t, drift(t, b))
+	require.Equal(t, fences+1, countTruncateFences())
 
 	_, uninstall := communitydeletion.DDLGuard()
 	require.NoError(t, b.exec(t, uninstall))
 	require.NoError(t, b.exec(t, uninstall))
-	require.Equal(t, 0, countTruncateFences())
+	require.Equal(t, fences+1, countTruncateFences())
 	var left int
 	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT
 		(SELECT count(*) FROM pg_event_trigger WHERE evtname LIKE 'community_deletion%')
@@ -322,9 +325,9 @@ func TestDDLGuardRefusesChangesToTheControlTables(t *testing.T) {
 	require.NoError(t, err)
 	defer owner.Release()
 	for _, sql := range []string{
-		"SELECT pg_advisory_lock(community_schema_destruction_lock_key())",
+		"SELECT community_deletion.community_deletion_ddl_guard_open_run()",
 		"CREATE INDEX community_serving_write_leases_owner_idx ON community_serving_write_leases (owner)",
-		"SELECT pg_advisory_unlock(community_schema_destruction_lock_key())",
+		"SELECT community_deletion.community_deletion_ddl_guard_close_run()",
 	} {
 		_, err := owner.Exec(ctx, sql)
 		require.NoError(t, err, sql)
@@ -348,7 +351,7 @@ func TestDDLGuardRefusesRowSecurityThatHidesRows(t *testing.T) {
 		{"fixture_activity_default", "fixture_activity", "ALTER TABLE fixture_activity_default ENABLE ROW LEVEL SECURITY"},
 	} {
 		_, err := service.Exec(t.Context(), tc.sql)
-		requireSQLState(t, err, pgerrcode.InsufficientPrivilege, tc.registered+" row_security")
+		requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "public."+tc.registered+" row_security")
 		var secured, forced bool
 		require.NoError(t, b.pool.QueryRow(t.Context(),
 			"SELECT relrowsecurity, relforcerowsecurity FROM pg_class WHERE oid = $1::regclass", tc.table).Scan(&secured, &forced))

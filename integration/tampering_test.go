@@ -136,8 +136,7 @@ func installDDLGuard(t *testing.T, b *testBundle) {
 // With the DDL guard installed, the same tamperings are refused (42501) as
 // the DDL command ends, whoever issues them (here the superuser who owns
 // everything), and nothing changes. A migration run of this project, which
-// holds the schema-destruction lock exclusively, may still change
-// functions.
+// the schema's owner opens, may still change functions.
 func TestOwnerTamperingIsRefusedByTheDDLGuard(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -152,19 +151,19 @@ func TestOwnerTamperingIsRefusedByTheDDLGuard(t *testing.T) {
 		})
 	}
 
-	// A migration run (the schema-destruction lock, exclusive, session
-	// level) may replace a function.
+	// A migration run (opened by the schema's owner, here the superuser)
+	// may replace a function.
 	ctx := t.Context()
 	conn, err := b.pool.Acquire(ctx)
 	require.NoError(t, err)
 	defer conn.Release()
-	_, err = conn.Exec(ctx, "SELECT pg_advisory_lock(community_schema_destruction_lock_key())")
+	_, err = conn.Exec(ctx, "SELECT community_deletion.community_deletion_ddl_guard_open_run()")
 	require.NoError(t, err)
 	_, err = conn.Exec(ctx, "ALTER FUNCTION community_write_allowed(uuid) RESET search_path")
 	require.NoError(t, err, "allowed inside a migration run")
 	_, err = conn.Exec(ctx, "ALTER FUNCTION community_write_allowed(uuid) SET search_path = pg_catalog, community_deletion, pg_temp")
 	require.NoError(t, err)
-	_, err = conn.Exec(ctx, "SELECT pg_advisory_unlock(community_schema_destruction_lock_key())")
+	_, err = conn.Exec(ctx, "SELECT community_deletion.community_deletion_ddl_guard_close_run()")
 	require.NoError(t, err)
 	require.Empty(t, drift(t, b))
 }
