@@ -605,7 +605,7 @@ BEGIN
         FROM members LEFT JOIN fence_state f ON f.relid OPERATOR(pg_catalog.=) members.relid
         WHERE NOT coalesce(f.on_insert AND f.on_update AND f.on_delete, false)
         UNION ALL
-        SELECT members.display_name, 'unfenced: without its TRUNCATE fence'
+        SELECT members.display_name, 'unfenced: no TRUNCATE fence'
         FROM members
         WHERE NOT EXISTS (
             SELECT 1 FROM pg_catalog.pg_trigger t
