@@ -20,9 +20,9 @@ import (
 // migrating role of a deployment does; it is no superuser.
 const schemaOwnerLogin = "cd_test_schema_owner"
 
-// guardedWithSchemaOwner hands schema community_deletion to schemaOwnerLogin
-// (who may also CREATE in public), installs the DDL guard and returns a pool
-// connected as that owner.
+// guardedWithSchemaOwner hands schema community_deletion and its lease
+// table to schemaOwnerLogin (who may also CREATE in public), installs the DDL
+// guard and returns a pool connected as that owner.
 func guardedWithSchemaOwner(t *testing.T) (*testBundle, *pgxpool.Pool) {
 	t.Helper()
 	b := setup(t)
@@ -30,6 +30,8 @@ func guardedWithSchemaOwner(t *testing.T) (*testBundle, *pgxpool.Pool) {
 	require.NoError(t, fixture.EnsureLogins(t.Context(), b.url, []fixture.Login{{Name: schemaOwnerLogin, Password: password}}))
 	for _, sql := range []string{
 		"ALTER SCHEMA community_deletion OWNER TO " + schemaOwnerLogin,
+		// As in a deployment migrated by that role, it owns the control tables.
+		"ALTER TABLE community_deletion.community_serving_write_leases OWNER TO " + schemaOwnerLogin,
 		"GRANT CREATE ON SCHEMA public TO " + schemaOwnerLogin,
 	} {
 		require.NoError(t, b.exec(t, sql), sql)
@@ -55,7 +57,7 @@ func schemaSnapshot(t *testing.T, b *testBundle) string {
 		(SELECT string_agg(indexrelid::regclass::text, ',' ORDER BY indexrelid::regclass::text) FROM pg_index i
 		 JOIN pg_class c ON c.oid = i.indrelid WHERE c.relnamespace = 'community_deletion'::regnamespace),
 		(SELECT nspacl::text FROM pg_namespace WHERE nspname = 'community_deletion'),
-		(SELECT string_agg(evtname || ' ' || evtenabled, ',' ORDER BY evtname) FROM pg_event_trigger))`).Scan(&snapshot))
+		(SELECT string_agg(evtname || ' ' || evtenabled::text, ',' ORDER BY evtname) FROM pg_event_trigger))`).Scan(&snapshot))
 	return snapshot
 }
 
@@ -72,7 +74,7 @@ func TestDDLGuardRefusesTheSchemaOwnerOutsideAMigrationRun(t *testing.T) {
 	require.NoError(t, err, "DDL outside community_deletion passes")
 	for _, tc := range []struct{ name, sql, message string }{
 		{"a function overloading a built-in", `CREATE FUNCTION community_deletion.format(text, uuid) RETURNS text
-			LANGUAGE sql AS 'SELECT $1'`, "changes function community_deletion.format(text,uuid) in schema community_deletion"},
+			LANGUAGE sql AS 'SELECT $1'`, "changes function community_deletion.format(pg_catalog.text,pg_catalog.uuid) in schema community_deletion"},
 		{"a function named like the project's", `CREATE FUNCTION community_deletion.community_deletion_backdoor() RETURNS void
 			LANGUAGE sql AS ''`, "in schema community_deletion outside a migration run"},
 		{"an operator between name and text", `CREATE OPERATOR community_deletion.= (LEFTARG = name, RIGHTARG = text,
@@ -138,8 +140,6 @@ func TestDDLGuardRunsAreOpenedOnlyByTheSchemaOwner(t *testing.T) {
 		"SELECT community_deletion.community_deletion_ddl_guard_open_run()",
 		create,
 		"DROP FUNCTION community_deletion.community_deletion_scratch()",
-		"CREATE INDEX lease_owner_idx ON community_deletion.community_serving_write_leases (owner)",
-		"DROP INDEX community_deletion.lease_owner_idx",
 		"SELECT community_deletion.community_deletion_ddl_guard_close_run()",
 	} {
 		_, err := session.Exec(ctx, sql)
@@ -206,6 +206,9 @@ func TestDDLGuardInstallReplacesAnEarlierReleasesGuard(t *testing.T) {
 	_, err = m.Up(ctx)
 	require.NoError(t, err)
 	require.NotEmpty(t, leftovers(), "the earlier guard left functions, tables and TRUNCATE fences behind")
+	// 00021 fences partitioned tables against TRUNCATE; attach fences the rest.
+	_, err = db.Exec(ctx, "SELECT community_deletion.attach_community_write_fence('notes')")
+	require.NoError(t, err)
 
 	install, _ := communitydeletion.DDLGuard()
 	_, err = db.Exec(ctx, install)

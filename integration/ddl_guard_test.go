@@ -38,6 +38,22 @@ func guardedAsOwner(t *testing.T) *testBundle {
 	return b
 }
 
+// execInRun runs statements as the superuser (the schema's owner in these
+// tests) inside a migration run of the DDL guard, as the deployment's
+// migrations would.
+func (b *testBundle) execInRun(t *testing.T, statements ...string) {
+	t.Helper()
+	conn, err := b.pool.Acquire(t.Context())
+	require.NoError(t, err)
+	defer conn.Release()
+	statements = append(append([]string{"SELECT community_deletion.community_deletion_ddl_guard_open_run()"}, statements...),
+		"SELECT community_deletion.community_deletion_ddl_guard_close_run()")
+	for _, sql := range statements {
+		_, err := conn.Exec(t.Context(), sql)
+		require.NoError(t, err, sql)
+	}
+}
+
 // triggerSnapshot is every non-internal trigger of relation, whole: name,
 // events, enabled state, WHEN clause, column list and function.
 func triggerSnapshot(t *testing.T, b *testBundle, relation string) string {
@@ -297,7 +313,7 @@ func controlSnapshot(t *testing.T, b *testBundle, table string) string {
 func TestDDLGuardRefusesChangesToTheControlTables(t *testing.T) {
 	t.Parallel()
 	b := guardedAsOwner(t)
-	require.NoError(t, b.exec(t, "ALTER TABLE community_serving_write_leases OWNER TO "+string(fixture.RoleServing)))
+	b.execInRun(t, "ALTER TABLE community_serving_write_leases OWNER TO "+string(fixture.RoleServing))
 	require.NoError(t, b.exec(t, "GRANT CREATE ON SCHEMA public TO "+string(fixture.RoleServing)))
 	service := b.as(fixture.RoleServing)
 	_, err := service.Exec(t.Context(), `CREATE FUNCTION public.lease_forever() RETURNS trigger LANGUAGE plpgsql
