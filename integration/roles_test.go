@@ -79,13 +79,22 @@ func TestMigrateCreatesTheDeploymentRolesOrNamesTheStatement(t *testing.T) {
 	code, stdout, stderr = runMigrate(t, srv.ConnString("plain"), "install-ddl-guard")
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, stdout, "installed the DDL guard")
-	// With the guard installed, the schema's owner (not a superuser) still
-	// migrates: its login holding the migration lock is the exemption.
+	// With the guard installed, the schema's owner (not a superuser) runs
+	// the migration job in a run of the guard, which only a login of that
+	// owner may open, and closes it again; 00021's Down itself refuses while
+	// the guard lives in the schema it would drop.
+	code, _, stderr = runMigrate(t, plainURL, "down")
+	require.Equal(t, exitcode.Failure, code, stderr)
+	require.Contains(t, stderr, "run `migrate uninstall-ddl-guard` first")
+	var runs int
+	require.NoError(t, plain.QueryRow(ctx, `SELECT count(*) FROM community_deletion.community_deletion_ddl_guard_runs
+		WHERE login = 'plain_migrator' AND closed_at IS NOT NULL`).Scan(&runs))
+	require.Equal(t, 1, runs)
+	code, _, stderr = runMigrate(t, srv.ConnString("plain"), "uninstall-ddl-guard")
+	require.Equal(t, 0, code, stderr)
 	code, _, stderr = runMigrate(t, plainURL, "down")
 	require.Equal(t, 0, code, stderr)
 	code, _, stderr = runMigrate(t, plainURL, "up")
-	require.Equal(t, 0, code, stderr)
-	code, _, stderr = runMigrate(t, srv.ConnString("plain"), "uninstall-ddl-guard")
 	require.Equal(t, 0, code, stderr)
 }
 
