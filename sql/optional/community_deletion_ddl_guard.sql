@@ -76,8 +76,9 @@
 -- every run is on record. No lock, setting or grant that another role can
 -- take opens a run.
 --
--- It refuses every DDL command (failing closed) once schema
--- community_deletion is gone. Remove it with `migrate uninstall-ddl-guard`.
+-- It lives and goes with schema community_deletion: renamed away, every
+-- DDL command is refused (failing closed); migration 00021's Down refuses
+-- while it is installed. Remove it with `migrate uninstall-ddl-guard`.
 BEGIN;
 SET LOCAL search_path = pg_catalog, pg_temp;
 
@@ -402,7 +403,7 @@ BEGIN
     END IF;
     IF pg_catalog.to_regclass('community_deletion.communities'::pg_catalog.text) IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '42501',
-            MESSAGE = pg_catalog.format('DDL refused: %s runs while the deletion schema is gone; uninstall the DDL guard (migrate uninstall-ddl-guard) before migrating down', TG_TAG);
+            MESSAGE = pg_catalog.format('DDL refused: %s runs while community_deletion.communities is gone; put schema community_deletion back, or uninstall the DDL guard (migrate uninstall-ddl-guard)', TG_TAG);
     END IF;
     fence_function := pg_catalog.to_regprocedure('community_deletion.enforce_community_write_fence()'::pg_catalog.text);
     truncate_function := pg_catalog.to_regprocedure('community_deletion.enforce_community_truncate_fence()'::pg_catalog.text);
