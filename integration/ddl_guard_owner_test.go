@@ -26,6 +26,7 @@ const schemaOwnerLogin = "cd_test_schema_owner"
 func guardedWithSchemaOwner(t *testing.T) (*testBundle, *pgxpool.Pool) {
 	t.Helper()
 	b := setup(t)
+	b.as(fixture.RoleServing) // creates the test logins
 	password := schemaOwnerLogin + "-password"
 	require.NoError(t, fixture.EnsureLogins(t.Context(), b.url, []fixture.Login{{Name: schemaOwnerLogin, Password: password}}))
 	for _, sql := range []string{
