@@ -178,6 +178,9 @@ var legacyProbes = map[int64][]check{
 		function("community_deletion_tenant_schema(oid)"),
 		function("enforce_community_truncate_fence()"),
 	},
+	22: { // 00022_community_deletion_truncate_fence_repair.sql
+		table("community_deletion_truncate_fence_repairs"),
+	},
 }
 
 // querier is what probes and the version-table reads run on: a *sql.DB,

@@ -193,6 +193,13 @@ type CommunityDeletionStorageLayout struct {
 	DeclaredAt time.Time
 }
 
+// The tables migration 00022 gave the TRUNCATE fence that 00021 missed; its Down removes exactly these.
+type CommunityDeletionTruncateFenceRepair struct {
+	TableSchema string
+	TableName   string
+	RepairedAt  time.Time
+}
+
 type CommunityScopedTable struct {
 	TableName    string
 	PurgeAction  string
