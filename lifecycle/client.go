@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -116,7 +117,12 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, opts *Opts, role string) 
 	}
 	var member bool
 	var login string
-	err := pool.QueryRow(ctx, "SELECT pg_has_role(session_user, $1, 'MEMBER'), session_user::text", role).Scan(&member, &login)
+	// In a transaction of the store's, whose search_path names no schema
+	// another role can write: pg_has_role with an unknown argument would
+	// otherwise resolve to a better match planted in the session's.
+	err := pgx.BeginTxFunc(ctx, pool, s.txOptions(true), func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, "SELECT pg_has_role(session_user, $1::text, 'MEMBER'), session_user::text", role).Scan(&member, &login)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("check membership of %s: %w", role, catalogMissing(translate(err)))
 	}

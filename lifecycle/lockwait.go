@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	dbgen "github.com/tombstoneworks/communitydeletion/db/gen"
@@ -174,30 +175,35 @@ func (s *store) describeLockWait(ctx context.Context, err error) error {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), describeTimeout)
 	defer cancel()
-	q := dbgen.New(s.pool)
-	if lw.row != nil {
-		lw.Holders = rowLockHolders(ctx, q, *lw.row)
-		return err
-	}
-	var key int64
-	var keyErr error
-	if lw.schema {
-		key, keyErr = q.SchemaDestructionLockKey(ctx)
-	} else {
-		key, keyErr = q.CommunityDeletionLockKey(ctx, *lw.community)
-	}
-	if keyErr != nil {
-		return err
-	}
-	holders, holdersErr := q.LockHoldersList(ctx, key)
-	if holdersErr != nil {
-		return err
-	}
-	for _, h := range holders {
-		lw.Holders = append(lw.Holders, LockHolder{
-			PID: h.Pid, Role: h.RoleName, ApplicationName: h.ApplicationName, Mode: h.LockMode, PreparedGID: h.PreparedGid,
-		})
-	}
+	// Best effort: a failure leaves the error without holders. The
+	// transaction's search_path names no schema another role can write.
+	_ = pgx.BeginTxFunc(ctx, s.pool, s.txOptions(true), func(tx pgx.Tx) error {
+		q := dbgen.New(tx)
+		if lw.row != nil {
+			lw.Holders = rowLockHolders(ctx, q, *lw.row)
+			return nil
+		}
+		var key int64
+		var err error
+		if lw.schema {
+			key, err = q.SchemaDestructionLockKey(ctx)
+		} else {
+			key, err = q.CommunityDeletionLockKey(ctx, *lw.community)
+		}
+		if err != nil {
+			return err
+		}
+		holders, err := q.LockHoldersList(ctx, key)
+		if err != nil {
+			return err
+		}
+		for _, h := range holders {
+			lw.Holders = append(lw.Holders, LockHolder{
+				PID: h.Pid, Role: h.RoleName, ApplicationName: h.ApplicationName, Mode: h.LockMode, PreparedGID: h.PreparedGid,
+			})
+		}
+		return nil
+	})
 	return err
 }
 

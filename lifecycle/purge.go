@@ -845,7 +845,14 @@ func (b *purgeBatcher) adapt(rows int64, stmt, elapsed time.Duration) {
 
 // loadLeaves reads the heaps of a TID range walk.
 func (b *purgeBatcher) loadLeaves(ctx context.Context) error {
-	leaves, err := dbgen.New(b.run.store.pool).PurgeLeafRelations(ctx, b.table.name)
+	// In a transaction of the store's, whose search_path names no schema
+	// another role can write: pg_partition_tree(oid) and oid = regclass
+	// would otherwise resolve through the session's.
+	var leaves []dbgen.PurgeLeafRelationsRow
+	err := b.run.store.begin(ctx, true, func(tx pgx.Tx) (err error) {
+		leaves, err = dbgen.New(tx).PurgeLeafRelations(ctx, b.table.name)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("list the heaps of %s: %w", b.table.name, err)
 	}
@@ -1024,7 +1031,9 @@ func (r *purgeRun) dropPartition(ctx context.Context, t *purgeTable, p dbgen.Pur
 	var rows int64
 	// Counted outside the DDL transaction, which holds t exclusively; the
 	// fenced partition gains no rows meanwhile.
-	if err := r.store.pool.QueryRow(ctx, "SELECT count(*) FROM "+partition).Scan(&rows); err != nil {
+	if err := r.store.begin(ctx, true, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, "SELECT pg_catalog.count(*) FROM "+partition).Scan(&rows)
+	}); err != nil {
 		return fmt.Errorf("count partition %s of %s: %w", p.PartitionName, t.name, err)
 	}
 	var err error
@@ -1131,7 +1140,11 @@ func (s *store) awaitHeadroom(ctx context.Context, opts HeadroomOpts) error {
 	}
 	start := time.Now()
 	for {
-		p, err := dbgen.New(s.pool).PurgePressure(ctx)
+		var p dbgen.PurgePressureRow
+		err := s.begin(ctx, true, func(tx pgx.Tx) (err error) {
+			p, err = dbgen.New(tx).PurgePressure(ctx)
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("read the database's pressure: %w", err)
 		}
