@@ -481,6 +481,7 @@ var plantedSQL = []string{
 	`CREATE FUNCTION public.current_setting(text, boolean) RETURNS text LANGUAGE sql AS $$ SELECT CASE WHEN public.hostile_mark('current_setting(text,boolean)') THEN '' END $$`,
 	`CREATE FUNCTION public.pg_try_advisory_xact_lock_shared(bigint) RETURNS boolean LANGUAGE sql AS $$ SELECT public.hostile_mark('pg_try_advisory_xact_lock_shared(bigint)') $$`,
 	`CREATE FUNCTION public.pg_advisory_xact_lock_shared(bigint) RETURNS void LANGUAGE plpgsql AS $$ BEGIN PERFORM public.hostile_mark('pg_advisory_xact_lock_shared(bigint)'); END $$`,
+	`CREATE FUNCTION public.set_config(text, text, boolean) RETURNS text LANGUAGE sql AS $$ SELECT CASE WHEN public.hostile_mark('set_config(text,text,boolean)') THEN $2 END $$`,
 	`CREATE FUNCTION public.uuid_hash_extended(uuid, bigint) RETURNS bigint LANGUAGE sql AS $$ SELECT CASE WHEN public.hostile_mark('uuid_hash_extended(uuid,bigint)') THEN 1::bigint END $$`,
 	`CREATE FUNCTION public.community_deletion_step_authorized(uuid, text) RETURNS boolean LANGUAGE sql AS $$ SELECT public.hostile_mark('community_deletion_step_authorized(uuid,text)') $$`,
 }
@@ -578,6 +579,22 @@ func attackPlanted(t *testing.T, w *hostileWorld) walkHooks {
 			_, err = serving.Exec(ctx, "INSERT INTO public.hostile_notes (community_id, body) VALUES ($1, 'doomed'), ($2, 'bystander')", w.doomed, w.bystander)
 			require.NoError(t, err)
 			_, err = own.Exec(ctx, "INSERT INTO public.hostile_notes (community_id, body) VALUES ($1, 'own session')", w.bystander)
+			require.NoError(t, err)
+			// The Serving client's guards run in the service's own
+			// transaction, under its search_path.
+			ownLease, err := w.clients.Serving.AcquireWriteLease(ctx, w.bystander, "upload", "server-2", time.Minute)
+			require.NoError(t, err)
+			require.NoError(t, pgx.BeginFunc(ctx, own, func(tx pgx.Tx) error {
+				if err := w.clients.Serving.GuardTransaction(ctx, tx, w.bystander); err != nil {
+					return err
+				}
+				if err := w.clients.Serving.GuardTransactionWithLease(ctx, tx, ownLease); err != nil {
+					return err
+				}
+				_, err := tx.Exec(ctx, "INSERT INTO public.hostile_notes (community_id, body) VALUES ($1, 'guarded')", w.bystander)
+				return err
+			}))
+			_, err = w.clients.Serving.ReleaseWriteLease(ctx, ownLease)
 			require.NoError(t, err)
 			lease, err := w.clients.Serving.AcquireWriteLease(ctx, w.bystander, "upload", "server-1", time.Minute)
 			require.NoError(t, err)

@@ -25,11 +25,13 @@ func (q *Queries) CommunityDeletionLockExclusive(ctx context.Context, communityI
 }
 
 const communityDeletionLockShared = `-- name: CommunityDeletionLockShared :exec
-SELECT pg_advisory_xact_lock_shared(community_deletion.community_deletion_lock_key($1::uuid))
+SELECT pg_catalog.pg_advisory_xact_lock_shared(community_deletion.community_deletion_lock_key($1))
 `
 
 // Takes the community's deletion lock shared until the transaction ends, as
-// every writer of community data does.
+// every writer of community data does. It runs in a service's own
+// transaction too (GuardTransactionWithLease), under the service's
+// search_path, so it qualifies every name.
 func (q *Queries) CommunityDeletionLockShared(ctx context.Context, communityID uuid.UUID) error {
 	_, err := q.db.Exec(ctx, communityDeletionLockShared, communityID)
 	return err
@@ -89,13 +91,15 @@ func (q *Queries) CommunityRowLockHoldersList(ctx context.Context, tuple string)
 }
 
 const communityWriteAssertAllowed = `-- name: CommunityWriteAssertAllowed :exec
-SELECT community_deletion.assert_community_write_allowed($1::uuid)
+SELECT community_deletion.assert_community_write_allowed($1)
 `
 
 // The explicit write admission: refuses REPEATABLE READ and SERIALIZABLE with
 // SQLSTATE 25000, takes the community's deletion lock shared until the
 // transaction ends, then refuses with SQLSTATE 55000 ("community write
 // refused: ...") unless community_write_allowed() admits the transaction.
+// It runs in a service's own transaction (GuardTransaction), under the
+// service's search_path, so it qualifies every name.
 func (q *Queries) CommunityWriteAssertAllowed(ctx context.Context, communityID uuid.UUID) error {
 	_, err := q.db.Exec(ctx, communityWriteAssertAllowed, communityID)
 	return err
@@ -238,10 +242,10 @@ func (q *Queries) SchemaDestructionLockTryShared(ctx context.Context) (bool, err
 }
 
 const servingWriteLeaseSet = `-- name: ServingWriteLeaseSet :exec
-SELECT set_config('community_deletion.serving_write_lease_id', $1::text, true),
-       set_config('community_deletion.serving_write_owner', $2::text, true),
-       set_config('community_deletion.serving_write_generation', $3::text, true),
-       set_config('community_deletion.serving_write_fence_generation', $4::text, true)
+SELECT pg_catalog.set_config('community_deletion.serving_write_lease_id', $1, true),
+       pg_catalog.set_config('community_deletion.serving_write_owner', $2, true),
+       pg_catalog.set_config('community_deletion.serving_write_generation', $3, true),
+       pg_catalog.set_config('community_deletion.serving_write_fence_generation', $4, true)
 `
 
 type ServingWriteLeaseSetParams struct {
@@ -251,7 +255,9 @@ type ServingWriteLeaseSetParams struct {
 	FenceGeneration string
 }
 
-// Carries a serving write lease in the transaction, for the write fence.
+// Carries a serving write lease in the transaction, for the write fence. It
+// runs in a service's own transaction, under the service's search_path, so
+// it qualifies every name.
 func (q *Queries) ServingWriteLeaseSet(ctx context.Context, arg ServingWriteLeaseSetParams) error {
 	_, err := q.db.Exec(ctx, servingWriteLeaseSet,
 		arg.LeaseID,
@@ -263,10 +269,12 @@ func (q *Queries) ServingWriteLeaseSet(ctx context.Context, arg ServingWriteLeas
 }
 
 const transactionIsolationGet = `-- name: TransactionIsolationGet :one
-SELECT current_setting('transaction_isolation')::text AS isolation
+SELECT pg_catalog.current_setting('transaction_isolation') AS isolation
 `
 
 // The transaction's isolation level, as PostgreSQL names it ('read committed').
+// It runs in a service's own transaction, under the service's search_path,
+// so it qualifies every name.
 func (q *Queries) TransactionIsolationGet(ctx context.Context) (string, error) {
 	row := q.db.QueryRow(ctx, transactionIsolationGet)
 	var isolation string

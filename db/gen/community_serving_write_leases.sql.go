@@ -208,16 +208,16 @@ const servingWriteLeaseValid = `-- name: ServingWriteLeaseValid :one
 SELECT EXISTS (
     SELECT 1
     FROM community_deletion.community_serving_write_leases lease
-    JOIN community_deletion.communities community ON community.id = lease.community_id
-    WHERE lease.id = $1
-      AND lease.community_id = $2
-      AND lease.owner = $3
-      AND lease.generation = $4
-      AND lease.fence_generation = $5
-      AND lease.lease_until >= clock_timestamp()
-      AND community.deletion_state IN ('active', 'quiescing')
-      AND community.deletion_fence_generation = lease.fence_generation
-)::boolean AS valid
+    JOIN community_deletion.communities community ON community.id OPERATOR(pg_catalog.=) lease.community_id
+    WHERE lease.id OPERATOR(pg_catalog.=) $1
+      AND lease.community_id OPERATOR(pg_catalog.=) $2
+      AND lease.owner OPERATOR(pg_catalog.=) $3
+      AND lease.generation OPERATOR(pg_catalog.=) $4
+      AND lease.fence_generation OPERATOR(pg_catalog.=) $5
+      AND lease.lease_until OPERATOR(pg_catalog.>=) pg_catalog.clock_timestamp()
+      AND community.deletion_state OPERATOR(pg_catalog.=) ANY ('{active,quiescing}'::pg_catalog.text[])
+      AND community.deletion_fence_generation OPERATOR(pg_catalog.=) lease.fence_generation
+) AS valid
 `
 
 type ServingWriteLeaseValidParams struct {
@@ -231,7 +231,9 @@ type ServingWriteLeaseValidParams struct {
 // Whether exactly this lease is unexpired and its community is active or
 // quiescing at the lease's fence generation. Expiry is judged on
 // clock_timestamp(), so a lease that expired while the transaction waited
-// for a lock is never taken as current.
+// for a lock is never taken as current. It runs in a service's own
+// transaction too (GuardTransactionWithLease), under the service's
+// search_path, so it qualifies every name and operator.
 func (q *Queries) ServingWriteLeaseValid(ctx context.Context, arg ServingWriteLeaseValidParams) (bool, error) {
 	row := q.db.QueryRow(ctx, servingWriteLeaseValid,
 		arg.ID,

@@ -43,7 +43,9 @@ type Querier interface {
 	CommunityDeletionLockExclusive(ctx context.Context, communityID uuid.UUID) error
 	CommunityDeletionLockKey(ctx context.Context, communityID uuid.UUID) (int64, error)
 	// Takes the community's deletion lock shared until the transaction ends, as
-	// every writer of community data does.
+	// every writer of community data does. It runs in a service's own
+	// transaction too (GuardTransactionWithLease), under the service's
+	// search_path, so it qualifies every name.
 	CommunityDeletionLockShared(ctx context.Context, communityID uuid.UUID) error
 	// Fences a quiescing community under a new fence generation. The caller is
 	// the authorized executor at that generation and holds the community lock.
@@ -79,6 +81,8 @@ type Querier interface {
 	// SQLSTATE 25000, takes the community's deletion lock shared until the
 	// transaction ends, then refuses with SQLSTATE 55000 ("community write
 	// refused: ...") unless community_write_allowed() admits the transaction.
+	// It runs in a service's own transaction (GuardTransaction), under the
+	// service's search_path, so it qualifies every name.
 	CommunityWriteAssertAllowed(ctx context.Context, communityID uuid.UUID) error
 	DeletionApprovalGetByRequest(ctx context.Context, requestID uuid.UUID) (CommunityDeletionApproval, error)
 	// When the grace period of each of the given requests' approvals ends.
@@ -329,7 +333,9 @@ type Querier interface {
 	// the lease's fence generation (once quiescing, a lease only runs out). The
 	// caller holds the shared community lock. No row: the lease is stale.
 	ServingWriteLeaseRenew(ctx context.Context, arg ServingWriteLeaseRenewParams) (time.Time, error)
-	// Carries a serving write lease in the transaction, for the write fence.
+	// Carries a serving write lease in the transaction, for the write fence. It
+	// runs in a service's own transaction, under the service's search_path, so
+	// it qualifies every name.
 	ServingWriteLeaseSet(ctx context.Context, arg ServingWriteLeaseSetParams) error
 	// Active and expired lease counts and PostgreSQL's dead-tuple estimate for
 	// the lease table.
@@ -337,7 +343,9 @@ type Querier interface {
 	// Whether exactly this lease is unexpired and its community is active or
 	// quiescing at the lease's fence generation. Expiry is judged on
 	// clock_timestamp(), so a lease that expired while the transaction waited
-	// for a lock is never taken as current.
+	// for a lock is never taken as current. It runs in a service's own
+	// transaction too (GuardTransactionWithLease), under the service's
+	// search_path, so it qualifies every name and operator.
 	ServingWriteLeaseValid(ctx context.Context, arg ServingWriteLeaseValidParams) (bool, error)
 	// The declared storage layout: every template whose newest row declares it
 	// (a later 'retire' row retires it), by kind and template.
@@ -349,6 +357,8 @@ type Querier interface {
 	// inserts nothing.
 	StorageTaxonomySweepInsert(ctx context.Context, arg StorageTaxonomySweepInsertParams) (StorageTaxonomySweep, error)
 	// The transaction's isolation level, as PostgreSQL names it ('read committed').
+	// It runs in a service's own transaction, under the service's search_path,
+	// so it qualifies every name.
 	TransactionIsolationGet(ctx context.Context) (string, error)
 }
 

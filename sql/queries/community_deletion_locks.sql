@@ -7,15 +7,19 @@ SELECT pg_advisory_xact_lock(community_deletion.community_deletion_lock_key(@com
 
 -- name: CommunityDeletionLockShared :exec
 -- Takes the community's deletion lock shared until the transaction ends, as
--- every writer of community data does.
-SELECT pg_advisory_xact_lock_shared(community_deletion.community_deletion_lock_key(@community_id::uuid));
+-- every writer of community data does. It runs in a service's own
+-- transaction too (GuardTransactionWithLease), under the service's
+-- search_path, so it qualifies every name.
+SELECT pg_catalog.pg_advisory_xact_lock_shared(community_deletion.community_deletion_lock_key(@community_id));
 
 -- name: CommunityWriteAssertAllowed :exec
 -- The explicit write admission: refuses REPEATABLE READ and SERIALIZABLE with
 -- SQLSTATE 25000, takes the community's deletion lock shared until the
 -- transaction ends, then refuses with SQLSTATE 55000 ("community write
 -- refused: ...") unless community_write_allowed() admits the transaction.
-SELECT community_deletion.assert_community_write_allowed(@community_id::uuid);
+-- It runs in a service's own transaction (GuardTransaction), under the
+-- service's search_path, so it qualifies every name.
+SELECT community_deletion.assert_community_write_allowed(@community_id);
 
 -- name: DeletionExecutorSet :exec
 -- Marks the transaction as the authorized deletion executor of a community at
@@ -33,15 +37,19 @@ SELECT pg_advisory_xact_lock_shared(community_deletion.community_schema_destruct
 SELECT pg_try_advisory_xact_lock_shared(community_deletion.community_schema_destruction_lock_key())::boolean AS locked;
 
 -- name: ServingWriteLeaseSet :exec
--- Carries a serving write lease in the transaction, for the write fence.
-SELECT set_config('community_deletion.serving_write_lease_id', @lease_id::text, true),
-       set_config('community_deletion.serving_write_owner', @owner::text, true),
-       set_config('community_deletion.serving_write_generation', @generation::text, true),
-       set_config('community_deletion.serving_write_fence_generation', @fence_generation::text, true);
+-- Carries a serving write lease in the transaction, for the write fence. It
+-- runs in a service's own transaction, under the service's search_path, so
+-- it qualifies every name.
+SELECT pg_catalog.set_config('community_deletion.serving_write_lease_id', @lease_id, true),
+       pg_catalog.set_config('community_deletion.serving_write_owner', @owner, true),
+       pg_catalog.set_config('community_deletion.serving_write_generation', @generation, true),
+       pg_catalog.set_config('community_deletion.serving_write_fence_generation', @fence_generation, true);
 
 -- name: TransactionIsolationGet :one
 -- The transaction's isolation level, as PostgreSQL names it ('read committed').
-SELECT current_setting('transaction_isolation')::text AS isolation;
+-- It runs in a service's own transaction, under the service's search_path,
+-- so it qualifies every name.
+SELECT pg_catalog.current_setting('transaction_isolation') AS isolation;
 
 -- name: LockHoldersList :many
 -- The sessions and prepared transactions that hold an advisory lock key, for

@@ -81,17 +81,19 @@ FROM community_deletion.community_serving_write_leases lease;
 -- Whether exactly this lease is unexpired and its community is active or
 -- quiescing at the lease's fence generation. Expiry is judged on
 -- clock_timestamp(), so a lease that expired while the transaction waited
--- for a lock is never taken as current.
+-- for a lock is never taken as current. It runs in a service's own
+-- transaction too (GuardTransactionWithLease), under the service's
+-- search_path, so it qualifies every name and operator.
 SELECT EXISTS (
     SELECT 1
     FROM community_deletion.community_serving_write_leases lease
-    JOIN community_deletion.communities community ON community.id = lease.community_id
-    WHERE lease.id = @id
-      AND lease.community_id = @community_id
-      AND lease.owner = @owner
-      AND lease.generation = @generation
-      AND lease.fence_generation = @fence_generation
-      AND lease.lease_until >= clock_timestamp()
-      AND community.deletion_state IN ('active', 'quiescing')
-      AND community.deletion_fence_generation = lease.fence_generation
-)::boolean AS valid;
+    JOIN community_deletion.communities community ON community.id OPERATOR(pg_catalog.=) lease.community_id
+    WHERE lease.id OPERATOR(pg_catalog.=) @id
+      AND lease.community_id OPERATOR(pg_catalog.=) @community_id
+      AND lease.owner OPERATOR(pg_catalog.=) @owner
+      AND lease.generation OPERATOR(pg_catalog.=) @generation
+      AND lease.fence_generation OPERATOR(pg_catalog.=) @fence_generation
+      AND lease.lease_until OPERATOR(pg_catalog.>=) pg_catalog.clock_timestamp()
+      AND community.deletion_state OPERATOR(pg_catalog.=) ANY ('{active,quiescing}'::pg_catalog.text[])
+      AND community.deletion_fence_generation OPERATOR(pg_catalog.=) lease.fence_generation
+) AS valid;
