@@ -412,6 +412,7 @@ var hostileAttacks = []hostileAttack{
 	{name: "planted functions and operators in public never run", run: attackPlanted},
 	{name: "CREATE in community_deletion is refused to every other role", run: attackCreateInSchema},
 	{name: "the owner of community_deletion outside a migration run", prepare: prepareSchemaOwner, run: attackSchemaOwner},
+	{name: "the DDL guard's exemption for migration runs", run: attackGuardExemption},
 	{name: "a WHEN clause on a fence trigger", run: attackFenceWhen},
 	{name: "a partition detached, written and re-attached", run: attackPartition},
 	{name: "a column type change that moves rows between communities", run: attackRewrite},
@@ -535,11 +536,14 @@ func attackPlanted(t *testing.T, w *hostileWorld) walkHooks {
 		require.False(t, share)
 	}
 	// The serving login's own session puts pg_catalog last, behind public
-	// and a temporary communities table of its own, for the fence's hot
-	// path, which runs with the caller's search_path.
+	// and temporary tables of its own named like what the fence reads, for
+	// the fence's hot path, which runs with the caller's search_path.
 	own := roleSession(t, w.b, fixture.RoleServing)
 	for _, sql := range []string{
 		"CREATE TEMP TABLE communities (id uuid, host text, deletion_state text, deletion_fence_generation bigint)",
+		// Named like the fence's transition tables, holding an active community.
+		"CREATE TEMP TABLE community_fence_new AS SELECT '" + w.bystander.String() + "'::uuid AS community_id",
+		"CREATE TEMP TABLE community_fence_old AS SELECT '" + w.bystander.String() + "'::uuid AS community_id",
 		"SET search_path = public, pg_temp, community_deletion, pg_catalog",
 	} {
 		_, err := own.Exec(ctx, sql)
@@ -757,6 +761,43 @@ func attackSchemaOwner(t *testing.T, w *hostileWorld) walkHooks {
 			}
 			w.unblock(t)
 		}
+	}}
+}
+
+// attackGuardExemption: the table owner takes the schema-destruction lock,
+// as a migration run does, and asks to open a run, and the operator and the
+// serving login ask too, then the owner disables a fence. With the guard the
+// lock exempts nothing and only the schema's owner opens a run (42501 each),
+// and the fence stays; without it the disabled fence is drift that blocks
+// the claim until it is enabled again.
+func attackGuardExemption(_ *testing.T, w *hostileWorld) walkHooks {
+	return walkHooks{approved: func(t *testing.T) {
+		ctx := t.Context()
+		before := triggerSnapshot(t, w.b, "public.fixture_messages")
+		require.NoError(t, w.asOwner(t, fmt.Sprintf("SELECT pg_advisory_lock(%d)", int64(schemaDestructionLockKey))))
+		if w.guard {
+			sessions := []fixture.Execer{w.ownerConn, w.b.as(fixture.RoleOperator), w.b.as(fixture.RoleServing)}
+			for _, session := range sessions {
+				_, err := session.Exec(ctx, "SELECT community_deletion.community_deletion_ddl_guard_open_run()")
+				requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "migration run refused")
+				_, err = session.Exec(ctx, `INSERT INTO community_deletion.community_deletion_ddl_guard_runs (pid, backend_start, login, application_name)
+					SELECT pg_backend_pid(), backend_start, session_user, '' FROM pg_stat_activity WHERE pid = pg_backend_pid()`)
+				requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "")
+			}
+		}
+		err := w.asOwner(t, "ALTER TABLE public.fixture_messages DISABLE TRIGGER community_write_fence_insert")
+		// Held, the lock would only make the claim wait.
+		require.NoError(t, w.asOwner(t, fmt.Sprintf("SELECT pg_advisory_unlock(%d)", int64(schemaDestructionLockKey))))
+		if w.guard {
+			requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "DDL refused")
+			require.Equal(t, before, triggerSnapshot(t, w.b, "public.fixture_messages"))
+			return
+		}
+		require.NoError(t, err)
+		w.requireClaimBlocked(t, "fixture_messages", "unfenced")
+		require.NoError(t, w.asOwner(t, "ALTER TABLE public.fixture_messages ENABLE TRIGGER community_write_fence_insert"))
+		require.Equal(t, before, triggerSnapshot(t, w.b, "public.fixture_messages"))
+		w.unblock(t)
 	}}
 }
 
