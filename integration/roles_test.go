@@ -82,8 +82,8 @@ func TestMigrateCreatesTheDeploymentRolesOrNamesTheStatement(t *testing.T) {
 	// With the guard installed, the schema's owner (not a superuser) runs
 	// the migration job in a run of the guard, which only a login of that
 	// owner may open, and closes it again; 00021's Down itself refuses while
-	// the guard lives in the schema it would drop.
-	code, _, stderr = runMigrate(t, plainURL, "down")
+	// the guard lives in the schema it would drop (the Downs above it pass).
+	code, _, stderr = runMigrate(t, plainURL, "down-to", "20")
 	require.Equal(t, exitcode.Failure, code, stderr)
 	require.Contains(t, stderr, "run `migrate uninstall-ddl-guard` first")
 	var runs int
@@ -92,7 +92,7 @@ func TestMigrateCreatesTheDeploymentRolesOrNamesTheStatement(t *testing.T) {
 	require.Equal(t, 1, runs)
 	code, _, stderr = runMigrate(t, srv.ConnString("plain"), "uninstall-ddl-guard")
 	require.Equal(t, 0, code, stderr)
-	code, _, stderr = runMigrate(t, plainURL, "down")
+	code, _, stderr = runMigrate(t, plainURL, "down-to", "20")
 	require.Equal(t, 0, code, stderr)
 	code, _, stderr = runMigrate(t, plainURL, "up")
 	require.Equal(t, 0, code, stderr)
