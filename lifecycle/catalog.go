@@ -205,8 +205,10 @@ func (o *Operator) InventorySchema(ctx context.Context, community uuid.UUID) (*S
 			NullifyTables: []string{},
 		}
 		schemas := make(map[string]string, len(registry))
+		keys := make(map[string]string, len(registry))
 		for _, table := range registry {
 			schemas[table.TableName] = table.TableSchema
+			keys[table.TableName] = table.TenantKey
 			m.ScopedTables = append(m.ScopedTables, table.TableName)
 			if table.PurgeAction == "nullify" {
 				m.NullifyTables = append(m.NullifyTables, table.TableName)
@@ -214,10 +216,12 @@ func (o *Operator) InventorySchema(ctx context.Context, community uuid.UUID) (*S
 		}
 		slices.Sort(m.ScopedTables)
 		slices.Sort(m.NullifyTables)
-		// Table names come only from the validated registry and are quoted
-		// as identifiers, qualified by the schema the registry records.
+		// Table and column names come only from the validated registry and
+		// are quoted as identifiers, qualified by the schema the registry
+		// records; each table is counted by its own tenant key.
 		for _, table := range m.ScopedTables {
-			sql := "SELECT count(*) FROM " + pgx.Identifier{schemas[table], table}.Sanitize() + " WHERE community_id = $1"
+			sql := "SELECT count(*) FROM " + pgx.Identifier{schemas[table], table}.Sanitize() +
+				" WHERE " + pgx.Identifier{keys[table]}.Sanitize() + " = $1"
 			var n int64
 			if err := tx.QueryRow(ctx, sql, community).Scan(&n); err != nil {
 				return fmt.Errorf("count rows of %s in %s: %w", community, table, err)

@@ -106,8 +106,9 @@ type Page struct {
 	Next *Cursor
 }
 
-// Submit records a deletion request for the active community whose host is
-// host (compared case-insensitively), on behalf of requestedBy with an
+// Submit records a deletion request for the active community whose id is
+// host, or else whose host is host (compared case-insensitively; a tenant
+// of a declared tenant table has no host), on behalf of requestedBy with an
 // optional reason. Submitting again while the same requester's request is
 // still submitted returns that request unchanged. A missing, quiescing,
 // fenced or tombstoned community, and one that already has an open request
@@ -152,7 +153,7 @@ func (o *Operator) Submit(ctx context.Context, host, requestedBy, reason string)
 func submitRefusal(ctx context.Context, q *dbgen.Queries, host string) error {
 	community, err := q.CommunityGetByHost(ctx, host)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return refusef("no community has host %q", boundText(host, 256))
+		return refusef("no community has id or host %q; name the tenant by its id, or the community by its host", boundText(host, 256))
 	}
 	if err != nil {
 		return fmt.Errorf("read community: %w", err)

@@ -133,11 +133,25 @@ type DriftFinding struct {
 	Problem string
 }
 
+// ExcludedTable is a table that looks like tenant data but that its owner
+// excluded from the deletion with community_deletion.exclude_table(): the
+// drift report does not flag it, and a deletion leaves its rows alone.
+type ExcludedTable struct {
+	// Table is the table, schema-qualified.
+	Table string
+	// Reason is why its owner excluded it.
+	Reason string
+	// ExcludedBy is the login that excluded it.
+	ExcludedBy string
+}
+
 // HealthReport is what community_deletion_health() and the catalog drift
-// report find; both empty means healthy.
+// report find; both empty means healthy. Excluded lists, for the record,
+// the tables their owners excluded; they do not make it unhealthy.
 type HealthReport struct {
 	Findings []HealthFinding
 	Drift    []DriftFinding
+	Excluded []ExcludedTable
 }
 
 // Healthy reports whether neither report found anything.
@@ -147,7 +161,7 @@ func (r *HealthReport) Healthy() bool { return len(r.Findings) == 0 && len(r.Dri
 // in one read-only transaction and returns their rows. Any drift row stops
 // every deletion from destroying anything until it is fixed.
 func (o *Operator) Health(ctx context.Context) (*HealthReport, error) {
-	report := &HealthReport{Findings: []HealthFinding{}, Drift: []DriftFinding{}}
+	report := &HealthReport{Findings: []HealthFinding{}, Drift: []DriftFinding{}, Excluded: []ExcludedTable{}}
 	err := o.begin(ctx, true, func(tx pgx.Tx) error {
 		q := dbgen.New(tx)
 		findings, err := q.HealthFindings(ctx)
@@ -163,6 +177,13 @@ func (o *Operator) Health(ctx context.Context) (*HealthReport, error) {
 		}
 		for _, d := range drift {
 			report.Drift = append(report.Drift, DriftFinding{Table: d.TableName, Problem: d.Problem})
+		}
+		excluded, err := q.CatalogExcludedTables(ctx)
+		if err != nil {
+			return fmt.Errorf("list excluded tables: %w", err)
+		}
+		for _, e := range excluded {
+			report.Excluded = append(report.Excluded, ExcludedTable{Table: e.TableName, Reason: e.Reason, ExcludedBy: e.ExcludedBy})
 		}
 		return nil
 	})

@@ -69,11 +69,12 @@ type PurgeMethod string
 // (and fall back as Auto does where it does not), for benchmarks and tests.
 const (
 	// PurgeMethodAuto uses PurgeMethodKeyset where the table has a primary
-	// key column besides community_id and an index on (community_id, that
-	// column); else PurgeMethodCommunityCTID where an index leads with
-	// community_id; else PurgeMethodTIDRange.
+	// key column besides its tenant key (community_id unless attach named
+	// another) and an index on (tenant key, that column); else
+	// PurgeMethodCommunityCTID where an index leads with the tenant key;
+	// else PurgeMethodTIDRange.
 	PurgeMethodAuto PurgeMethod = ""
-	// PurgeMethodKeyset walks a keyset cursor over (community_id, key): each
+	// PurgeMethodKeyset walks a keyset cursor over (tenant key, key): each
 	// batch finds the key N rows past the cursor with an index-only scan and
 	// deletes the key range up to it, so no batch revisits the index
 	// entries an earlier batch left dead.
@@ -310,7 +311,7 @@ func (e *Engine) CheckPostgresPurged(ctx context.Context, token LeaseToken) erro
 			return fmt.Errorf("set enable_seqscan: %w", err)
 		}
 		for _, shape := range shapes {
-			remains, err := purgeRowsRemain(ctx, tx, shape.SchemaName, shape.TableName, token)
+			remains, err := purgeRowsRemain(ctx, tx, shape.SchemaName, shape.TableName, shape.TenantKey, token)
 			if err != nil {
 				return err
 			}
@@ -347,7 +348,10 @@ type purgeTable struct {
 	name, schema string
 	action       string
 	partitioned  bool
-	// key is the primary key column besides community_id, or "".
+	// tenant is the table's declared tenant key column (community_id
+	// unless attach named another).
+	tenant string
+	// key is the primary key column besides the tenant key, or "".
 	key string
 	// method is the resolved batch mechanic.
 	method PurgeMethod
@@ -372,6 +376,9 @@ func (t *purgeTable) unit() string {
 }
 
 func (t *purgeTable) ident() string { return pgx.Identifier{t.schema, t.name}.Sanitize() }
+
+// tenantCol is the table's tenant key column, quoted as an identifier.
+func (t *purgeTable) tenantCol() string { return pgx.Identifier{t.tenant}.Sanitize() }
 
 // purgeCheckpoint is the detail of a per-table purge checkpoint.
 type purgeCheckpoint struct {
@@ -472,6 +479,7 @@ func (r *purgeRun) plan(ctx context.Context, recheck bool) (*purgePlan, error) {
 			t := &purgeTable{
 				name: shape.TableName, schema: shape.SchemaName, action: shape.PurgeAction,
 				partitioned: shape.Partitioned, key: shape.KeyColumn, referenced: shape.Referenced,
+				tenant: shape.TenantKey,
 			}
 			t.method = purgeResolveMethod(r.opts.Method, shape)
 			if c, ok := done[t.unit()]; ok {
@@ -666,12 +674,13 @@ func (b *purgeBatcher) sweep(ctx context.Context) (bool, error) {
 	if b.descending() {
 		after, upTo, order = " < ", " >= ", " DESC"
 	}
-	orderBy := " ORDER BY community_id" + order + ", " + key + order
+	tenant := t.tenantCol()
+	orderBy := " ORDER BY " + tenant + order + ", " + key + order
 	var from any
 	for i := 0; i <= len(b.bounds); i++ {
 		// community_id = ANY of a one-element array, not "=": see above.
 		args := []any{b.run.token.CommunityID}
-		filter := "community_id = ANY (ARRAY[$1]::uuid[])"
+		filter := tenant + " = ANY (ARRAY[$1]::uuid[])"
 		if from != nil {
 			args = append(args, from)
 			filter += " AND " + key + after + fmt.Sprintf("$%d", len(args))
@@ -867,8 +876,9 @@ func (b *purgeBatcher) statement(ctx context.Context, tx pgx.Tx) (int64, bool, e
 	community := b.run.token.CommunityID
 	n := b.n
 	table := t.ident()
+	tenant := t.tenantCol()
 	// action turns a target and a row filter into the batch's data
-	// statement: delete the rows, clear their community_id, or clear their
+	// statement: delete the rows, clear their tenant key, or clear their
 	// self-references.
 	action := func(target, where string) string {
 		switch {
@@ -882,13 +892,13 @@ func (b *purgeBatcher) statement(ctx context.Context, tx pgx.Tx) (int64, bool, e
 			slices.Sort(sets)
 			return "UPDATE " + target + " SET " + strings.Join(slices.Compact(sets), ", ") + " WHERE " + where
 		case t.action == purgeActionNullify:
-			return "UPDATE " + target + " SET community_id = NULL WHERE " + where
+			return "UPDATE " + target + " SET " + tenant + " = NULL WHERE " + where
 		default:
 			return "DELETE FROM " + target + " WHERE " + where
 		}
 	}
 	// rowFilter selects the rows still to work on.
-	rowFilter := "community_id = $1"
+	rowFilter := tenant + " = $1"
 	if b.clear {
 		var notNull []string
 		for _, k := range t.selfRefs {
@@ -952,9 +962,9 @@ func (b *purgeBatcher) statement(ctx context.Context, tx pgx.Tx) (int64, bool, e
 		limit := fmt.Sprintf(" ORDER BY %s%s LIMIT $%d", key, order, len(args))
 		var where string
 		if method == PurgeMethodKeysetCTID {
-			where = "community_id = $1 AND ctid = ANY (ARRAY(SELECT ctid FROM " + table + " WHERE " + filter + limit + "))"
+			where = tenant + " = $1 AND ctid = ANY (ARRAY(SELECT ctid FROM " + table + " WHERE " + filter + limit + "))"
 		} else {
-			where = "community_id = $1 AND " + key + " = ANY (ARRAY(SELECT " + key + " FROM " + table + " WHERE " + filter + limit + "))"
+			where = tenant + " = $1 AND " + key + " = ANY (ARRAY(SELECT " + key + " FROM " + table + " WHERE " + filter + limit + "))"
 		}
 		var rows int64
 		var last any
@@ -969,7 +979,7 @@ func (b *purgeBatcher) statement(ctx context.Context, tx pgx.Tx) (int64, bool, e
 		return rows, rows < int64(n), nil
 
 	case PurgeMethodCommunityCTID:
-		where := "community_id = $1 AND ctid = ANY (ARRAY(SELECT ctid FROM " + table + " WHERE " + rowFilter + " LIMIT $2))"
+		where := tenant + " = $1 AND ctid = ANY (ARRAY(SELECT ctid FROM " + table + " WHERE " + rowFilter + " LIMIT $2))"
 		tag, err := tx.Exec(ctx, action(table, where), community, n)
 		if err != nil {
 			return 0, false, fmt.Errorf("purge batch of %s: %w", t.name, err)
@@ -997,7 +1007,7 @@ func (b *purgeBatcher) statement(ctx context.Context, tx pgx.Tx) (int64, bool, e
 		var last *string
 		err := tx.QueryRow(ctx, "WITH picked AS (SELECT ctid AS row_address FROM "+heap+" WHERE "+rowFilter+
 			" AND ctid >= $2::tid AND ctid < $3::tid LIMIT $4), "+
-			"batch AS ("+action(heap, "community_id = $1 AND ctid = ANY (ARRAY(SELECT row_address FROM picked))")+" RETURNING 1) "+
+			"batch AS ("+action(heap, tenant+" = $1 AND ctid = ANY (ARRAY(SELECT row_address FROM picked))")+" RETURNING 1) "+
 			"SELECT (SELECT count(*) FROM batch), (SELECT max(row_address) FROM picked)::text",
 			community, tid(b.slot), tid(end), n).Scan(&rows, &last)
 		if err != nil {
@@ -1195,10 +1205,10 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 // purgeRowsRemain reports whether the table still holds a row of the
 // token's community.
-func purgeRowsRemain(ctx context.Context, tx pgx.Tx, schema, table string, token LeaseToken) (bool, error) {
+func purgeRowsRemain(ctx context.Context, tx pgx.Tx, schema, table, tenant string, token LeaseToken) (bool, error) {
 	var remains bool
 	err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+pgx.Identifier{schema, table}.Sanitize()+
-		" WHERE community_id = $1)", token.CommunityID).Scan(&remains)
+		" WHERE "+pgx.Identifier{tenant}.Sanitize()+" = $1)", token.CommunityID).Scan(&remains)
 	if err != nil {
 		return false, fmt.Errorf("look for rows of community %s in %s: %w", token.CommunityID, table, err)
 	}
@@ -1236,7 +1246,7 @@ func (r *purgeRun) finish(ctx context.Context) ([]string, error) {
 			if shape.PurgeAction != purgeActionDelete {
 				continue
 			}
-			remains, err := purgeRowsRemain(ctx, tx, shape.SchemaName, shape.TableName, r.token)
+			remains, err := purgeRowsRemain(ctx, tx, shape.SchemaName, shape.TableName, shape.TenantKey, r.token)
 			if err != nil {
 				return err
 			}
@@ -1252,13 +1262,14 @@ func (r *purgeRun) finish(ctx context.Context) ([]string, error) {
 			if shape.PurgeAction != purgeActionNullify {
 				continue
 			}
+			tenant := pgx.Identifier{shape.TenantKey}.Sanitize()
 			tag, err := tx.Exec(ctx, "UPDATE "+pgx.Identifier{shape.SchemaName, shape.TableName}.Sanitize()+
-				" SET community_id = NULL WHERE community_id = $1", r.token.CommunityID)
+				" SET "+tenant+" = NULL WHERE "+tenant+" = $1", r.token.CommunityID)
 			if err != nil {
-				return fmt.Errorf("clear community_id in %s: %w", shape.TableName, err)
+				return fmt.Errorf("clear %s in %s: %w", shape.TenantKey, shape.TableName, err)
 			}
 			nullified[shape.TableName] = r.result.Nullified[shape.TableName] + tag.RowsAffected()
-			remains, err := purgeRowsRemain(ctx, tx, shape.SchemaName, shape.TableName, r.token)
+			remains, err := purgeRowsRemain(ctx, tx, shape.SchemaName, shape.TableName, shape.TenantKey, r.token)
 			if err != nil {
 				return err
 			}

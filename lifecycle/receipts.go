@@ -143,7 +143,7 @@ func receiptBody(request uuid.UUID, f *dbgen.ReceiptFactsRow, checkpoints []dbge
 	r := receipt.Receipt{
 		Format:          receipt.Format,
 		RequestID:       request,
-		Community:       receipt.Tenant{ID: f.CommunityID, Host: f.Host, DeletedAt: *f.DeletedAt},
+		Community:       receipt.Tenant{ID: f.CommunityID, Host: deref(f.Host), DeletedAt: *f.DeletedAt},
 		InventoryDigest: hex.EncodeToString(f.InventoryDigest),
 		ManifestDigest:  manifestDigest,
 		Tables:          []receipt.Table{},

@@ -16,7 +16,9 @@ type Request struct {
 	ID uuid.UUID
 	// CommunityID is the community to delete.
 	CommunityID uuid.UUID
-	// CommunityHost is the community's host, reserved forever by its tombstone.
+	// CommunityHost is the community's host, reserved forever by its
+	// tombstone; empty for a tenant of a declared tenant table, which has
+	// none.
 	CommunityHost string
 	// Stage is the request's lifecycle stage.
 	Stage Stage
@@ -102,7 +104,7 @@ func requestFromRow(row *dbgen.CommunityDeletionRequest) (*Request, error) {
 	r := &Request{
 		ID:                         row.ID,
 		CommunityID:                row.CommunityID,
-		CommunityHost:              row.CommunityHost,
+		CommunityHost:              deref(row.CommunityHost),
 		Stage:                      stage,
 		RequestedBy:                row.RequestedBy,
 		Reason:                     deref(row.Reason),
@@ -166,6 +168,9 @@ func (r *Request) token() LeaseToken {
 
 // String names the request for logs and errors.
 func (r *Request) String() string {
+	if r.CommunityHost == "" {
+		return fmt.Sprintf("deletion %s of %s (%s)", r.ID, r.CommunityID, r.Stage)
+	}
 	return fmt.Sprintf("deletion %s of %s (%s)", r.ID, r.CommunityHost, r.Stage)
 }
 

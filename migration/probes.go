@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 )
 
 // check is one catalog fact: an object that exists in the schema the
@@ -46,6 +47,30 @@ func functionBody(signature, text string) check {
 			WHERE oid = coalesce(to_regprocedure(format('%I.%s', current_schema(), $1::text)), to_regprocedure(format('community_deletion.%s', $1::text)))
 			  AND strpos(prosrc, $2::text) > 0)`,
 		args: []any{signature, text},
+	}
+}
+
+// functionOf checks that a function exists under one of signatures: the
+// probe of an object a later migration re-created under another signature
+// (attach_community_write_fence gained its tenant_key in 00022).
+func functionOf(signatures ...string) check {
+	return check{
+		what: "function " + strings.Join(signatures, " or "),
+		query: `SELECT EXISTS (SELECT 1 FROM unnest($1::text[]) s
+			WHERE coalesce(to_regprocedure(format('%I.%s', current_schema(), s)), to_regprocedure(format('community_deletion.%s', s))) IS NOT NULL)`,
+		args: []any{signatures},
+	}
+}
+
+// functionBodyOf checks that the function of one of signatures exists and
+// its body contains text.
+func functionBodyOf(text string, signatures ...string) check {
+	return check{
+		what: fmt.Sprintf("function %s containing %q", strings.Join(signatures, " or "), text),
+		query: `SELECT EXISTS (SELECT 1 FROM unnest($1::text[]) s JOIN pg_proc
+			ON pg_proc.oid = coalesce(to_regprocedure(format('%I.%s', current_schema(), s)), to_regprocedure(format('community_deletion.%s', s)))
+			WHERE strpos(prosrc, $2::text) > 0)`,
+		args: []any{signatures, text},
 	}
 }
 
@@ -108,7 +133,7 @@ var legacyProbes = map[int64][]check{
 	},
 	5: { // 00005_community_write_fence.sql
 		function("enforce_community_write_fence()"),
-		function("attach_community_write_fence(regclass,text)"),
+		functionOf("attach_community_write_fence(regclass,text)", "attach_community_write_fence(regclass,text,name)"),
 		function("community_deletion_catalog_drift()"),
 	},
 	6: { // 00006_community_tombstone.sql
@@ -160,7 +185,8 @@ var legacyProbes = map[int64][]check{
 		trigger("community_deletion_requests", "community_deletion_requests_receipt_required"),
 	},
 	18: { // 00018_community_deletion_registry_hardening.sql
-		functionBody("community_deletion_register_table(regclass,text)", "it is a temporary table"),
+		functionBodyOf("it is a temporary table",
+			"community_deletion_register_table(regclass,text)", "community_deletion_register_table(regclass,text,name)"),
 	},
 	19: { // 00019_community_deletion_storage_layout.sql
 		table("community_deletion_storage_layout"),
@@ -180,6 +206,13 @@ var legacyProbes = map[int64][]check{
 	},
 	22: { // 00022_community_deletion_truncate_fence_repair.sql
 		table("community_deletion_truncate_fence_repairs"),
+	},
+	23: { // 00023_community_deletion_tenant_model.sql
+		table("community_deletion_tenant_table"),
+		table("community_deletion_excluded_tables"),
+		function("attach_community_write_fence(regclass,text,name)"),
+		function("declare_tenant_table(regclass,name)"),
+		function("enforce_community_kept_row_fence()"),
 	},
 }
 

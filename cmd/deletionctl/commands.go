@@ -455,6 +455,13 @@ type healthReport struct {
 	Healthy  bool            `json:"healthy"`
 	Findings []healthFinding `json:"findings"`
 	Drift    []driftFinding  `json:"drift"`
+	Excluded []excludedTable `json:"excluded"`
+}
+
+type excludedTable struct {
+	Table      string `json:"table"`
+	Reason     string `json:"reason"`
+	ExcludedBy string `json:"excluded_by"`
 }
 
 type healthFinding struct {
@@ -476,12 +483,15 @@ func health(ctx context.Context, store *lifecycle.Operator, cfg config, stdout i
 		return err
 	}
 	if cfg.json {
-		out := healthReport{Healthy: rep.Healthy(), Findings: []healthFinding{}, Drift: []driftFinding{}}
+		out := healthReport{Healthy: rep.Healthy(), Findings: []healthFinding{}, Drift: []driftFinding{}, Excluded: []excludedTable{}}
 		for _, f := range rep.Findings {
 			out.Findings = append(out.Findings, healthFinding(f))
 		}
 		for _, d := range rep.Drift {
 			out.Drift = append(out.Drift, driftFinding(d))
+		}
+		for _, e := range rep.Excluded {
+			out.Excluded = append(out.Excluded, excludedTable(e))
 		}
 		if err := writeJSON(stdout, out); err != nil {
 			return err
@@ -493,6 +503,9 @@ func health(ctx context.Context, store *lifecycle.Operator, cfg config, stdout i
 		}
 		for _, d := range rep.Drift {
 			fmt.Fprintf(tw, "drift\t%s\t%s\t\n", d.Problem, d.Table)
+		}
+		for _, e := range rep.Excluded {
+			fmt.Fprintf(tw, "excluded\t%s\tby %s\t%s\n", e.Table, e.ExcludedBy, oneLine(e.Reason))
 		}
 		if err := tw.Flush(); err != nil {
 			return fmt.Errorf("health: write: %w", err)

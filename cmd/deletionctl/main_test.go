@@ -490,7 +490,7 @@ func TestSubmitRefusals(t *testing.T) {
 	db := setup(t)
 	code, _, stderr := db.cli(t, "submit", "--host", "nowhere.example", "--by", "alice")
 	require.Equal(t, exitRefused, code, stderr)
-	requireOneLine(t, stderr, `deletionctl: refused: submit of deletion of "nowhere.example" by "alice"`, `no community has host "nowhere.example"`)
+	requireOneLine(t, stderr, `deletionctl: refused: submit of deletion of "nowhere.example" by "alice"`, `no community has id or host "nowhere.example"`)
 
 	_, host := db.createCommunity(t)
 	db.submit(t, host, "alice")

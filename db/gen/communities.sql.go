@@ -39,9 +39,13 @@ func (q *Queries) CommunityFence(ctx context.Context, arg CommunityFenceParams) 
 const communityGetByHost = `-- name: CommunityGetByHost :one
 SELECT id, host, deletion_state, deletion_fence_generation, archived_at, deleted_at, created_at, signing_key, icon
 FROM community_deletion.communities
-WHERE lower(host) = lower($1)
+WHERE id = coalesce(
+    (SELECT c.id FROM community_deletion.communities c WHERE c.id::text = lower($1::text)),
+    (SELECT c.id FROM community_deletion.communities c WHERE lower(c.host) = lower($1::text)))
 `
 
+// The community whose id (as text) is host, or else whose host is host
+// (case-insensitive): a tenant of a declared tenant table has no host.
 func (q *Queries) CommunityGetByHost(ctx context.Context, host string) (Community, error) {
 	row := q.db.QueryRow(ctx, communityGetByHost, host)
 	var i Community
@@ -118,7 +122,7 @@ RETURNING id, host, deletion_state, deletion_fence_generation, archived_at, dele
 `
 
 type CommunityInsertParams struct {
-	Host       string
+	Host       *string
 	SigningKey []byte
 	Icon       *string
 }

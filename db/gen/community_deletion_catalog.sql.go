@@ -86,6 +86,42 @@ func (q *Queries) CatalogDriftList(ctx context.Context) ([]CatalogDriftListRow, 
 	return items, nil
 }
 
+const catalogExcludedTables = `-- name: CatalogExcludedTables :many
+SELECT format('%I.%I', e.table_schema, e.table_name)::text AS table_name,
+       e.reason,
+       e.excluded_by::text AS excluded_by
+FROM community_deletion.community_deletion_excluded_tables e
+ORDER BY e.table_schema, e.table_name
+`
+
+type CatalogExcludedTablesRow struct {
+	TableName  string
+	Reason     string
+	ExcludedBy string
+}
+
+// The tables their owners excluded from the deletion (exclude_table()),
+// schema-qualified, with why and by whom.
+func (q *Queries) CatalogExcludedTables(ctx context.Context) ([]CatalogExcludedTablesRow, error) {
+	rows, err := q.db.Query(ctx, catalogExcludedTables)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []CatalogExcludedTablesRow{}
+	for rows.Next() {
+		var i CatalogExcludedTablesRow
+		if err := rows.Scan(&i.TableName, &i.Reason, &i.ExcludedBy); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const catalogFencedTables = `-- name: CatalogFencedTables :many
 SELECT rel.relname::text AS table_name
 FROM pg_catalog.pg_class rel
@@ -145,6 +181,7 @@ const catalogRegistryList = `-- name: CatalogRegistryList :many
 SELECT registered.table_name,
        registered.table_schema::text AS table_schema,
        registered.purge_action,
+       registered.tenant_key::text AS tenant_key,
        community_deletion.community_deletion_control_table(registered.table_name)::boolean AS control_plane
 FROM community_deletion.community_scoped_tables registered
 ORDER BY registered.table_name
@@ -154,11 +191,13 @@ type CatalogRegistryListRow struct {
 	TableName    string
 	TableSchema  string
 	PurgeAction  string
+	TenantKey    string
 	ControlPlane bool
 }
 
-// The registry of tenant tables, with whether each names a deletion
-// control-plane table (which must never be registered).
+// The registry of tenant tables, with each one's tenant key column and
+// whether it names a deletion control-plane table (which must never be
+// registered).
 func (q *Queries) CatalogRegistryList(ctx context.Context) ([]CatalogRegistryListRow, error) {
 	rows, err := q.db.Query(ctx, catalogRegistryList)
 	if err != nil {
@@ -172,6 +211,7 @@ func (q *Queries) CatalogRegistryList(ctx context.Context) ([]CatalogRegistryLis
 			&i.TableName,
 			&i.TableSchema,
 			&i.PurgeAction,
+			&i.TenantKey,
 			&i.ControlPlane,
 		); err != nil {
 			return nil, err

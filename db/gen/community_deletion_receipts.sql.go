@@ -46,7 +46,7 @@ WHERE r.id = $1
 
 type ReceiptFactsRow struct {
 	CommunityID                uuid.UUID
-	Host                       string
+	Host                       *string
 	DeletedAt                  *time.Time
 	RequestedBy                string
 	RequestedByRole            string

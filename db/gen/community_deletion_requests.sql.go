@@ -1332,7 +1332,9 @@ const deletionRequestSubmit = `-- name: DeletionRequestSubmit :one
 WITH target AS (
     SELECT community.id, community.host
     FROM community_deletion.communities community
-    WHERE lower(community.host) = lower($1::text)
+    WHERE community.id = coalesce(
+        (SELECT c.id FROM community_deletion.communities c WHERE c.id::text = lower($1::text)),
+        (SELECT c.id FROM community_deletion.communities c WHERE lower(c.host) = lower($1::text)))
       AND community.deletion_state = 'active'
       AND community.deleted_at IS NULL
 ), inserted AS (
@@ -1363,7 +1365,7 @@ type DeletionRequestSubmitParams struct {
 type DeletionRequestSubmitRow struct {
 	ID                         uuid.UUID
 	CommunityID                uuid.UUID
-	CommunityHost              string
+	CommunityHost              *string
 	Stage                      string
 	RetryStage                 *string
 	RequestedBy                string
@@ -1397,10 +1399,11 @@ type DeletionRequestSubmitRow struct {
 	RequestedByRole            *string
 }
 
-// Submits a request for the active community named host (case-insensitive).
-// Submitting again while the same requester's request is still submitted
-// returns that request. No row: the community is missing, not active, or
-// already has an open request.
+// Submits a request for the active community whose id (as text) is host,
+// or else whose host is host (case-insensitive): a tenant of a declared
+// tenant table has no host. Submitting again while the same requester's
+// request is still submitted returns that request. No row: the community
+// is missing, not active, or already has an open request.
 func (q *Queries) DeletionRequestSubmit(ctx context.Context, arg DeletionRequestSubmitParams) (DeletionRequestSubmitRow, error) {
 	row := q.db.QueryRow(ctx, deletionRequestSubmit, arg.Host, arg.RequestedBy, arg.Reason)
 	var i DeletionRequestSubmitRow

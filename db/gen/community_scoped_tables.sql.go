@@ -24,7 +24,7 @@ func (q *Queries) CommunityScopedTableAttach(ctx context.Context, arg CommunityS
 }
 
 const communityScopedTableList = `-- name: CommunityScopedTableList :many
-SELECT table_name, purge_action, registered_at, registered_by, table_schema
+SELECT table_name, purge_action, registered_at, registered_by, table_schema, tenant_key
 FROM community_deletion.community_scoped_tables
 ORDER BY table_name
 `
@@ -44,6 +44,7 @@ func (q *Queries) CommunityScopedTableList(ctx context.Context) ([]CommunityScop
 			&i.RegisteredAt,
 			&i.RegisteredBy,
 			&i.TableSchema,
+			&i.TenantKey,
 		); err != nil {
 			return nil, err
 		}

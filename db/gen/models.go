@@ -13,7 +13,7 @@ import (
 
 type Community struct {
 	ID                      uuid.UUID
-	Host                    string
+	Host                    *string
 	DeletionState           string
 	DeletionFenceGeneration int64
 	ArchivedAt              *time.Time
@@ -47,6 +47,25 @@ type CommunityDeletionCheckpoint struct {
 	Error           *string
 	StartedAt       time.Time
 	CompletedAt     *time.Time
+}
+
+// Tables that look like tenant data but that their owner keeps out of the deletion (exclude_table()), with why; the drift report does not flag them.
+type CommunityDeletionCommunityDeletionExcludedTable struct {
+	TableSchema string
+	TableName   string
+	Reason      string
+	ExcludedBy  string
+	ExcludedAt  time.Time
+}
+
+// The service's own tenant table, declared once by its owner with declare_tenant_table(); written only by that function.
+type CommunityDeletionCommunityDeletionTenantTable struct {
+	Singleton   bool
+	TableSchema string
+	TableName   string
+	KeyColumn   string
+	DeclaredBy  string
+	DeclaredAt  time.Time
 }
 
 // Digests of the control tables (indexes, constraints, triggers) and of each guard trigger's definition, as the last migration left them (community_deletion_seal_functions()); community_deletion_catalog_drift() compares the live catalog with them.
@@ -125,7 +144,7 @@ type CommunityDeletionReceipt struct {
 type CommunityDeletionRequest struct {
 	ID                         uuid.UUID
 	CommunityID                uuid.UUID
-	CommunityHost              string
+	CommunityHost              *string
 	Stage                      string
 	RetryStage                 *string
 	RequestedBy                string
@@ -207,6 +226,8 @@ type CommunityScopedTable struct {
 	RegisteredBy *string
 	// The schema of the registered table: any schema of the service (community_deletion_tenant_schema()).
 	TableSchema string
+	// The column of the registered table that holds its tenant's id (uuid), as attach_community_write_fence() was given it.
+	TenantKey string
 }
 
 type CommunityServingWriteLease struct {

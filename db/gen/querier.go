@@ -20,6 +20,9 @@ type Querier interface {
 	// (sqlc does not see the RETURNS TABLE columns, sqlc-dev/sqlc#3391: the
 	// alias list names them and the casts type them.)
 	CatalogDriftList(ctx context.Context) ([]CatalogDriftListRow, error)
+	// The tables their owners excluded from the deletion (exclude_table()),
+	// schema-qualified, with why and by whom.
+	CatalogExcludedTables(ctx context.Context) ([]CatalogExcludedTablesRow, error)
 	// The tables (partitioned parents and plain tables, not partitions) in the
 	// service's schemas that carry the complete, enabled write fence: its
 	// INSERT, UPDATE and DELETE statement triggers with their transition tables.
@@ -27,8 +30,9 @@ type Querier interface {
 	// Whether the deletion control plane is installed. It probes the catalog,
 	// not the migration tool's version table.
 	CatalogPing(ctx context.Context) (bool, error)
-	// The registry of tenant tables, with whether each names a deletion
-	// control-plane table (which must never be registered).
+	// The registry of tenant tables, with each one's tenant key column and
+	// whether it names a deletion control-plane table (which must never be
+	// registered).
 	CatalogRegistryList(ctx context.Context) ([]CatalogRegistryListRow, error)
 	// Which of table_names exist as tables in schema community_deletion.
 	CatalogRelationsPresent(ctx context.Context, tableNames []string) ([]string, error)
@@ -50,6 +54,8 @@ type Querier interface {
 	// Fences a quiescing community under a new fence generation. The caller is
 	// the authorized executor at that generation and holds the community lock.
 	CommunityFence(ctx context.Context, arg CommunityFenceParams) (int64, error)
+	// The community whose id (as text) is host, or else whose host is host
+	// (case-insensitive): a tenant of a declared tenant table has no host.
 	CommunityGetByHost(ctx context.Context, host string) (Community, error)
 	CommunityGetByID(ctx context.Context, id uuid.UUID) (Community, error)
 	// Locks the community row for a lifecycle step. FOR NO KEY UPDATE, not FOR
@@ -206,10 +212,11 @@ type Querier interface {
 	// Releases a lease its holder presents, expired or not. No row: the lease
 	// was already taken over or released.
 	DeletionRequestReleaseLease(ctx context.Context, arg DeletionRequestReleaseLeaseParams) (int64, error)
-	// Submits a request for the active community named host (case-insensitive).
-	// Submitting again while the same requester's request is still submitted
-	// returns that request. No row: the community is missing, not active, or
-	// already has an open request.
+	// Submits a request for the active community whose id (as text) is host,
+	// or else whose host is host (case-insensitive): a tenant of a declared
+	// tenant table has no host. Submitting again while the same requester's
+	// request is still submitted returns that request. No row: the community
+	// is missing, not active, or already has an open request.
 	DeletionRequestSubmit(ctx context.Context, arg DeletionRequestSubmitParams) (DeletionRequestSubmitRow, error)
 	// Clears a block after an operator's remediation: the retry streak, the last
 	// error and any expired lease go, and the request is due now.
@@ -240,8 +247,8 @@ type Querier interface {
 	ProtectionEventInsert(ctx context.Context, arg ProtectionEventInsertParams) (CommunityDeletionProtectionEvent, error)
 	// A community's protection history, newest first.
 	ProtectionEventsByCommunity(ctx context.Context, arg ProtectionEventsByCommunityParams) ([]CommunityDeletionProtectionEvent, error)
-	// The partitions of registered 'delete' tables, partitioned LIST
-	// (community_id), whose bound holds exactly this community: they go by
+	// The partitions of registered 'delete' tables, partitioned LIST by their
+	// tenant key, whose bound holds exactly this community: they go by
 	// DETACH PARTITION and DROP TABLE instead of row deletes, where the purging
 	// role has the privileges of the owners of the table and the partition (an
 	// executor that does not deletes their rows in batches instead).
@@ -284,12 +291,13 @@ type Querier interface {
 	// UPDATE and EXISTS statements are built in Go from the table and column
 	// names these queries return, all read from the registry and the catalog.
 	// Every registered table that exists in its recorded schema, with what
-	// the purge needs to batch it: its schema; whether it is partitioned; the
-	// primary key column besides community_id when the primary key is that one
-	// column, alone or together with community_id ('' otherwise); whether a
-	// valid, non-partial btree index leads with (community_id, that column);
-	// whether a valid, non-partial index leads with community_id; whether any
-	// foreign key references the table.
+	// the purge needs to batch it: its schema; its tenant key column (the
+	// registry's tenant_key, community_id unless attach named another); whether
+	// it is partitioned; the primary key column besides the tenant key when the
+	// primary key is that one column, alone or together with the tenant key
+	// ('' otherwise); whether a valid, non-partial btree index leads with
+	// (tenant key, that column); whether a valid, non-partial index leads with
+	// the tenant key; whether any foreign key references the table.
 	PurgeTableShapes(ctx context.Context) ([]PurgeTableShapesRow, error)
 	// The newest receipt's sequence and hash (0 and '' for none) and the
 	// schema version (0 if unknown), after queueing on the chain's advisory lock.

@@ -9,9 +9,13 @@ WHERE id = @id
   AND deletion_state = 'quiescing';
 
 -- name: CommunityGetByHost :one
+-- The community whose id (as text) is host, or else whose host is host
+-- (case-insensitive): a tenant of a declared tenant table has no host.
 SELECT *
 FROM community_deletion.communities
-WHERE lower(host) = lower(@host);
+WHERE id = coalesce(
+    (SELECT c.id FROM community_deletion.communities c WHERE c.id::text = lower(@host::text)),
+    (SELECT c.id FROM community_deletion.communities c WHERE lower(c.host) = lower(@host::text)));
 
 -- name: CommunityGetByID :one
 SELECT *

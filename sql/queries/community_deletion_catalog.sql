@@ -47,11 +47,13 @@ ORDER BY rel.relname;
 SELECT (to_regclass('community_deletion.community_deletion_requests') IS NOT NULL)::boolean AS installed;
 
 -- name: CatalogRegistryList :many
--- The registry of tenant tables, with whether each names a deletion
--- control-plane table (which must never be registered).
+-- The registry of tenant tables, with each one's tenant key column and
+-- whether it names a deletion control-plane table (which must never be
+-- registered).
 SELECT registered.table_name,
        registered.table_schema::text AS table_schema,
        registered.purge_action,
+       registered.tenant_key::text AS tenant_key,
        community_deletion.community_deletion_control_table(registered.table_name)::boolean AS control_plane
 FROM community_deletion.community_scoped_tables registered
 ORDER BY registered.table_name;
@@ -94,3 +96,12 @@ SELECT community_deletion.community_deletion_lock_key(@community_id::uuid);
 
 -- name: SchemaDestructionLockKey :one
 SELECT community_deletion.community_schema_destruction_lock_key();
+
+-- name: CatalogExcludedTables :many
+-- The tables their owners excluded from the deletion (exclude_table()),
+-- schema-qualified, with why and by whom.
+SELECT format('%I.%I', e.table_schema, e.table_name)::text AS table_name,
+       e.reason,
+       e.excluded_by::text AS excluded_by
+FROM community_deletion.community_deletion_excluded_tables e
+ORDER BY e.table_schema, e.table_name;

@@ -4,15 +4,17 @@
 
 -- name: PurgeTableShapes :many
 -- Every registered table that exists in its recorded schema, with what
--- the purge needs to batch it: its schema; whether it is partitioned; the
--- primary key column besides community_id when the primary key is that one
--- column, alone or together with community_id ('' otherwise); whether a
--- valid, non-partial btree index leads with (community_id, that column);
--- whether a valid, non-partial index leads with community_id; whether any
--- foreign key references the table.
+-- the purge needs to batch it: its schema; its tenant key column (the
+-- registry's tenant_key, community_id unless attach named another); whether
+-- it is partitioned; the primary key column besides the tenant key when the
+-- primary key is that one column, alone or together with the tenant key
+-- ('' otherwise); whether a valid, non-partial btree index leads with
+-- (tenant key, that column); whether a valid, non-partial index leads with
+-- the tenant key; whether any foreign key references the table.
 SELECT registered.table_name::text AS table_name,
        registered.purge_action::text AS purge_action,
        n.nspname::text AS schema_name,
+       registered.tenant_key::text AS tenant_key,
        (c.relkind = 'p')::boolean AS partitioned,
        coalesce(pk.key_column::text, '')::text AS key_column,
        coalesce(pk.key_indexed, false)::boolean AS key_indexed,
@@ -29,7 +31,7 @@ JOIN pg_catalog.pg_class c ON c.relname = registered.table_name
     AND c.relnamespace = (SELECT rn.oid FROM pg_catalog.pg_namespace rn WHERE rn.nspname = registered.table_schema)
     AND c.relkind IN ('r', 'p')
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-JOIN pg_catalog.pg_attribute community ON community.attrelid = c.oid AND community.attname = 'community_id'
+JOIN pg_catalog.pg_attribute community ON community.attrelid = c.oid AND community.attname = registered.tenant_key
     AND NOT community.attisdropped
 LEFT JOIN LATERAL (
     SELECT a.attname AS key_column,
@@ -82,8 +84,8 @@ WHERE con.contype = 'f' AND con.conparentid = 0
 ORDER BY 1, 2, 3;
 
 -- name: PurgeCommunityPartitions :many
--- The partitions of registered 'delete' tables, partitioned LIST
--- (community_id), whose bound holds exactly this community: they go by
+-- The partitions of registered 'delete' tables, partitioned LIST by their
+-- tenant key, whose bound holds exactly this community: they go by
 -- DETACH PARTITION and DROP TABLE instead of row deletes, where the purging
 -- role has the privileges of the owners of the table and the partition (an
 -- executor that does not deletes their rows in batches instead).
@@ -100,7 +102,7 @@ JOIN pg_catalog.pg_namespace pn ON pn.oid = part.relnamespace
 WHERE registered.purge_action = 'delete'
   AND pg_has_role(current_user, parent.relowner, 'USAGE')
   AND pg_has_role(current_user, part.relowner, 'USAGE')
-  AND pg_get_partkeydef(parent.oid) = 'LIST (community_id)'
+  AND pg_get_partkeydef(parent.oid) = format('LIST (%s)', quote_ident(registered.tenant_key))
   AND pg_get_expr(part.relpartbound, part.oid) = format('FOR VALUES IN (%L)', @community_id::uuid)
 ORDER BY 1, 3;
 
