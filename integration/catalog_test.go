@@ -109,8 +109,8 @@ func TestCatalogAttachRefusals(t *testing.T) {
 	const invalid = "22023"
 
 	for name, tc := range map[string]struct{ call, contains string }{
-		"no community_id":             {"SELECT attach_community_write_fence('no_community')", "has no community_id uuid column"},
-		"text community_id":           {"SELECT attach_community_write_fence('text_community')", "has no community_id uuid column"},
+		"no community_id":             {"SELECT attach_community_write_fence('no_community')", "has no column community_id"},
+		"text community_id":           {"SELECT attach_community_write_fence('text_community')", "community_id is text: a tenant key must be uuid"},
 		"nullable for delete":         {"SELECT attach_community_write_fence('nullable_community')", "community_id must be NOT NULL"},
 		"NOT NULL for nullify":        {"SELECT attach_community_write_fence('nn_community', 'nullify')", "community_id must be nullable"},
 		"control plane":               {"SELECT attach_community_write_fence('community_deletion_requests')", "is not in a schema that holds tenant tables"},
@@ -124,8 +124,8 @@ func TestCatalogAttachRefusals(t *testing.T) {
 		"system schema":               {"SELECT attach_community_write_fence('pg_catalog.pg_class')", "is not in a schema that holds tenant tables"},
 		"nullify to delete":           {"SELECT attach_community_write_fence('fixture_audit_events', 'delete')", "community_id must be NOT NULL"},
 		"nullify to delete nn":        {"SELECT attach_community_write_fence('nn_audit', 'delete')", "it cannot change to 'delete'"},
-		"nullable text nullify":       {"SELECT attach_community_write_fence('text_community', 'nullify')", "has no community_id uuid column"},
-		"no community_id nullify":     {"SELECT attach_community_write_fence('no_community', 'nullify')", "has no community_id uuid column"},
+		"nullable text nullify":       {"SELECT attach_community_write_fence('text_community', 'nullify')", "community_id is text: a tenant key must be uuid"},
+		"no community_id nullify":     {"SELECT attach_community_write_fence('no_community', 'nullify')", "has no column community_id"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			requireSQLState(t, b.exec(t, tc.call), invalid, tc.contains)
@@ -253,8 +253,8 @@ func TestCatalogReportsStrayFences(t *testing.T) {
 	require.Empty(t, drift(t, b))
 }
 
-// A 'nullify' table gets no fence and is excluded from it, like the control
-// plane; 'delete' tables are not excluded.
+// A 'nullify' table gets no write fence and is excluded from it, like the
+// control plane; 'delete' tables are not excluded.
 func TestCatalogNullifyTablesAndExclusion(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -283,10 +283,12 @@ func TestCatalogNullifyTablesAndExclusion(t *testing.T) {
 		require.False(t, excluded(table), table)
 	}
 
-	// A 'nullify' table takes writes for a fenced community: its rows are
-	// deployment-global evidence.
+	// A 'nullify' table takes rows that name no community, but not one that
+	// links a row to a fenced community (its kept-row fence, 55000).
 	fenced, _ := b.communityIn(t, "fenced")
-	require.NoError(t, b.exec(t, "INSERT INTO fixture_audit_events (community_id, action) VALUES ($1, 'fenced')", fenced))
+	require.NoError(t, b.exec(t, "INSERT INTO fixture_audit_events (community_id, action) VALUES (NULL, 'fenced')"))
+	requireSQLState(t, b.exec(t, "INSERT INTO fixture_audit_events (community_id, action) VALUES ($1, 'fenced')", fenced),
+		sqlstateFenced, "kept rows stay unlinked")
 	requireSQLState(t, insertMember(t.Context(), b.pool, fenced, "late"), sqlstateFenced, "community write to fixture_members refused")
 }
 

@@ -446,7 +446,7 @@ func TestPrivilegesRegistryChangesOnlyThroughAttachAndDetach(t *testing.T) {
 	require.NoError(t, b.exec(t, "GRANT SELECT ON tenant_extra TO "+string(fixture.RoleOperator)))
 	requireSQLState(t, b.execAs(t, fixture.RoleOperator, "SELECT attach_community_write_fence('tenant_extra')"),
 		pgerrcode.InsufficientPrivilege, "only its owner")
-	requireSQLState(t, b.execAs(t, fixture.RoleOperator, "SELECT community_deletion_register_table('tenant_extra', 'delete')"),
+	requireSQLState(t, b.execAs(t, fixture.RoleOperator, "SELECT community_deletion_register_table('tenant_extra', 'delete', 'community_id')"),
 		pgerrcode.InsufficientPrivilege, "does not own it")
 	require.NoError(t, b.exec(t, "SELECT attach_community_write_fence('tenant_extra')"))
 	var registeredBy string
@@ -455,8 +455,8 @@ func TestPrivilegesRegistryChangesOnlyThroughAttachAndDetach(t *testing.T) {
 	// Registering an unfenced table through the definer path is refused by
 	// the registry's own check.
 	require.NoError(t, b.exec(t, "CREATE TABLE tenant_bare (community_id uuid NOT NULL)"))
-	requireSQLState(t, b.exec(t, "SELECT community_deletion_register_table('tenant_bare', 'delete')"),
-		pgerrcode.IntegrityConstraintViolation, "lacks the complete, enabled write fence")
+	requireSQLState(t, b.exec(t, "SELECT community_deletion_register_table('tenant_bare', 'delete', 'community_id')"),
+		pgerrcode.IntegrityConstraintViolation, "lacks the complete, enabled fence")
 
 	// Detach, refused while a deletion is in flight.
 	b.approvedRequest(t)
@@ -829,8 +829,11 @@ func TestEveryInstalledFunctionIsSealed(t *testing.T) {
 	// would hide a row is an error, not a skip.
 	rowSecurityOff := map[string]bool{"enforce_community_tombstone_proof()": true}
 	publicOK := map[string]bool{
-		"attach_community_write_fence(regclass,text)": true, "detach_community_write_fence(regclass)": true,
-		"community_deletion_register_table(regclass,text)": true, "community_deletion_unregister_table(name,name)": true,
+		"attach_community_write_fence(regclass,text,name)": true, "detach_community_write_fence(regclass)": true,
+		"community_deletion_register_table(regclass,text,name)": true, "community_deletion_unregister_table(name,name)": true,
+		"declare_tenant_table(regclass,name)": true, "community_deletion_record_tenant_table(regclass,name,uuid[])": true,
+		"exclude_table(regclass,text)": true, "include_table(regclass)": true,
+		"enforce_community_kept_row_fence()": true, "enforce_community_tenant_created()": true,
 		"enforce_community_write_fence()": true, "community_deletion_control_table(text)": true,
 		"enforce_community_truncate_fence()": true, "community_deletion_tenant_schema(oid)": true,
 	}

@@ -81,10 +81,10 @@ func TestRegistryRefusesTemporaryAndForeignSchemaTables(t *testing.T) {
 		require.NoError(t, err, sql)
 	}
 	for call, contains := range map[string]string{
-		"SELECT community_deletion_register_table('tenant_shadowed', 'nullify')":        "it is a temporary table",
-		"SELECT community_deletion_register_table('pg_temp.fixture_members', 'delete')": "it is a temporary table",
-		"SELECT attach_community_write_fence('tenant_shadowed', 'nullify')":             "it is a temporary table",
-		"SELECT detach_community_write_fence('fixture_members')":                        "it is a temporary table",
+		"SELECT community_deletion_register_table('tenant_shadowed', 'nullify', 'community_id')":        "it is a temporary table",
+		"SELECT community_deletion_register_table('pg_temp.fixture_members', 'delete', 'community_id')": "it is a temporary table",
+		"SELECT attach_community_write_fence('tenant_shadowed', 'nullify')":                             "it is a temporary table",
+		"SELECT detach_community_write_fence('fixture_members')":                                        "it is a temporary table",
 	} {
 		_, err := outsider.Exec(ctx, call)
 		requireSQLState(t, err, pgerrcode.InsufficientPrivilege, contains)

@@ -221,7 +221,7 @@ func TestDriftSeesTenantDataAnywhere(t *testing.T) {
 		{[]string{"CREATE TABLE invoices (tenant uuid NOT NULL REFERENCES communities (id), total numeric)"},
 			driftRow{"public.invoices", "unregistered"}},
 		{[]string{"CREATE TABLE legacy_notes (community_id text NOT NULL, note text)"},
-			driftRow{"public.legacy_notes", "unregistered"}},
+			driftRow{"public.legacy_notes", "unregistered: its community_id column is text; a tenant key must be uuid"}},
 	} {
 		for _, sql := range tc.sql {
 			require.NoError(t, b.exec(t, sql), sql)
