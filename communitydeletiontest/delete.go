@@ -28,7 +28,9 @@ type DeleteParams struct {
 	Cache executor.Cache
 	// Prefixes are the community's object-store prefixes, each ending in
 	// "/" and containing its id; they are listed into the inventory the
-	// second operator approves. Required, even for an empty store.
+	// second operator approves. Leave them empty to take them from the
+	// storage layout the deployment declared (the library's own default
+	// source); when both are there they must agree.
 	Prefixes []string
 	// WritePaths are the service's own write paths for the community. Each
 	// is run twice, right after the fence commits (before anything is
@@ -52,10 +54,14 @@ const maxKeysShown = 5
 // the tables with a community_id column, and in communities, are unchanged.
 // An error means the deletion itself could not be run or checked.
 func (k *Kit) DeleteAndCheck(ctx context.Context, p DeleteParams) ([]string, error) {
-	if p.CommunityID == uuid.Nil || p.Objects == nil || len(p.Prefixes) == 0 {
-		return nil, errors.New("communitydeletiontest: DeleteParams needs CommunityID, Objects and Prefixes; " +
-			"pass the community's object-store prefixes (an empty store is fine)")
+	if p.CommunityID == uuid.Nil || p.Objects == nil {
+		return nil, errors.New("communitydeletiontest: DeleteParams needs CommunityID and Objects (an empty store is fine)")
 	}
+	prefixes, err := k.prefixes(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	p.Prefixes = prefixes
 	if p.Cache == nil {
 		p.Cache = executor.NewMemoryCache()
 	}
@@ -142,13 +148,36 @@ func writePaths(ctx context.Context, p DeleteParams, when string) []string {
 	return problems
 }
 
+// prefixes returns the community's object prefixes: the declared storage
+// layout's, which p.Prefixes must match when given, or p.Prefixes where
+// the deployment declared no object layout.
+func (k *Kit) prefixes(ctx context.Context, p DeleteParams) ([]string, error) {
+	layout, err := k.Operator.StorageLayout(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("communitydeletiontest: %w", err)
+	}
+	declared := layout.ExpandLayout(p.CommunityID).ObjectPrefixes
+	given := slices.Sorted(slices.Values(p.Prefixes))
+	switch {
+	case len(declared) == 0 && len(given) == 0:
+		return nil, fmt.Errorf("communitydeletiontest: no object prefixes: %w", layout.RequireObjects())
+	case len(declared) == 0:
+		return given, nil
+	case len(given) > 0 && !slices.Equal(given, declared):
+		return nil, fmt.Errorf("communitydeletiontest: DeleteParams.Prefixes %q are not the declared storage layout's %q for community %s; "+
+			"leave Prefixes empty to use the declared layout, or declare the layout the service uses", given, declared, p.CommunityID)
+	}
+	return declared, nil
+}
+
 // delete runs the deletion of p.CommunityID to retention_pending, running
 // the write paths once the fence has committed, and returns what they let
 // through.
 func (k *Kit) delete(ctx context.Context, p DeleteParams) ([]string, error) {
+	// A tenant of a declared tenant table has no host: it is submitted by id.
 	var host string
-	if err := k.owner.QueryRow(ctx, "SELECT host FROM community_deletion.communities WHERE id = $1", p.CommunityID).Scan(&host); err != nil {
-		return nil, fmt.Errorf("communitydeletiontest: look up community %s (the service must insert its communities row): %w", p.CommunityID, err)
+	if err := k.owner.QueryRow(ctx, "SELECT coalesce(host, id::text) FROM community_deletion.communities WHERE id = $1", p.CommunityID).Scan(&host); err != nil {
+		return nil, fmt.Errorf("communitydeletiontest: look up community %s (declare the service's tenant table, or insert its communities row): %w", p.CommunityID, err)
 	}
 	storage, err := executor.SummarizeStorage(ctx, p.Objects, p.Prefixes)
 	if err != nil {
@@ -256,18 +285,24 @@ func (k *Kit) leftoverRows(ctx context.Context, community uuid.UUID) ([]string, 
 }
 
 // fingerprint digests, per table, the rows of every community but this one:
-// communities' other rows, and the rows of each user table with a
-// community_id column whose value is another community.
+// communities' other rows, the rows of each registered table whose tenant
+// key is another community, and those of each other user table with a
+// community_id column.
 func (k *Kit) fingerprint(ctx context.Context, community uuid.UUID) (map[string]string, error) {
-	rows, err := k.owner.Query(ctx, `SELECT n.nspname::text, c.relname::text`+userTables+`
+	rows, err := k.owner.Query(ctx, `SELECT r.table_schema::text, r.table_name::text, r.tenant_key::text
+	FROM community_deletion.community_scoped_tables r
+	UNION
+	SELECT n.nspname::text, c.relname::text, 'community_id'`+userTables+`
 	  AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'community_id' AND NOT a.attisdropped)
+	  AND NOT EXISTS (SELECT 1 FROM community_deletion.community_scoped_tables r
+	                  WHERE r.table_schema = n.nspname AND r.table_name = c.relname)
 	ORDER BY 1, 2`)
 	if err != nil {
 		return nil, fmt.Errorf("communitydeletiontest: list the tenant tables: %w", err)
 	}
-	tables, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([2]string, error) {
-		var t [2]string
-		return t, r.Scan(&t[0], &t[1])
+	tables, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([3]string, error) {
+		var t [3]string
+		return t, r.Scan(&t[0], &t[1], &t[2])
 	})
 	if err != nil {
 		return nil, fmt.Errorf("communitydeletiontest: list the tenant tables: %w", err)
@@ -288,7 +323,7 @@ func (k *Kit) fingerprint(ctx context.Context, community uuid.UUID) (map[string]
 	}
 	for _, t := range tables {
 		name := t[0] + "." + t[1]
-		if err := digest(name, pgx.Identifier{t[0], t[1]}.Sanitize(), "community_id::text <> $1::text"); err != nil {
+		if err := digest(name, pgx.Identifier{t[0], t[1]}.Sanitize(), pgx.Identifier{t[2]}.Sanitize()+"::text <> $1::text"); err != nil {
 			return nil, err
 		}
 	}

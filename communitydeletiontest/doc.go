@@ -20,7 +20,6 @@
 //		community := seed(t, kit.URL(communitydeletiontest.RoleOwner)) // the service's own code
 //		kit.DeleteAndVerify(t, communitydeletiontest.DeleteParams{
 //			CommunityID: community, Objects: store, Cache: cache,
-//			Prefixes:   []string{"uploads/" + community.String() + "/"},
 //			WritePaths: []func(context.Context) error{func(ctx context.Context) error { return app.PostNote(ctx, community) }},
 //		})
 //	}
@@ -29,7 +28,8 @@
 // community_deletion_catalog_drift() reports (a table holding tenant data
 // that is unregistered, unfenced, missing or misshapen) and when the purge
 // order cannot be computed. DeleteAndVerify submits the community's
-// deletion, freezes an inventory listing its prefixes, approves it as a
+// deletion, freezes an inventory listing its prefixes (those of the
+// storage layout the deployment declared), approves it as a
 // second operator and runs the real executor to retention_pending; then it
 // fails the test for every row left holding the community's id in a uuid,
 // text or json column of any table outside the system schemas (registered
@@ -39,7 +39,9 @@
 // at the end. Coverage and DeleteAndCheck return the same
 // findings as lines, for code without a testing.TB.
 //
-// The kit follows today's tenant model: tenant tables keyed by a
-// community_id uuid column and registered with attach_community_write_fence,
-// communities rows inserted by the service.
+// The kit follows the service's tenant model: tenant tables keyed by any
+// uuid column named at attach_community_write_fence (community_id by
+// default), and tenants either of a table declared with
+// declare_tenant_table (submitted by id) or of communities rows the service
+// inserts (submitted by host).
 package communitydeletiontest
