@@ -44,8 +44,9 @@ check is one short transaction (check: a few read-only ones); a refusal
 changes nothing.
 
 Commands:
-  submit --host HOST --by NAME [--reason TEXT]
-        request the deletion of the active community HOST; prints
+  submit --host HOST|ID --by NAME [--reason TEXT]
+        request the deletion of the active community HOST (or of the
+        tenant ID of a declared tenant table, which has no host); prints
         "<request id> <stage>"
   inventory --request ID [--prefix PREFIX ...] (--objects URL | --objects-dir DIR | --store-empty)
         build the schema inventory of the request's community and freeze it

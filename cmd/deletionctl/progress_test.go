@@ -191,7 +191,7 @@ func TestHealthCommand(t *testing.T) {
 	require.Equal(t, "healthy: no prepared transaction holds an advisory lock, no catalog drift\n", db.ok(t, "health"))
 	var rep healthReport
 	require.NoError(t, json.Unmarshal([]byte(db.ok(t, "health", "--json")), &rep))
-	require.Equal(t, healthReport{Healthy: true, Findings: []healthFinding{}, Drift: []driftFinding{}}, rep)
+	require.Equal(t, healthReport{Healthy: true, Findings: []healthFinding{}, Drift: []driftFinding{}, Excluded: []excludedTable{}}, rep)
 
 	ctx := t.Context()
 	_, err := db.pool.Exec(ctx, "CREATE TABLE stray_notes (id bigint PRIMARY KEY, community_id uuid)")
@@ -223,4 +223,18 @@ func TestHealthCommand(t *testing.T) {
 	require.Equal(t, "prepared_lock", rep.Findings[0].Problem)
 	require.Equal(t, []driftFinding{{Table: "public.stray_notes", Problem: "unregistered"}}, rep.Drift)
 	require.Contains(t, stdout, `"problem": "prepared_lock"`, "snake_case keys")
+
+	// An excluded table is listed, with its reason, and is not drift.
+	_, err = db.pool.Exec(ctx, "ROLLBACK PREPARED '"+gid+"'")
+	require.NoError(t, err)
+	_, err = db.pool.Exec(ctx, "SELECT community_deletion.exclude_table('public.stray_notes', 'notes outlive their tenant')")
+	require.NoError(t, err)
+	stdout = db.ok(t, "health")
+	require.Contains(t, stdout, "healthy: no prepared transaction holds an advisory lock, no catalog drift")
+	require.Equal(t, []string{"excluded", "public.stray_notes", "by", "postgres", "notes", "outlive", "their", "tenant"},
+		strings.Fields(strings.Split(stdout, "\n")[0]))
+	rep = healthReport{}
+	require.NoError(t, json.Unmarshal([]byte(db.ok(t, "health", "--json")), &rep))
+	require.True(t, rep.Healthy)
+	require.Equal(t, []excludedTable{{Table: "public.stray_notes", Reason: "notes outlive their tenant", ExcludedBy: "postgres"}}, rep.Excluded)
 }
