@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -32,6 +33,10 @@ var (
 	// ErrBlocked reports that a run durably blocked the request after a
 	// fail-closed refusal; an operator must Unblock it.
 	ErrBlocked = errors.New("executor: blocked")
+	// ErrLayoutMismatch reports that the cache (a LayoutCache) purges other
+	// key patterns than the storage layout the deployment declared: the
+	// runner refuses to run rather than miss a tenant's keys.
+	ErrLayoutMismatch = errors.New("executor: cache patterns differ from the declared storage layout")
 )
 
 // Config configures a Runner.
@@ -199,6 +204,9 @@ func New(cfg Config) (*Runner, error) {
 // through Progress and do not stop it. When ctx is done it releases any claim
 // it holds, records the executor stopped and returns ctx.Err().
 func (r *Runner) Run(ctx context.Context) error {
+	if err := r.CheckLayout(ctx); err != nil {
+		return err
+	}
 	defer func() {
 		// Record that this executor stopped (a claim in flight was already
 		// released by the run).
@@ -253,9 +261,42 @@ func (r *Runner) RunRequest(ctx context.Context, id uuid.UUID) (bool, error) {
 	})
 }
 
+// CheckLayout compares the key patterns of a cache that names them (a
+// LayoutCache) with the cache templates of the declared storage layout, and
+// returns an error matching ErrLayoutMismatch when the layout declares cache
+// templates and they differ. Run calls it before it starts, and RunNext and
+// RunRequest before each claim, so a mismatch deletes nothing.
+func (r *Runner) CheckLayout(ctx context.Context) error {
+	cache, ok := r.cfg.Cache.(LayoutCache)
+	if !ok {
+		return nil
+	}
+	layout, err := r.cfg.Engine.StorageLayout(ctx)
+	if err != nil {
+		return fmt.Errorf("executor: check the cache against the storage layout: %w", err)
+	}
+	declared := make([]string, 0, len(layout.Cache))
+	for _, t := range layout.Cache {
+		declared = append(declared, t.Template)
+	}
+	if len(declared) == 0 {
+		return nil // no cache layout declared: nothing to compare
+	}
+	configured := slices.Sorted(slices.Values(cache.LayoutTemplates()))
+	slices.Sort(declared)
+	if !slices.Equal(slices.Compact(configured), slices.Compact(declared)) {
+		return fmt.Errorf("%w: the cache purges %q, the declared layout names %q; configure the cache with the declared templates, or declare the templates the service uses (community_deletion_storage_layout)",
+			ErrLayoutMismatch, configured, declared)
+	}
+	return nil
+}
+
 // run claims with claim and executes what it claimed.
 func (r *Runner) run(ctx context.Context, claim func() (*lifecycle.ClaimedDeletion, error)) (bool, error) {
 	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if err := r.CheckLayout(ctx); err != nil {
 		return false, err
 	}
 	claimed, err := claim()

@@ -45,6 +45,15 @@ type Cache interface {
 	Empty(ctx context.Context, community uuid.UUID) (bool, error)
 }
 
+// LayoutCache is a Cache that names the key patterns it purges, as storage
+// layout templates with the {tenant} placeholder ("ws:{tenant}:*"). The
+// runner compares them with the deployment's declared cache layout before
+// it claims anything, and refuses to run on a mismatch (ErrLayoutMismatch).
+type LayoutCache interface {
+	Cache
+	LayoutTemplates() []string
+}
+
 // FileObjectStore is an ObjectStore over the regular files under a root
 // directory: a key is a file's slash-separated path relative to the root.
 // Symbolic links and other non-regular files are ignored.

@@ -71,6 +71,22 @@ func (o *Operator) StorageLayout(ctx context.Context) (*StorageLayout, error) {
 	return layout, nil
 }
 
+// StorageLayout returns the declared storage layout, as
+// Operator.StorageLayout does, for the executor to compare with the stores
+// it was configured with.
+func (e *Engine) StorageLayout(ctx context.Context) (*StorageLayout, error) {
+	var layout *StorageLayout
+	err := e.tx(ctx, func(q *dbgen.Queries) error {
+		var err error
+		layout, err = readStorageLayout(ctx, q)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the storage layout: %w", err)
+	}
+	return layout, nil
+}
+
 func readStorageLayout(ctx context.Context, q *dbgen.Queries) (*StorageLayout, error) {
 	rows, err := q.StorageLayoutDeclared(ctx)
 	if err != nil {

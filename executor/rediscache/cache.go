@@ -112,6 +112,19 @@ func (o *Options) validate() ([]Pattern, error) {
 // Patterns returns the cache's key patterns.
 func (c *Cache) Patterns() []Pattern { return append([]Pattern(nil), c.patterns...) }
 
+// LayoutTemplates returns the cache's key patterns as storage layout
+// templates, for the executor to compare with the declared layout
+// (executor.LayoutCache): {community} and the hash-tagged {{community}}
+// are both written {tenant}, the layout's one placeholder.
+func (c *Cache) LayoutTemplates() []string {
+	out := make([]string, len(c.opts.Patterns))
+	for i, t := range c.opts.Patterns {
+		t = strings.ReplaceAll(t, HashTagPlaceholder, Placeholder)
+		out[i] = strings.ReplaceAll(t, Placeholder, "{tenant}") // lifecycle.TenantPlaceholder
+	}
+	return out
+}
+
 // Close closes the client if Open created it.
 func (c *Cache) Close() error {
 	if !c.owned {

@@ -99,3 +99,36 @@ func TestExecutorVerifiesTheCache(t *testing.T) {
 	require.Equal(t, lifecycle.StageRetentionPending, got.Stage)
 	require.Equal(t, otherKeys, existing(t, rc, otherKeys))
 }
+
+// The runner compares the Redis cache's patterns with the cache templates
+// the deployment declared: with none declared it runs; with others declared
+// it refuses before it claims anything (the request stays approved); with
+// the same ones declared it runs.
+func TestExecutorRefusesACacheThatDiffersFromTheDeclaredLayout(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url, pool := fixture.NewTestPool(t, pgsrv)
+	clients := fixture.NewClients(t, url)
+	cache, err := rediscache.New(client(t, redisSrv.URL), rediscache.Options{Patterns: []string{"ws:{community}:*", "q:{{community}}:*"}})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"ws:{tenant}:*", "q:{tenant}:*"}, cache.LayoutTemplates())
+	runner, err := executor.New(executor.Config{Engine: clients.Engine, Objects: executor.NewFileObjectStore(t.TempDir()), Cache: cache, Owner: "executor-1"})
+	require.NoError(t, err)
+	require.NoError(t, runner.CheckLayout(ctx), "no cache layout declared")
+
+	declare := func(template string) {
+		_, err := pool.Exec(ctx, "INSERT INTO community_deletion.community_deletion_storage_layout (kind, template, reason) VALUES ('cache', $1, 'test')", template)
+		require.NoError(t, err)
+	}
+	declare("ws:{tenant}:*")
+	err = runner.CheckLayout(ctx)
+	require.ErrorIs(t, err, executor.ErrLayoutMismatch)
+	require.Contains(t, err.Error(), `the declared layout names ["ws:{tenant}:*"]`)
+	claimed, err := runner.RunNext(ctx)
+	require.False(t, claimed)
+	require.ErrorIs(t, err, executor.ErrLayoutMismatch)
+	require.ErrorIs(t, runner.Run(ctx), executor.ErrLayoutMismatch, "Run refuses to start")
+
+	declare("q:{tenant}:*")
+	require.NoError(t, runner.CheckLayout(ctx))
+}
