@@ -54,11 +54,11 @@ type Sources struct {
 // driftHints says, per drift class of community_deletion_catalog_drift(),
 // what a service does about it.
 var driftHints = map[string]string{
-	"unregistered":          "holds tenant data but is not registered; register it with community_deletion.attach_community_write_fence (purge action 'delete', or 'nullify' for rows kept after a deletion)",
-	"unfenced":              "is registered for 'delete' but lacks its write fence; run community_deletion.attach_community_write_fence on it again",
-	"missing":               "is registered but does not exist or has no community_id uuid column; restore it or unregister it",
-	"shape":                 "has the wrong community_id nullability for its purge action: NOT NULL for 'delete', nullable for 'nullify'",
-	"stray_fence":           "carries the write fence but is not registered; register it or drop the trigger",
+	"unregistered":          "holds tenant data but is not registered; register it with community_deletion.attach_community_write_fence (purge action 'delete', or 'nullify' for rows kept after a deletion; name its tenant key column if it is not community_id), or exclude it with community_deletion.exclude_table and a reason",
+	"unfenced":              "is registered but lacks its write fence ('delete') or kept-row fence ('nullify'); run community_deletion.attach_community_write_fence on it again",
+	"missing":               "is registered but does not exist or has no uuid column named by its tenant key; restore it or unregister it",
+	"shape":                 "has the wrong tenant key nullability for its purge action: NOT NULL for 'delete', nullable for 'nullify'",
+	"stray_fence":           "carries a write or kept-row fence but is not registered with that purge action; register it or drop the trigger",
 	"guard_changed":         "is a guard trigger that differs from the one the migrations created; re-create it as the migrations did",
 	"trigger_planted":       "is a trigger on a control table that the migrations did not create; drop it",
 	"control_table_changed": "is a control table whose indexes, constraints or triggers differ from what the migrations recorded; restore them",
