@@ -286,3 +286,34 @@ func TestDeclareTheServicesTenantTable(t *testing.T) {
 	require.Contains(t, drift(t, b), driftRow{"community_deletion.ws_stray",
 		"unregistered: it is in schema community_deletion, where no tenant table can be registered; move it to a schema of the service"})
 }
+
+// With the DDL guard installed, a table keyed by the service's own column
+// is checked by that column, and a partition created later gets the fence
+// that reads it: the guard lets the DDL through, the drift report stays
+// empty, and the partition refuses a fenced tenant's rows (55000).
+func TestDDLGuardFencesPartitionsByTheirTenantKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	installDDLGuard(t, b)
+	active := b.createCommunity(t)
+	for _, sql := range []string{
+		`CREATE TABLE ws_events (workspace_id uuid NOT NULL REFERENCES communities (id), id bigint GENERATED ALWAYS AS IDENTITY,
+			kind text NOT NULL, PRIMARY KEY (workspace_id, id)) PARTITION BY LIST (workspace_id)`,
+		"GRANT SELECT, INSERT ON ws_events TO community_deletion_serving",
+		"SELECT attach_community_write_fence('ws_events', 'delete', 'workspace_id')",
+		fmt.Sprintf("CREATE TABLE ws_events_a PARTITION OF ws_events FOR VALUES IN ('%s')", active),
+		"CREATE TABLE ws_events_rest PARTITION OF ws_events DEFAULT",
+		"GRANT INSERT ON ws_events_rest TO community_deletion_serving",
+	} {
+		require.NoError(t, b.exec(t, sql), sql)
+	}
+	require.Empty(t, drift(t, b))
+	var args string
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT string_agg(DISTINCT encode(tgargs, 'escape'), ',')
+		FROM pg_trigger WHERE tgrelid = 'ws_events_rest'::regclass AND tgname LIKE 'community_write_fence_%' AND tgname <> 'community_write_fence_truncate'`).Scan(&args))
+	require.Equal(t, `workspace_id\000`, args)
+	require.NoError(t, b.execAs(t, fixture.RoleServing, "INSERT INTO ws_events (workspace_id, kind) VALUES ($1, 'k')", active))
+	fenced, _ := b.communityIn(t, "fenced")
+	requireSQLState(t, b.execAs(t, fixture.RoleServing, "INSERT INTO ws_events_rest (workspace_id, id, kind) VALUES ($1, 1, 'late')", fenced),
+		sqlstateFenced, "community write to ws_events_rest refused")
+}

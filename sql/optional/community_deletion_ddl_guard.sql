@@ -39,8 +39,8 @@
 --     attach creates (community_write_fence_truncate), enabled, no WHEN;
 --   * leaves a table outside the registry (a detached partition) that holds
 --     rows and carries part of a write fence;
---   * leaves a registered table dropped, renamed, or reshaped (community_id
---     gone, retyped or of the wrong nullability);
+--   * leaves a registered table dropped, renamed, or reshaped (its tenant
+--     key column gone, retyped or of the wrong nullability);
 --   * leaves a registered table (or partition) whose row-level security
 --     applies to a login of the executor or operator role;
 --   * rewrites a registered table (ALTER COLUMN ... TYPE ... USING, for one)
@@ -269,14 +269,15 @@ SELECT t.oids, community_deletion.community_deletion_ddl_guard_control_digest(t.
 FROM (SELECT community_deletion.community_deletion_ddl_guard_control_tables() AS oids) t;
 
 -- The tables of a registered table's partition tree (the registered table
--- itself first), by the registry's (table_schema, table_name).
+-- itself first), by the registry's (table_schema, table_name), with the
+-- registered table's tenant key column.
 CREATE FUNCTION community_deletion.community_deletion_ddl_guard_registered() RETURNS TABLE (
         table_schema pg_catalog.name, table_name pg_catalog.name, purge_action pg_catalog.text,
-        root pg_catalog.oid, relid pg_catalog.oid)
+        root pg_catalog.oid, relid pg_catalog.oid, tenant_key pg_catalog.name)
     LANGUAGE sql STABLE
     SET search_path = pg_catalog, pg_temp
     AS $body$
-    SELECT r.table_schema, r.table_name, r.purge_action::pg_catalog.text, c.oid, part.relid
+    SELECT r.table_schema, r.table_name, r.purge_action::pg_catalog.text, c.oid, part.relid, r.tenant_key
     FROM community_deletion.community_scoped_tables r
     JOIN pg_catalog.pg_namespace n ON n.nspname OPERATOR(pg_catalog.=) r.table_schema
     JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) n.oid AND c.relname OPERATOR(pg_catalog.=) r.table_name
@@ -294,11 +295,15 @@ CREATE FUNCTION community_deletion.community_deletion_ddl_guard_rows_digest(rela
     AS $body$
 DECLARE
     digest pg_catalog.text;
+    key pg_catalog.name;
 BEGIN
+    SELECT reg.tenant_key INTO key FROM community_deletion.community_deletion_ddl_guard_registered() reg
+    WHERE reg.relid OPERATOR(pg_catalog.=) relation::pg_catalog.oid LIMIT 1;
     EXECUTE pg_catalog.format('SELECT pg_catalog.md5(coalesce(pg_catalog.string_agg(m.line, E''\n'' ORDER BY m.line), '''')) '
                               'FROM (SELECT m::pg_catalog.text AS line FROM %s m '
-                              'WHERE m.community_id IN (SELECT c.id FROM community_deletion.communities c '
-                              'WHERE c.deletion_state OPERATOR(pg_catalog.<>) ''active''::pg_catalog.text)) m', relation) INTO digest;
+                              'WHERE m.%I IN (SELECT c.id FROM community_deletion.communities c '
+                              'WHERE c.deletion_state OPERATOR(pg_catalog.<>) ''active''::pg_catalog.text)) m',
+                              relation, coalesce(key, 'community_id'::pg_catalog.name)) INTO digest;
     RETURN digest;
 END
 $body$;
@@ -320,10 +325,9 @@ DECLARE
     relation pg_catalog.oid := pg_catalog.pg_event_trigger_table_rewrite_oid();
 BEGIN
     IF EXISTS (SELECT 1 FROM community_deletion.community_deletion_ddl_guard_registered() reg
-               WHERE reg.relid OPERATOR(pg_catalog.=) relation)
-       AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
-                   WHERE a.attrelid OPERATOR(pg_catalog.=) relation AND a.attname OPERATOR(pg_catalog.=) 'community_id'::pg_catalog.name
-                     AND NOT a.attisdropped) THEN
+               JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) relation
+                   AND a.attname OPERATOR(pg_catalog.=) reg.tenant_key AND NOT a.attisdropped
+               WHERE reg.relid OPERATOR(pg_catalog.=) relation) THEN
         INSERT INTO community_deletion.community_deletion_ddl_guard_rewrites (xid, relid, digest)
         VALUES (pg_catalog.txid_current(), relation,
                 community_deletion.community_deletion_ddl_guard_rows_digest(relation::pg_catalog.regclass));
@@ -491,7 +495,12 @@ BEGIN
     -- all): fence and grant them as attach would, unless they hold rows of
     -- a community that is not active.
     FOR member IN
-        SELECT reg.relid::pg_catalog.regclass AS relid, reg.table_name
+        SELECT reg.relid::pg_catalog.regclass AS relid, reg.table_name, reg.tenant_key,
+               -- A community_id fence takes no argument; any other key is its one argument.
+               pg_catalog.rtrim(fence_function::pg_catalog.regprocedure::pg_catalog.text, ')')
+                   OPERATOR(pg_catalog.||) CASE WHEN reg.tenant_key OPERATOR(pg_catalog.=) 'community_id'::pg_catalog.name THEN ''
+                                                ELSE pg_catalog.quote_literal(reg.tenant_key) END
+                   OPERATOR(pg_catalog.||) ')' AS fence_call
         FROM community_deletion.community_deletion_ddl_guard_registered() reg
         WHERE reg.purge_action OPERATOR(pg_catalog.=) 'delete'::pg_catalog.text
           AND reg.relid OPERATOR(pg_catalog.<>) reg.root
@@ -499,8 +508,8 @@ BEGIN
                           WHERE t.tgrelid OPERATOR(pg_catalog.=) reg.relid AND NOT t.tgisinternal
                             AND t.tgfoid OPERATOR(pg_catalog.=) ANY (ARRAY[fence_function, truncate_function]))
     LOOP
-        EXECUTE pg_catalog.format('SELECT EXISTS (SELECT 1 FROM %s m JOIN community_deletion.communities c ON c.id OPERATOR(pg_catalog.=) m.community_id '
-                                  'WHERE c.deletion_state OPERATOR(pg_catalog.<>) ''active''::pg_catalog.text)', member.relid) INTO foreign_rows;
+        EXECUTE pg_catalog.format('SELECT EXISTS (SELECT 1 FROM %s m JOIN community_deletion.communities c ON c.id OPERATOR(pg_catalog.=) m.%I '
+                                  'WHERE c.deletion_state OPERATOR(pg_catalog.<>) ''active''::pg_catalog.text)', member.relid, member.tenant_key) INTO foreign_rows;
         IF foreign_rows THEN
             RAISE EXCEPTION USING ERRCODE = '42501',
                 MESSAGE = pg_catalog.format('DDL refused: %s makes %s a partition of %s while it holds rows of a community that is being deleted',
@@ -508,17 +517,17 @@ BEGIN
         END IF;
         EXECUTE pg_catalog.format('CREATE OR REPLACE TRIGGER community_write_fence_insert AFTER INSERT ON %s '
                                   'REFERENCING NEW TABLE AS community_fence_new '
-                                  'FOR EACH STATEMENT EXECUTE FUNCTION %s', member.relid, fence_function::pg_catalog.regprocedure);
+                                  'FOR EACH STATEMENT EXECUTE FUNCTION %s', member.relid, member.fence_call);
         EXECUTE pg_catalog.format('CREATE OR REPLACE TRIGGER community_write_fence_update AFTER UPDATE ON %s '
                                   'REFERENCING OLD TABLE AS community_fence_old NEW TABLE AS community_fence_new '
-                                  'FOR EACH STATEMENT EXECUTE FUNCTION %s', member.relid, fence_function::pg_catalog.regprocedure);
+                                  'FOR EACH STATEMENT EXECUTE FUNCTION %s', member.relid, member.fence_call);
         EXECUTE pg_catalog.format('CREATE OR REPLACE TRIGGER community_write_fence_delete AFTER DELETE ON %s '
                                   'REFERENCING OLD TABLE AS community_fence_old '
-                                  'FOR EACH STATEMENT EXECUTE FUNCTION %s', member.relid, fence_function::pg_catalog.regprocedure);
+                                  'FOR EACH STATEMENT EXECUTE FUNCTION %s', member.relid, member.fence_call);
         EXECUTE pg_catalog.format('CREATE OR REPLACE TRIGGER community_write_fence_truncate BEFORE TRUNCATE ON %s '
                                   'FOR EACH STATEMENT EXECUTE FUNCTION %s', member.relid, truncate_function::pg_catalog.regprocedure);
         EXECUTE pg_catalog.format('GRANT SELECT, UPDATE, DELETE ON %s TO community_deletion_executor', member.relid);
-        EXECUTE pg_catalog.format('GRANT SELECT (community_id) ON %s TO community_deletion_operator', member.relid);
+        EXECUTE pg_catalog.format('GRANT SELECT (%I) ON %s TO community_deletion_operator', member.tenant_key, member.relid);
     END LOOP;
 
     -- Everything else the drift report flags about registered tables,
@@ -528,7 +537,7 @@ BEGIN
     -- table not yet registered (attach fences before it registers) unless
     -- that table holds rows and its fence is incomplete.
     WITH registered AS (
-        -- oid is NULL when the table is gone or has no community_id uuid column.
+        -- oid is NULL when the table is gone or has no uuid column named by its tenant key.
         SELECT r.table_schema, r.table_name, r.purge_action, t.oid, t.attnotnull,
                pg_catalog.quote_ident(r.table_schema::pg_catalog.text) OPERATOR(pg_catalog.||) '.'::pg_catalog.text
                    OPERATOR(pg_catalog.||) pg_catalog.quote_ident(r.table_name::pg_catalog.text) AS display_name
@@ -538,7 +547,7 @@ BEGIN
             FROM pg_catalog.pg_class c
             JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
             JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) c.oid
-                AND a.attname OPERATOR(pg_catalog.=) 'community_id'::pg_catalog.name AND NOT a.attisdropped
+                AND a.attname OPERATOR(pg_catalog.=) r.tenant_key AND NOT a.attisdropped
                 AND a.atttypid OPERATOR(pg_catalog.=) 'pg_catalog.uuid'::pg_catalog.regtype::pg_catalog.oid
             WHERE c.relname OPERATOR(pg_catalog.=) r.table_name AND n.nspname OPERATOR(pg_catalog.=) r.table_schema
               AND c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'p']::pg_catalog."char"[]) AND NOT c.relispartition) t ON true
