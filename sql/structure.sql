@@ -179,6 +179,7 @@ $$;
 
 CREATE FUNCTION community_deletion.community_deletion_catalog_drift() RETURNS TABLE(table_name text, problem text)
     LANGUAGE sql STABLE
+    SET jit TO 'off'
     SET search_path TO 'pg_catalog', 'community_deletion', 'pg_temp'
     AS $$
     WITH RECURSIVE home AS (

@@ -876,8 +876,12 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- The drift report, now with the service's tenant keys and tenant table.
+-- Its many catalog joins are estimated costly enough to be JIT-compiled,
+-- which took seconds for a few milliseconds of work: jit is off for it.
 CREATE OR REPLACE FUNCTION community_deletion.community_deletion_catalog_drift() RETURNS TABLE(table_name text, problem text)
     LANGUAGE sql STABLE
+    SET jit = off
     SET search_path = pg_catalog, community_deletion, pg_temp
     AS $$
     WITH RECURSIVE home AS (
