@@ -214,9 +214,17 @@ func TestPurgePostgresPurgesOneCommunityAndLeavesOthersUntouched(t *testing.T) {
 	// Logical verification, once the cache is purged too.
 	require.NoError(t, b.Engine.EnterCachePurged(ctx, token, nil))
 	require.NoError(t, b.Engine.CheckPostgresPurged(ctx, token))
-	// A row of the community in a 'nullify' table (they are not fenced)
-	// fails it, naming the table.
-	require.NoError(t, b.exec(t, "INSERT INTO fixture_audit_events (community_id, action) VALUES ($1, 'late')", target))
+	// A 'nullify' table refuses a row linked to the deleted community
+	// (its kept-row fence); one written past it (a superuser with
+	// session_replication_role) fails verification, naming the table.
+	requirePgCode(t, b.exec(t, "INSERT INTO fixture_audit_events (community_id, action) VALUES ($1, 'late')", target), "55000")
+	require.NoError(t, pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL session_replication_role = replica"); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "INSERT INTO fixture_audit_events (community_id, action) VALUES ($1, 'late')", target)
+		return err
+	}))
 	err = b.Engine.CheckPostgresPurged(ctx, token)
 	require.ErrorIs(t, err, lifecycle.ErrRefused)
 	require.Contains(t, err.Error(), "fixture_audit_events")
