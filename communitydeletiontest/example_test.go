@@ -107,7 +107,7 @@ func Example() {
 	}
 	fmt.Println("deletion problems:", len(problems))
 	// Output:
-	// [table public.likes holds tenant data but is not registered; register it with community_deletion.attach_community_write_fence (purge action 'delete', or 'nullify' for rows kept after a deletion)]
+	// [table public.likes holds tenant data but is not registered; register it with community_deletion.attach_community_write_fence (purge action 'delete', or 'nullify' for rows kept after a deletion; name its tenant key column if it is not community_id), or exclude it with community_deletion.exclude_table and a reason]
 	// coverage problems: 0
 	// deletion problems: 0
 }

@@ -18,7 +18,7 @@ func TestRequireCoverageCatchesAForgottenTable(t *testing.T) {
 		t.Fatalf("RequireCoverage stopped the test: %q", got.lines)
 	}
 	want := []string{"communitydeletiontest: coverage: table public.reminders holds tenant data but is not registered; " +
-		"register it with community_deletion.attach_community_write_fence (purge action 'delete', or 'nullify' for rows kept after a deletion)"}
+		"register it with community_deletion.attach_community_write_fence (purge action 'delete', or 'nullify' for rows kept after a deletion; name its tenant key column if it is not community_id), or exclude it with community_deletion.exclude_table and a reason"}
 	if !slices.Equal(got.lines, want) {
 		t.Fatalf("RequireCoverage reported\n%s\nwant\n%s", strings.Join(got.lines, "\n"), strings.Join(want, "\n"))
 	}
@@ -46,7 +46,7 @@ func TestRequireCoverageReportsAnUnfencedTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(problems) != 1 || !strings.HasPrefix(problems[0], "table notes is registered for 'delete' but lacks its write fence") {
+	if len(problems) != 1 || !strings.HasPrefix(problems[0], "table notes is registered but lacks its write fence ('delete')") {
 		t.Fatalf("Coverage reported %q, want notes unfenced", problems)
 	}
 }

@@ -65,7 +65,7 @@ func TestCheckNamesAForgottenTable(t *testing.T) {
 	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
 	require.Equal(t, []string{
 		"problem: table public.forgotten_notes holds tenant data but is not registered; register it with " +
-			"community_deletion.attach_community_write_fence (purge action 'delete', or 'nullify' for rows kept after a deletion)",
+			"community_deletion.attach_community_write_fence (purge action 'delete', or 'nullify' for rows kept after a deletion; name its tenant key column if it is not community_id), or exclude it with community_deletion.exclude_table and a reason",
 		"skipped: purge order: fix the catalog drift first",
 		"ok: a storage layout is declared: 2 object and 0 cache template(s): media/{tenant}/, uploads/{tenant}/",
 	}, lines)
