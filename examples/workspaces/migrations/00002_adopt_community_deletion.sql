@@ -34,6 +34,12 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON workspaces, projects, comments, analytic
 GRANT SELECT, INSERT ON audit_log TO community_deletion_serving;
 
 -- +goose Down
--- The library keeps its registry and layout append-only or guarded; a
--- service that stops using it detaches its tables by hand.
-SELECT 'down migration not supported';
+-- +goose StatementBegin
+DO $$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = '0A000',
+        MESSAGE = 'rolling back the adoption of community deletion refused: its registry and storage layout are audit records; '
+                  'detach each table with community_deletion.detach_community_write_fence and retire the layout templates by hand';
+END
+$$;
+-- +goose StatementEnd
