@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tombstoneworks/communitydeletion/executor"
 	"github.com/tombstoneworks/communitydeletion/lifecycle"
@@ -35,7 +37,8 @@ type DeleteParams struct {
 	// WritePaths are the service's own write paths for the community. Each
 	// is run twice, right after the fence commits (before anything is
 	// deleted) and once the deletion has finished, and must fail with a
-	// write-fence refusal both times.
+	// write-fence refusal both times; after the deletion, a refusal by a
+	// foreign key to a registered table (the tenant's row is gone) counts.
 	WritePaths []func(ctx context.Context) error
 }
 
@@ -73,7 +76,11 @@ func (k *Kit) DeleteAndCheck(ctx context.Context, p DeleteParams) ([]string, err
 	if err != nil {
 		return nil, err
 	}
-	problems = append(problems, writePaths(ctx, p, "after its deletion")...)
+	late, err := k.writePaths(ctx, p, "after its deletion", true)
+	if err != nil {
+		return nil, err
+	}
+	problems = append(problems, late...)
 	leftovers, err := k.leftoverRows(ctx, p.CommunityID)
 	if err != nil {
 		return nil, err
@@ -133,19 +140,56 @@ const (
 )
 
 // writePaths runs p's write paths and returns a line for each one the write
-// fence did not refuse, saying when it ran.
-func writePaths(ctx context.Context, p DeleteParams, when string) []string {
+// fence did not refuse, saying when it ran. Once the deletion has finished,
+// a write refused by a foreign key to a registered table (the tenant's row
+// it references is gone, as the deletion meant) counts as refused too: the
+// database checks such a key before the statement's fence runs.
+func (k *Kit) writePaths(ctx context.Context, p DeleteParams, when string, deleted bool) ([]string, error) {
 	var problems []string
 	for i, write := range p.WritePaths {
 		err := write(ctx)
-		switch {
-		case err == nil:
+		if err == nil {
 			problems = append(problems, fmt.Sprintf("write path %d succeeded for community %s %s; it writes a table without the write fence (register the table, or call community_deletion.assert_community_write_allowed first)", i+1, p.CommunityID, when))
-		case !lifecycle.IsWriteFenceRefusal(err):
-			problems = append(problems, fmt.Sprintf("write path %d failed %s, but not with a write-fence refusal: %v", i+1, when, err))
+			continue
 		}
+		if lifecycle.IsWriteFenceRefusal(err) {
+			continue
+		}
+		if deleted {
+			registered, kerr := k.foreignKeyToRegistered(ctx, err)
+			if kerr != nil {
+				return nil, kerr
+			}
+			if registered {
+				continue
+			}
+		}
+		problems = append(problems, fmt.Sprintf("write path %d failed %s, but not with a write-fence refusal: %v", i+1, when, err))
 	}
-	return problems
+	return problems, nil
+}
+
+// foreignKeyToRegistered reports whether err is a foreign-key violation
+// (23503) of a constraint that references a registered table.
+func (k *Kit) foreignKeyToRegistered(ctx context.Context, err error) (bool, error) {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.ForeignKeyViolation {
+		return false, nil
+	}
+	var registered bool
+	qerr := k.owner.QueryRow(ctx, `SELECT EXISTS (
+		SELECT 1 FROM pg_constraint f
+		JOIN pg_class child ON child.oid = f.conrelid
+		JOIN pg_namespace cn ON cn.oid = child.relnamespace
+		JOIN pg_class parent ON parent.oid = f.confrelid
+		JOIN pg_namespace pn ON pn.oid = parent.relnamespace
+		JOIN community_deletion.community_scoped_tables r ON r.table_schema = pn.nspname AND r.table_name = parent.relname
+		WHERE f.contype = 'f' AND f.conname = $1 AND child.relname = $2 AND cn.nspname = $3)`,
+		pgErr.ConstraintName, pgErr.TableName, pgErr.SchemaName).Scan(&registered)
+	if qerr != nil {
+		return false, fmt.Errorf("communitydeletiontest: read foreign key %s of %s.%s: %w", pgErr.ConstraintName, pgErr.SchemaName, pgErr.TableName, qerr)
+	}
+	return registered, nil
 }
 
 // prefixes returns the community's object prefixes: the declared storage
@@ -199,13 +243,14 @@ func (k *Kit) delete(ctx context.Context, p DeleteParams) ([]string, error) {
 		return nil, fmt.Errorf("communitydeletiontest: approve: %w", err)
 	}
 	var fenced []string
+	var fencedErr error
 	ranFenced := false
 	progress := func(ev executor.Event) {
 		// Synchronous on the executor's goroutine, right after the fence
 		// committed and before anything is deleted.
 		if ev.Stage == lifecycle.StageFenced && !ranFenced {
 			ranFenced = true
-			fenced = writePaths(ctx, p, "while it was fenced")
+			fenced, fencedErr = k.writePaths(ctx, p, "while it was fenced", false)
 		}
 	}
 	runner, err := executor.New(executor.Config{Engine: k.Engine, Objects: p.Objects, Cache: p.Cache, Owner: owner, Progress: progress})
@@ -228,6 +273,9 @@ func (k *Kit) delete(ctx context.Context, p DeleteParams) ([]string, error) {
 	}
 	if !ranFenced {
 		return nil, errors.New("communitydeletiontest: the executor never reported the fenced stage, so the write paths did not run under the fence")
+	}
+	if fencedErr != nil {
+		return nil, fencedErr
 	}
 	return fenced, nil
 }
