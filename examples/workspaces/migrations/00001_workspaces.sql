@@ -35,11 +35,11 @@ CREATE TABLE audit_log (
 );
 CREATE INDEX audit_log_workspace_id_idx ON audit_log (workspace_id, id);
 
--- Product analytics, in a schema of its own, without foreign keys.
+-- Product analytics, in a schema of its own.
 CREATE SCHEMA analytics;
 CREATE TABLE analytics.events (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    workspace_id uuid NOT NULL,
+    workspace_id uuid NOT NULL REFERENCES workspaces (id),
     name text NOT NULL,
     properties jsonb NOT NULL DEFAULT '{}',
     at timestamptz NOT NULL DEFAULT now()
