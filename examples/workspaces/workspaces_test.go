@@ -46,11 +46,13 @@ func TestWorkspaceDeletion(t *testing.T) {
 	bystander, _ := seed("bystander")
 	objects, err := s3store.New(s3srv.Client(""), s3store.Options{Bucket: s3srv.Bucket})
 	require.NoError(t, err)
-	cache, err := rediscache.New(rdb, rediscache.Options{Patterns: []string{"ws:{community}:*"}})
+	layout, err := kit.Operator.StorageLayout(ctx) // the executor's cache follows the declared templates
+	require.NoError(t, err)
+	cache, err := rediscache.New(rdb, rediscache.Options{Patterns: []string{strings.ReplaceAll(layout.Cache[0].Template, "{tenant}", "{community}")}})
 	require.NoError(t, err)
 
 	kit.DeleteAndVerify(t, cdt.DeleteParams{CommunityID: doomed, Objects: objects, Cache: cache,
-		Prefixes: []string{workspaces.UploadKey(doomed, "")},
+		Prefixes: layout.ExpandLayout(doomed).ObjectPrefixes,
 		WritePaths: []func(context.Context) error{
 			func(ctx context.Context) error { _, err := svc.AddProject(ctx, doomed, "late"); return err },
 			func(ctx context.Context) error { _, err := svc.Comment(ctx, doomed, project, "late"); return err },
