@@ -214,6 +214,9 @@ var legacyProbes = map[int64][]check{
 		function("declare_tenant_table(regclass,name)"),
 		function("enforce_community_kept_row_fence()"),
 	},
+	24: { // 00024_community_deletion_schema_usage_drift.sql
+		functionBody("community_deletion_catalog_drift()", "schema_usage_missing"),
+	},
 }
 
 // querier is what probes and the version-table reads run on: a *sql.DB,

@@ -65,6 +65,7 @@ var driftHints = map[string]string{
 	"function_planted":      "is a function the migrations did not install, named like or overloading theirs or a built-in; drop, rename or move it",
 	"operator_planted":      "is an operator in schema community_deletion, where the project installs none; drop it",
 	"schema_create_granted": "lets a role other than its owner create objects in schema community_deletion; revoke CREATE from it",
+	"schema_usage_missing":  "holds registered tables that a deletion role may not use; grant USAGE on it as the row says",
 }
 
 // Run runs the checks in order: drift, then the purge order (skipped while
