@@ -28,15 +28,7 @@ func guardedWithSchemaOwner(t *testing.T) (*testBundle, *pgxpool.Pool) {
 	b := setup(t)
 	b.as(fixture.RoleServing) // creates the test logins
 	password := schemaOwnerLogin + "-password"
-	require.NoError(t, fixture.EnsureLogins(t.Context(), b.url, []fixture.Login{{Name: schemaOwnerLogin, Password: password}}))
-	for _, sql := range []string{
-		"ALTER SCHEMA community_deletion OWNER TO " + schemaOwnerLogin,
-		// As in a deployment migrated by that role, it owns the control tables.
-		"ALTER TABLE community_deletion.community_serving_write_leases OWNER TO " + schemaOwnerLogin,
-		"GRANT CREATE ON SCHEMA public TO " + schemaOwnerLogin,
-	} {
-		require.NoError(t, b.exec(t, sql), sql)
-	}
+	handSchemaTo(t, b, schemaOwnerLogin, password)
 	installDDLGuard(t, b)
 	url, err := fixture.LoginConnString(b.url, schemaOwnerLogin, password)
 	require.NoError(t, err)
@@ -44,6 +36,21 @@ func guardedWithSchemaOwner(t *testing.T) (*testBundle, *pgxpool.Pool) {
 	require.NoError(t, err)
 	t.Cleanup(owner.Close)
 	return b, owner
+}
+
+// handSchemaTo makes login (created if missing) the owner of schema
+// community_deletion and of its lease table, as a deployment's migrating
+// role is, and lets it CREATE in public; it is no superuser.
+func handSchemaTo(t *testing.T, b *testBundle, login, password string, more ...string) {
+	t.Helper()
+	require.NoError(t, fixture.EnsureLogins(t.Context(), b.url, []fixture.Login{{Name: login, Password: password}}))
+	for _, sql := range append([]string{
+		"ALTER SCHEMA community_deletion OWNER TO " + login,
+		"ALTER TABLE community_deletion.community_serving_write_leases OWNER TO " + login,
+		"GRANT CREATE ON SCHEMA public TO " + login,
+	}, more...) {
+		require.NoError(t, b.exec(t, sql), sql)
+	}
 }
 
 // schemaSnapshot is what the owner of community_deletion could change there:

@@ -699,17 +699,9 @@ const schemaOwnerLoginName = "cd_test_hostile_schema_owner"
 // is refused (42501) and nothing changes; without it each leaves a drift
 // row that blocks the claim, until put back.
 func prepareSchemaOwner(t *testing.T, w *hostileWorld) {
-	require.NoError(t, fixture.EnsureLogins(t.Context(), w.b.url,
-		[]fixture.Login{{Name: schemaOwnerLoginName, Password: schemaOwnerLoginName + "-password"}}))
-	for _, sql := range []string{
-		"ALTER SCHEMA community_deletion OWNER TO " + schemaOwnerLoginName,
-		"ALTER TABLE community_deletion.community_serving_write_leases OWNER TO " + schemaOwnerLoginName,
-		// The migrating role owns the version table too.
-		"ALTER TABLE public.community_deletion_schema_migrations OWNER TO " + schemaOwnerLoginName,
-		"GRANT CREATE ON SCHEMA public TO " + schemaOwnerLoginName,
-	} {
-		require.NoError(t, w.b.exec(t, sql), sql)
-	}
+	// The migrating role owns the version table too.
+	handSchemaTo(t, w.b, schemaOwnerLoginName, schemaOwnerLoginName+"-password",
+		"ALTER TABLE public.community_deletion_schema_migrations OWNER TO "+schemaOwnerLoginName)
 }
 
 func attackSchemaOwner(t *testing.T, w *hostileWorld) walkHooks {
