@@ -104,7 +104,7 @@ func TestManyKeysUnderOnePrefix(t *testing.T) {
 		if s3server.IsDeleteObjects(r) {
 			keys, err := s3server.ReadDeleteKeys(r)
 			if err != nil {
-				s3server.WriteError(w, http.StatusBadRequest, "MalformedXML", err.Error())
+				s3server.WriteError(w, r, http.StatusBadRequest, "MalformedXML", err.Error())
 				return
 			}
 			mu.Lock()
@@ -229,7 +229,7 @@ func TestThrottlingIsRetried(t *testing.T) {
 	e.proxy.SetHook(func(w http.ResponseWriter, r *http.Request, forward http.Handler) {
 		if requests.Add(1)%2 == 1 {
 			throttled.Add(1)
-			s3server.WriteError(w, http.StatusServiceUnavailable, "SlowDown", "Please reduce your request rate.")
+			s3server.WriteError(w, r, http.StatusServiceUnavailable, "SlowDown", "Please reduce your request rate.")
 			return
 		}
 		forward.ServeHTTP(w, r)
@@ -253,9 +253,9 @@ func TestThrottlingIsRetried(t *testing.T) {
 	// error says why, on one bounded line.
 	e2 := newEnv(t, func(c *s3store.Config) { c.MaxAttempts = 3 })
 	var attempts atomic.Int64
-	e2.proxy.SetHook(func(w http.ResponseWriter, _ *http.Request, _ http.Handler) {
+	e2.proxy.SetHook(func(w http.ResponseWriter, r *http.Request, _ http.Handler) {
 		attempts.Add(1)
-		s3server.WriteError(w, http.StatusServiceUnavailable, "SlowDown", "Please reduce your request rate.")
+		s3server.WriteError(w, r, http.StatusServiceUnavailable, "SlowDown", "Please reduce your request rate.")
 	})
 	err = e2.store.List(ctx, "t/", func(string, int64) error { t.Fatal("listed"); return nil })
 	var api smithy.APIError
@@ -497,8 +497,8 @@ func TestContentMD5(t *testing.T) {
 func TestLongServerMessagesAreBounded(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *s3store.Config) { c.MaxAttempts = 1 })
-	e.proxy.SetHook(func(w http.ResponseWriter, _ *http.Request, _ http.Handler) {
-		s3server.WriteError(w, http.StatusForbidden, "AccessDenied", strings.Repeat("very long\nmessage ", 6000))
+	e.proxy.SetHook(func(w http.ResponseWriter, r *http.Request, _ http.Handler) {
+		s3server.WriteError(w, r, http.StatusForbidden, "AccessDenied", strings.Repeat("very long\nmessage ", 6000))
 	})
 	_, err := e.store.Any(t.Context(), "x/")
 	var api smithy.APIError

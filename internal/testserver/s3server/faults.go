@@ -26,8 +26,12 @@ func IsDeleteObjects(r *http.Request) bool {
 	return r.Method == http.MethodPost && ok
 }
 
-// WriteError answers with an S3 error document.
-func WriteError(w http.ResponseWriter, status int, code, message string) {
+// WriteError answers r with an S3 error document. It reads r's body to the
+// end first, as a real server does: answering before the client has sent
+// its body makes the client's transport close the connection while it
+// still reads the answer, and the error the client sees is then that.
+func WriteError(w http.ResponseWriter, r *http.Request, status int, code, message string) {
+	_, _ = io.Copy(io.Discard, r.Body)
 	body, _ := xml.Marshal(struct {
 		XMLName xml.Name `xml:"Error"`
 		Code    string
@@ -83,7 +87,7 @@ func (s *Server) PartialDelete(fail func(key string) *KeyFailure) testserver.Hoo
 		}
 		keys, err := ReadDeleteKeys(r)
 		if err != nil {
-			WriteError(w, http.StatusBadRequest, "MalformedXML", err.Error())
+			WriteError(w, r, http.StatusBadRequest, "MalformedXML", err.Error())
 			return
 		}
 		type keyError struct {
@@ -103,7 +107,7 @@ func (s *Server) PartialDelete(fail func(key string) *KeyFailure) testserver.Hoo
 				Bucket: aws.String(s.Bucket), Delete: &types.Delete{Objects: ok, Quiet: aws.Bool(true)},
 			})
 			if err != nil || len(out.Errors) > 0 {
-				WriteError(w, http.StatusInternalServerError, "InternalError", fmt.Sprintf("test proxy: delete the others: %v", err))
+				WriteError(w, r, http.StatusInternalServerError, "InternalError", fmt.Sprintf("test proxy: delete the others: %v", err))
 				return
 			}
 		}
