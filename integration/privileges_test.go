@@ -824,14 +824,23 @@ func TestEveryInstalledFunctionIsSealed(t *testing.T) {
 		return f, err
 	})
 	require.NoError(t, err)
-	qualified := map[string]bool{"community_deletion_lock_key(uuid)": true, "enforce_community_write_fence()": true}
+	qualified := map[string]bool{
+		"community_deletion_lock_key(uuid)": true, "enforce_community_write_fence()": true,
+		"enforce_community_write_fence_row()": true, "community_deletion_tenant_uuid(text)": true,
+	}
 	// The proofs read tenant tables with row security off, so a policy that
 	// would hide a row is an error, not a skip.
 	rowSecurityOff := map[string]bool{"enforce_community_tombstone_proof()": true}
 	publicOK := map[string]bool{
 		"attach_community_write_fence(regclass,text,name)": true, "detach_community_write_fence(regclass)": true,
 		"community_deletion_register_table(regclass,text,name)": true, "community_deletion_unregister_table(name,name)": true,
-		"declare_tenant_table(regclass,name)": true, "community_deletion_record_tenant_table(regclass,name,uuid[])": true,
+		"declare_tenant_table(regclass,name)": true, "community_deletion_record_tenant_table(regclass,name,text[])": true,
+		"attach_child_table(regclass,regclass[])": true, "community_deletion_register_child_table(regclass,jsonb)": true,
+		"declare_reference(regclass,name[],regclass,name[],text)": true, "drop_reference(regclass,name[])": true,
+		"enforce_community_write_fence_row()": true, "enforce_community_kept_row_fence_row()": true,
+		"community_deletion_attach_row_fence(regclass,text,text[])": true, "community_deletion_key_kind(regtype)": true,
+		"community_deletion_tenant_key_kind()": true, "community_deletion_fence_args(name,text,jsonb)": true,
+		"community_deletion_kept_row_args(name,text)": true, "community_deletion_child_spec(regclass,regclass[])": true,
 		"exclude_table(regclass,text)": true, "include_table(regclass)": true,
 		"enforce_community_kept_row_fence()": true, "enforce_community_tenant_created()": true,
 		"enforce_community_write_fence()": true, "community_deletion_control_table(text)": true,

@@ -194,7 +194,7 @@ func TestAttachByTableOwnerOutsideTheDeletionRoles(t *testing.T) {
 	_, err = conn.Exec(ctx, "SELECT attach_community_write_fence('tenant_owned')")
 	require.NoError(t, err)
 	_, err = conn.Exec(ctx, "SELECT attach_community_write_fence('tenant_owned_audit', 'delete')")
-	requireSQLState(t, err, pgerrcode.InvalidParameterValue, "community_id must be NOT NULL")
+	requireSQLState(t, err, pgerrcode.InvalidParameterValue, "it cannot change to 'delete'")
 
 	_, err = conn.Exec(ctx, "SELECT detach_community_write_fence('tenant_owned')")
 	require.NoError(t, err)

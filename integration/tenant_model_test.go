@@ -93,7 +93,7 @@ func TestAttachWithTheServicesTenantKey(t *testing.T) {
 
 	// A key that is not uuid, a missing column, another owner's table.
 	err := owner.exec(t, "SELECT community_deletion.attach_community_write_fence('svc.ws_slugs', 'delete', 'workspace_id')")
-	requireSQLState(t, err, pgerrcode.InvalidParameterValue, "svc.ws_slugs.workspace_id is text: a tenant key must be uuid")
+	requireSQLState(t, err, pgerrcode.InvalidParameterValue, "svc.ws_slugs.workspace_id is text, an text key, but the tenant key is uuid")
 	err = owner.exec(t, "SELECT community_deletion.attach_community_write_fence('svc.ws_docs', 'delete', 'tenant')")
 	requireSQLState(t, err, pgerrcode.InvalidParameterValue, "has no column tenant")
 	serving := roleSession(t, b, fixture.RoleServing)
@@ -112,7 +112,8 @@ func TestAttachWithTheServicesTenantKey(t *testing.T) {
 	err = owner.exec(t, "SELECT community_deletion.attach_community_write_fence('svc.ws_docs', 'delete', 'id')")
 	requireSQLState(t, err, pgerrcode.InvalidParameterValue, "")
 	// ws_slugs still looks like tenant data: a workspace_id column that can never be a key.
-	require.Equal(t, []driftRow{{"svc.ws_slugs", "unregistered: its workspace_id column is text; a tenant key must be uuid"}}, drift(t, b))
+	require.Equal(t, []driftRow{{"svc.ws_slugs", "unregistered: its workspace_id column is text, but the tenant key is uuid; " +
+		"key it by a column of that kind, or exclude it with community_deletion.exclude_table('svc.ws_slugs', reason)"}}, drift(t, b))
 	owner.run(t, "SELECT community_deletion.exclude_table('svc.ws_slugs', 'slugs are released by the service itself')")
 	require.Empty(t, drift(t, b))
 
@@ -211,8 +212,9 @@ func TestDeclareTheServicesTenantTable(t *testing.T) {
 	}
 	err := owner.exec(t, "SELECT community_deletion.declare_tenant_table('svc.loose')")
 	requireSQLState(t, err, pgerrcode.InvalidParameterValue, "must be NOT NULL")
+	// A text key would do, but the fixture's tables are keyed by uuid.
 	err = owner.exec(t, "SELECT community_deletion.declare_tenant_table('svc.texty')")
-	requireSQLState(t, err, pgerrcode.InvalidParameterValue, "a tenant key must be uuid")
+	requireSQLState(t, err, pgerrcode.ObjectNotInPrerequisiteState, "its key is text, but tables keyed by uuid are registered already")
 
 	owner.run(t, "SELECT community_deletion.declare_tenant_table('svc.workspaces')")
 	state, _ := b.communityState(t, existing)

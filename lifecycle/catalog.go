@@ -184,12 +184,14 @@ func (s *store) validateCatalog(ctx context.Context) error {
 func (o *Operator) InventorySchema(ctx context.Context, community uuid.UUID) (*SchemaManifest, error) {
 	var manifest *SchemaManifest
 	err := o.catalogTx(ctx, func(tx pgx.Tx, q *dbgen.Queries) error {
-		if _, err := q.CommunityGetByID(ctx, community); err != nil {
+		row, err := q.CommunityGetByID(ctx, community)
+		if err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
 				return notFoundf("community %s", community)
 			}
 			return fmt.Errorf("read community %s: %w", community, err)
 		}
+		key := tenantKeyOf(row.ID, row.TenantKey)
 		registry, err := checkDeletionCatalog(ctx, q)
 		if err != nil {
 			return err
@@ -205,10 +207,10 @@ func (o *Operator) InventorySchema(ctx context.Context, community uuid.UUID) (*S
 			NullifyTables: []string{},
 		}
 		schemas := make(map[string]string, len(registry))
-		keys := make(map[string]string, len(registry))
+		filters := make(map[string]string, len(registry))
 		for _, table := range registry {
 			schemas[table.TableName] = table.TableSchema
-			keys[table.TableName] = table.TenantKey
+			filters[table.TableName] = table.TenantFilter
 			m.ScopedTables = append(m.ScopedTables, table.TableName)
 			if table.PurgeAction == "nullify" {
 				m.NullifyTables = append(m.NullifyTables, table.TableName)
@@ -218,12 +220,13 @@ func (o *Operator) InventorySchema(ctx context.Context, community uuid.UUID) (*S
 		slices.Sort(m.NullifyTables)
 		// Table and column names come only from the validated registry and
 		// are quoted as identifiers, qualified by the schema the registry
-		// records; each table is counted by its own tenant key.
+		// records; each table is counted by its own tenant key, or through
+		// its parents (community_deletion_tenant_filter()).
 		for _, table := range m.ScopedTables {
 			sql := "SELECT count(*) FROM " + pgx.Identifier{schemas[table], table}.Sanitize() +
-				" WHERE " + pgx.Identifier{keys[table]}.Sanitize() + " = $1"
+				" WHERE " + filters[table]
 			var n int64
-			if err := tx.QueryRow(ctx, sql, community).Scan(&n); err != nil {
+			if err := tx.QueryRow(ctx, sql, key.String()).Scan(&n); err != nil {
 				return fmt.Errorf("count rows of %s in %s: %w", community, table, err)
 			}
 			m.RowCounts[table] = n

@@ -311,7 +311,7 @@ func (e *Engine) CheckPostgresPurged(ctx context.Context, token LeaseToken) erro
 			return fmt.Errorf("set enable_seqscan: %w", err)
 		}
 		for _, shape := range shapes {
-			remains, err := purgeRowsRemain(ctx, tx, shape.SchemaName, shape.TableName, shape.TenantKey, token)
+			remains, err := purgeRowsRemain(ctx, tx, shape, token)
 			if err != nil {
 				return err
 			}
@@ -349,8 +349,17 @@ type purgeTable struct {
 	action       string
 	partitioned  bool
 	// tenant is the table's declared tenant key column (community_id
-	// unless attach named another).
+	// unless attach named another), or "" for a table attached through its
+	// parents (child).
 	tenant string
+	// keyCast is the type the tenant key's text is cast to for comparing
+	// with the tenant column.
+	keyCast string
+	// filter selects the tenant's rows, $1 being its key as text
+	// (community_deletion_tenant_filter()).
+	filter string
+	// child is set for a table attached through its parents.
+	child bool
 	// key is the primary key column besides the tenant key, or "".
 	key string
 	// method is the resolved batch mechanic.
@@ -460,7 +469,7 @@ func (r *purgeRun) plan(ctx context.Context, recheck bool) (*purgePlan, error) {
 		if err != nil {
 			return fmt.Errorf("list foreign keys: %w", err)
 		}
-		partitions, err := q.PurgeCommunityPartitions(ctx, r.token.CommunityID)
+		partitions, err := q.PurgeCommunityPartitions(ctx, r.token.tenantKey())
 		if err != nil {
 			return fmt.Errorf("list the community's partitions: %w", err)
 		}
@@ -479,7 +488,7 @@ func (r *purgeRun) plan(ctx context.Context, recheck bool) (*purgePlan, error) {
 			t := &purgeTable{
 				name: shape.TableName, schema: shape.SchemaName, action: shape.PurgeAction,
 				partitioned: shape.Partitioned, key: shape.KeyColumn, referenced: shape.Referenced,
-				tenant: shape.TenantKey,
+				tenant: shape.TenantKey, keyCast: shape.KeyCast, filter: shape.TenantFilter, child: shape.Child,
 			}
 			t.method = purgeResolveMethod(r.opts.Method, shape)
 			if c, ok := done[t.unit()]; ok {
@@ -496,7 +505,11 @@ func (r *purgeRun) plan(ctx context.Context, recheck bool) (*purgePlan, error) {
 				return refusef("registered table %s has purge action %q", t.name, t.action)
 			}
 		}
-		edges := purgeEdges(keys)
+		tenantTable, err := q.PurgeTenantTable(ctx)
+		if err != nil {
+			return fmt.Errorf("read the tenant table: %w", err)
+		}
+		edges := purgeEdges(keys, tenantTable, deleteNames)
 		for _, k := range keys {
 			if parent := tables[k.ParentTable]; parent != nil && k.ChildTable == k.ParentTable && !k.Soft {
 				parent.selfRefs = append(parent.selfRefs, k)
@@ -530,6 +543,16 @@ func (r *purgeRun) plan(ctx context.Context, recheck bool) (*purgePlan, error) {
 
 // purgeResolveMethod picks the batch mechanic of one table.
 func purgeResolveMethod(forced PurgeMethod, shape dbgen.PurgeTableShapesRow) PurgeMethod {
+	if shape.Child {
+		// A table attached through its parents has no tenant column to
+		// walk: its batches are the first N rows its parents' rows of the
+		// tenant reach (through the referencing columns' index, where
+		// there is one), deleted by address under the same filter.
+		if forced == PurgeMethodTIDRange {
+			return forced
+		}
+		return PurgeMethodCommunityCTID
+	}
 	keyset := shape.KeyColumn != "" && shape.KeyIndexed
 	switch forced {
 	case PurgeMethodKeyset, PurgeMethodKeysetArray:
@@ -679,8 +702,8 @@ func (b *purgeBatcher) sweep(ctx context.Context) (bool, error) {
 	var from any
 	for i := 0; i <= len(b.bounds); i++ {
 		// community_id = ANY of a one-element array, not "=": see above.
-		args := []any{b.run.token.CommunityID}
-		filter := tenant + " = ANY (ARRAY[$1]::uuid[])"
+		args := []any{b.run.token.tenantKey()}
+		filter := tenant + " = ANY (ARRAY[$1::pg_catalog.text::" + t.keyCast + "])"
 		if from != nil {
 			args = append(args, from)
 			filter += " AND " + key + after + fmt.Sprintf("$%d", len(args))
@@ -873,7 +896,7 @@ func (b *purgeBatcher) loadLeaves(ctx context.Context) error {
 // deleted, cleared or nulled, and whether the table is done.
 func (b *purgeBatcher) statement(ctx context.Context, tx pgx.Tx) (int64, bool, error) {
 	t := b.table
-	community := b.run.token.CommunityID
+	community := b.run.token.tenantKey()
 	n := b.n
 	table := t.ident()
 	tenant := t.tenantCol()
@@ -898,7 +921,9 @@ func (b *purgeBatcher) statement(ctx context.Context, tx pgx.Tx) (int64, bool, e
 		}
 	}
 	// rowFilter selects the rows still to work on.
-	rowFilter := tenant + " = $1"
+	// tenantRows selects the tenant's rows; rowFilter, those still to work on.
+	tenantRows := "(" + t.filter + ")"
+	rowFilter := tenantRows
 	if b.clear {
 		var notNull []string
 		for _, k := range t.selfRefs {
@@ -962,9 +987,9 @@ func (b *purgeBatcher) statement(ctx context.Context, tx pgx.Tx) (int64, bool, e
 		limit := fmt.Sprintf(" ORDER BY %s%s LIMIT $%d", key, order, len(args))
 		var where string
 		if method == PurgeMethodKeysetCTID {
-			where = tenant + " = $1 AND ctid = ANY (ARRAY(SELECT ctid FROM " + table + " WHERE " + filter + limit + "))"
+			where = tenantRows + " AND ctid = ANY (ARRAY(SELECT ctid FROM " + table + " WHERE " + filter + limit + "))"
 		} else {
-			where = tenant + " = $1 AND " + key + " = ANY (ARRAY(SELECT " + key + " FROM " + table + " WHERE " + filter + limit + "))"
+			where = tenantRows + " AND " + key + " = ANY (ARRAY(SELECT " + key + " FROM " + table + " WHERE " + filter + limit + "))"
 		}
 		var rows int64
 		var last any
@@ -979,7 +1004,7 @@ func (b *purgeBatcher) statement(ctx context.Context, tx pgx.Tx) (int64, bool, e
 		return rows, rows < int64(n), nil
 
 	case PurgeMethodCommunityCTID:
-		where := tenant + " = $1 AND ctid = ANY (ARRAY(SELECT ctid FROM " + table + " WHERE " + rowFilter + " LIMIT $2))"
+		where := tenantRows + " AND ctid = ANY (ARRAY(SELECT ctid FROM " + table + " WHERE " + rowFilter + " LIMIT $2))"
 		tag, err := tx.Exec(ctx, action(table, where), community, n)
 		if err != nil {
 			return 0, false, fmt.Errorf("purge batch of %s: %w", t.name, err)
@@ -1007,7 +1032,7 @@ func (b *purgeBatcher) statement(ctx context.Context, tx pgx.Tx) (int64, bool, e
 		var last *string
 		err := tx.QueryRow(ctx, "WITH picked AS (SELECT ctid AS row_address FROM "+heap+" WHERE "+rowFilter+
 			" AND ctid >= $2::tid AND ctid < $3::tid LIMIT $4), "+
-			"batch AS ("+action(heap, tenant+" = $1 AND ctid = ANY (ARRAY(SELECT row_address FROM picked))")+" RETURNING 1) "+
+			"batch AS ("+action(heap, tenantRows+" AND ctid = ANY (ARRAY(SELECT row_address FROM picked))")+" RETURNING 1) "+
 			"SELECT (SELECT count(*) FROM batch), (SELECT max(row_address) FROM picked)::text",
 			community, tid(b.slot), tid(end), n).Scan(&rows, &last)
 		if err != nil {
@@ -1204,13 +1229,13 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 }
 
 // purgeRowsRemain reports whether the table still holds a row of the
-// token's community.
-func purgeRowsRemain(ctx context.Context, tx pgx.Tx, schema, table, tenant string, token LeaseToken) (bool, error) {
+// token's tenant, by its key or through its parents.
+func purgeRowsRemain(ctx context.Context, tx pgx.Tx, shape dbgen.PurgeTableShapesRow, token LeaseToken) (bool, error) {
 	var remains bool
-	err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+pgx.Identifier{schema, table}.Sanitize()+
-		" WHERE "+pgx.Identifier{tenant}.Sanitize()+" = $1)", token.CommunityID).Scan(&remains)
+	err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+pgx.Identifier{shape.SchemaName, shape.TableName}.Sanitize()+
+		" WHERE "+shape.TenantFilter+")", token.tenantKey()).Scan(&remains)
 	if err != nil {
-		return false, fmt.Errorf("look for rows of community %s in %s: %w", token.CommunityID, table, err)
+		return false, fmt.Errorf("look for rows of community %s in %s: %w", token.tenantKey(), shape.TableName, err)
 	}
 	return remains, nil
 }
@@ -1246,7 +1271,7 @@ func (r *purgeRun) finish(ctx context.Context) ([]string, error) {
 			if shape.PurgeAction != purgeActionDelete {
 				continue
 			}
-			remains, err := purgeRowsRemain(ctx, tx, shape.SchemaName, shape.TableName, shape.TenantKey, r.token)
+			remains, err := purgeRowsRemain(ctx, tx, shape, r.token)
 			if err != nil {
 				return err
 			}
@@ -1264,12 +1289,12 @@ func (r *purgeRun) finish(ctx context.Context) ([]string, error) {
 			}
 			tenant := pgx.Identifier{shape.TenantKey}.Sanitize()
 			tag, err := tx.Exec(ctx, "UPDATE "+pgx.Identifier{shape.SchemaName, shape.TableName}.Sanitize()+
-				" SET "+tenant+" = NULL WHERE "+tenant+" = $1", r.token.CommunityID)
+				" SET "+tenant+" = NULL WHERE "+shape.TenantFilter, r.token.tenantKey())
 			if err != nil {
 				return fmt.Errorf("clear %s in %s: %w", shape.TenantKey, shape.TableName, err)
 			}
 			nullified[shape.TableName] = r.result.Nullified[shape.TableName] + tag.RowsAffected()
-			remains, err := purgeRowsRemain(ctx, tx, shape.SchemaName, shape.TableName, shape.TenantKey, r.token)
+			remains, err := purgeRowsRemain(ctx, tx, shape, r.token)
 			if err != nil {
 				return err
 			}

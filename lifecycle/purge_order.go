@@ -203,14 +203,17 @@ func (s *store) purgeOrder(ctx context.Context) ([]string, error) {
 		if err != nil {
 			return fmt.Errorf("list foreign keys: %w", err)
 		}
+		tenantTable, err := q.PurgeTenantTable(ctx)
+		if err != nil {
+			return fmt.Errorf("read the tenant table: %w", err)
+		}
 		var deleteNames []string
 		for _, shape := range shapes {
 			if shape.PurgeAction == purgeActionDelete {
 				deleteNames = append(deleteNames, shape.TableName)
 			}
 		}
-		edges := purgeEdges(keys)
-		order, err = purgeOrder(deleteNames, edges)
+		order, err = purgeOrder(deleteNames, purgeEdges(keys, tenantTable, deleteNames))
 		return err
 	})
 	if err != nil {
@@ -219,12 +222,22 @@ func (s *store) purgeOrder(ctx context.Context) ([]string, error) {
 	return order, nil
 }
 
-// purgeEdges turns the foreign keys among registered tables into the purge
-// order's edges.
-func purgeEdges(keys []dbgen.PurgeForeignKeysRow) []purgeEdge {
-	edges := make([]purgeEdge, 0, len(keys))
+// purgeEdges turns the foreign keys and references among registered tables
+// into the purge order's edges, and, when tenantTable names the declared
+// tenant table, a soft edge from every other table to it: the tenant's own
+// row goes last, whether or not a foreign key says so, unless a hard key
+// from the tenant table to another table says otherwise.
+func purgeEdges(keys []dbgen.PurgeForeignKeysRow, tenantTable string, tables []string) []purgeEdge {
+	edges := make([]purgeEdge, 0, len(keys)+len(tables))
 	for _, k := range keys {
 		edges = append(edges, purgeEdge{Child: k.ChildTable, Parent: k.ParentTable, Constraint: k.ConstraintName, Soft: k.Soft})
+	}
+	if tenantTable != "" {
+		for _, t := range tables {
+			if t != tenantTable {
+				edges = append(edges, purgeEdge{Child: t, Parent: tenantTable, Constraint: "the tenant table goes last", Soft: true})
+			}
+		}
 	}
 	return edges
 }

@@ -16,6 +16,9 @@ type Request struct {
 	ID uuid.UUID
 	// CommunityID is the community to delete.
 	CommunityID uuid.UUID
+	// TenantKey is the community's tenant key: the value of the service's
+	// tenant table's key (for a uuid tenant, CommunityID as text).
+	TenantKey TenantKey
 	// CommunityHost is the community's host, reserved forever by its
 	// tombstone; empty for a tenant of a declared tenant table, which has
 	// none.
@@ -104,6 +107,7 @@ func requestFromRow(row *dbgen.CommunityDeletionRequest) (*Request, error) {
 	r := &Request{
 		ID:                         row.ID,
 		CommunityID:                row.CommunityID,
+		TenantKey:                  tenantKeyOf(row.CommunityID, row.CommunityTenantKey),
 		CommunityHost:              deref(row.CommunityHost),
 		Stage:                      stage,
 		RequestedBy:                row.RequestedBy,
@@ -162,6 +166,7 @@ func (r *Request) token() LeaseToken {
 		Owner:           r.LeaseOwner,
 		Generation:      r.LeaseGeneration,
 		CommunityID:     r.CommunityID,
+		TenantKey:       r.TenantKey,
 		FenceGeneration: r.FenceGeneration,
 	}
 }
@@ -169,7 +174,7 @@ func (r *Request) token() LeaseToken {
 // String names the request for logs and errors.
 func (r *Request) String() string {
 	if r.CommunityHost == "" {
-		return fmt.Sprintf("deletion %s of %s (%s)", r.ID, r.CommunityID, r.Stage)
+		return fmt.Sprintf("deletion %s of %s (%s)", r.ID, r.TenantKey, r.Stage)
 	}
 	return fmt.Sprintf("deletion %s of %s (%s)", r.ID, r.CommunityHost, r.Stage)
 }

@@ -98,6 +98,9 @@ type LeaseToken struct {
 	Generation int64
 	// CommunityID is the community the request deletes.
 	CommunityID uuid.UUID
+	// TenantKey is that community's tenant key; empty means its id (a uuid
+	// tenant).
+	TenantKey TenantKey
 	// FenceGeneration is the community's fence generation once fenced, or nil.
 	FenceGeneration *int64
 }

@@ -217,6 +217,14 @@ var legacyProbes = map[int64][]check{
 	24: { // 00024_community_deletion_schema_usage_drift.sql
 		functionBody("community_deletion_catalog_drift()", "schema_usage_missing"),
 	},
+	25: { // 00025_community_deletion_tenant_keys.sql
+		table("community_deletion_references"),
+	},
+	26: { // 00026_community_deletion_real_schemas.sql
+		function("attach_child_table(regclass,regclass[])"),
+		function("community_deletion_tenant_uuid(text)"),
+		trigger("communities", "communities_tenant_key_guard"),
+	},
 }
 
 // querier is what probes and the version-table reads run on: a *sql.DB,

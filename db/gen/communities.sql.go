@@ -37,15 +37,17 @@ func (q *Queries) CommunityFence(ctx context.Context, arg CommunityFenceParams) 
 }
 
 const communityGetByHost = `-- name: CommunityGetByHost :one
-SELECT id, host, deletion_state, deletion_fence_generation, archived_at, deleted_at, created_at, signing_key, icon
+SELECT id, host, deletion_state, deletion_fence_generation, archived_at, deleted_at, created_at, signing_key, icon, tenant_key
 FROM community_deletion.communities
 WHERE id = coalesce(
     (SELECT c.id FROM community_deletion.communities c WHERE c.id::text = lower($1::text)),
+    (SELECT c.id FROM community_deletion.communities c WHERE c.tenant_key = $1::text),
     (SELECT c.id FROM community_deletion.communities c WHERE lower(c.host) = lower($1::text)))
 `
 
-// The community whose id (as text) is host, or else whose host is host
-// (case-insensitive): a tenant of a declared tenant table has no host.
+// The community whose tenant key is host (its id, as text, for a uuid
+// tenant; tenant_key for an integer or text one), or else whose host is
+// host (case-insensitive): a tenant of a declared tenant table has no host.
 func (q *Queries) CommunityGetByHost(ctx context.Context, host string) (Community, error) {
 	row := q.db.QueryRow(ctx, communityGetByHost, host)
 	var i Community
@@ -59,12 +61,13 @@ func (q *Queries) CommunityGetByHost(ctx context.Context, host string) (Communit
 		&i.CreatedAt,
 		&i.SigningKey,
 		&i.Icon,
+		&i.TenantKey,
 	)
 	return i, err
 }
 
 const communityGetByID = `-- name: CommunityGetByID :one
-SELECT id, host, deletion_state, deletion_fence_generation, archived_at, deleted_at, created_at, signing_key, icon
+SELECT id, host, deletion_state, deletion_fence_generation, archived_at, deleted_at, created_at, signing_key, icon, tenant_key
 FROM community_deletion.communities
 WHERE id = $1
 `
@@ -82,12 +85,13 @@ func (q *Queries) CommunityGetByID(ctx context.Context, id uuid.UUID) (Community
 		&i.CreatedAt,
 		&i.SigningKey,
 		&i.Icon,
+		&i.TenantKey,
 	)
 	return i, err
 }
 
 const communityGetForUpdate = `-- name: CommunityGetForUpdate :one
-SELECT id, host, deletion_state, deletion_fence_generation, archived_at, deleted_at, created_at, signing_key, icon
+SELECT id, host, deletion_state, deletion_fence_generation, archived_at, deleted_at, created_at, signing_key, icon, tenant_key
 FROM community_deletion.communities
 WHERE id = $1
 FOR NO KEY UPDATE
@@ -111,6 +115,7 @@ func (q *Queries) CommunityGetForUpdate(ctx context.Context, id uuid.UUID) (Comm
 		&i.CreatedAt,
 		&i.SigningKey,
 		&i.Icon,
+		&i.TenantKey,
 	)
 	return i, err
 }
@@ -118,7 +123,7 @@ func (q *Queries) CommunityGetForUpdate(ctx context.Context, id uuid.UUID) (Comm
 const communityInsert = `-- name: CommunityInsert :one
 INSERT INTO community_deletion.communities (host, signing_key, icon)
 VALUES ($1, $2, $3)
-RETURNING id, host, deletion_state, deletion_fence_generation, archived_at, deleted_at, created_at, signing_key, icon
+RETURNING id, host, deletion_state, deletion_fence_generation, archived_at, deleted_at, created_at, signing_key, icon, tenant_key
 `
 
 type CommunityInsertParams struct {
@@ -140,12 +145,13 @@ func (q *Queries) CommunityInsert(ctx context.Context, arg CommunityInsertParams
 		&i.CreatedAt,
 		&i.SigningKey,
 		&i.Icon,
+		&i.TenantKey,
 	)
 	return i, err
 }
 
 const communityListByIDs = `-- name: CommunityListByIDs :many
-SELECT id, host, deletion_state, deletion_fence_generation, archived_at, deleted_at, created_at, signing_key, icon
+SELECT id, host, deletion_state, deletion_fence_generation, archived_at, deleted_at, created_at, signing_key, icon, tenant_key
 FROM community_deletion.communities
 WHERE id = ANY($1::uuid[])
 ORDER BY id
@@ -170,6 +176,7 @@ func (q *Queries) CommunityListByIDs(ctx context.Context, ids []uuid.UUID) ([]Co
 			&i.CreatedAt,
 			&i.SigningKey,
 			&i.Icon,
+			&i.TenantKey,
 		); err != nil {
 			return nil, err
 		}

@@ -181,8 +181,13 @@ const catalogRegistryList = `-- name: CatalogRegistryList :many
 SELECT registered.table_name,
        registered.table_schema::text AS table_schema,
        registered.purge_action,
-       registered.tenant_key::text AS tenant_key,
-       community_deletion.community_deletion_control_table(registered.table_name)::boolean AS control_plane
+       coalesce(registered.tenant_key::text, '')::text AS tenant_key,
+       coalesce(registered.key_kind, 'uuid')::text AS key_kind,
+       ARRAY(SELECT DISTINCT format('%I.%I', p.value -> 'hops' -> 0 ->> 'schema', p.value -> 'hops' -> 0 ->> 'table')
+             FROM jsonb_array_elements(coalesce(registered.parents, '[]'::jsonb)) p
+             ORDER BY 1)::text[] AS parents,
+       community_deletion.community_deletion_control_table(registered.table_name)::boolean AS control_plane,
+       coalesce(community_deletion.community_deletion_tenant_filter(registered.table_schema, registered.table_name::name, NULL), '')::text AS tenant_filter
 FROM community_deletion.community_scoped_tables registered
 ORDER BY registered.table_name
 `
@@ -192,12 +197,18 @@ type CatalogRegistryListRow struct {
 	TableSchema  string
 	PurgeAction  string
 	TenantKey    string
+	KeyKind      string
+	Parents      []string
 	ControlPlane bool
+	TenantFilter string
 }
 
-// The registry of tenant tables, with each one's tenant key column and
-// whether it names a deletion control-plane table (which must never be
-// registered).
+// The registry of tenant tables, with each one's tenant key column (” for
+// a table attached through its parents), the key's kind, its parents (the
+// schema-qualified tables of its paths' first steps), whether it names a
+// deletion control-plane table (which must never be registered) and its
+// tenant row filter (community_deletion_tenant_filter(), $1 the tenant key
+// as text).
 func (q *Queries) CatalogRegistryList(ctx context.Context) ([]CatalogRegistryListRow, error) {
 	rows, err := q.db.Query(ctx, catalogRegistryList)
 	if err != nil {
@@ -212,7 +223,10 @@ func (q *Queries) CatalogRegistryList(ctx context.Context) ([]CatalogRegistryLis
 			&i.TableSchema,
 			&i.PurgeAction,
 			&i.TenantKey,
+			&i.KeyKind,
+			&i.Parents,
 			&i.ControlPlane,
+			&i.TenantFilter,
 		); err != nil {
 			return nil, err
 		}

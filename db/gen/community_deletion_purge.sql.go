@@ -26,7 +26,9 @@ WHERE registered.purge_action = 'delete'
   AND pg_has_role(current_user, parent.relowner, 'USAGE')
   AND pg_has_role(current_user, part.relowner, 'USAGE')
   AND pg_get_partkeydef(parent.oid) = format('LIST (%s)', quote_ident(registered.tenant_key))
-  AND pg_get_expr(part.relpartbound, part.oid) = format('FOR VALUES IN (%L)', $1::uuid)
+  AND pg_get_expr(part.relpartbound, part.oid) = format(CASE coalesce(registered.key_kind, 'uuid') WHEN 'integer' THEN 'FOR VALUES IN (%s)'
+                                                                                                 ELSE 'FOR VALUES IN (%L)' END,
+                                                        $1::text)
 ORDER BY 1, 3
 `
 
@@ -37,12 +39,12 @@ type PurgeCommunityPartitionsRow struct {
 }
 
 // The partitions of registered 'delete' tables, partitioned LIST by their
-// tenant key, whose bound holds exactly this community: they go by
+// tenant key, whose bound holds exactly this community's key (as text): they go by
 // DETACH PARTITION and DROP TABLE instead of row deletes, where the purging
 // role has the privileges of the owners of the table and the partition (an
 // executor that does not deletes their rows in batches instead).
-func (q *Queries) PurgeCommunityPartitions(ctx context.Context, communityID uuid.UUID) ([]PurgeCommunityPartitionsRow, error) {
-	rows, err := q.db.Query(ctx, purgeCommunityPartitions, communityID)
+func (q *Queries) PurgeCommunityPartitions(ctx context.Context, tenantKey string) ([]PurgeCommunityPartitionsRow, error) {
+	rows, err := q.db.Query(ctx, purgeCommunityPartitions, tenantKey)
 	if err != nil {
 		return nil, err
 	}
@@ -135,6 +137,16 @@ WHERE con.contype = 'f' AND con.conparentid = 0
       SELECT 1 FROM community_deletion.community_scoped_tables r
       JOIN pg_catalog.pg_namespace rn ON rn.nspname = r.table_schema
       WHERE r.purge_action = 'delete' AND r.table_name = parent.relname AND rn.oid = parent.relnamespace)
+UNION
+SELECT registered.table_name::text AS child_table,
+       (p.value -> 'hops' -> 0 ->> 'table')::text AS parent_table,
+       'reference of '::text || registered.table_name::text AS constraint_name,
+       false AS soft,
+       false AS nullable,
+       ARRAY(SELECT c.value FROM jsonb_array_elements_text(p.value -> 'hops' -> 0 -> 'columns') c)::text[] AS columns
+FROM community_deletion.community_scoped_tables registered
+CROSS JOIN LATERAL jsonb_array_elements(registered.parents) p
+WHERE registered.parents IS NOT NULL
 ORDER BY 1, 2, 3
 `
 
@@ -152,6 +164,8 @@ type PurgeForeignKeysRow struct {
 // ON DELETE action removes or clears the child rows itself (CASCADE, SET
 // NULL, SET DEFAULT), whether every referencing column is nullable, and the
 // referencing columns in key order.
+// A table attached through its parents goes before each of them, whether
+// a foreign key or a declared reference leads there.
 func (q *Queries) PurgeForeignKeys(ctx context.Context) ([]PurgeForeignKeysRow, error) {
 	rows, err := q.db.Query(ctx, purgeForeignKeys)
 	if err != nil {
@@ -367,15 +381,19 @@ const purgeTableShapes = `-- name: PurgeTableShapes :many
 SELECT registered.table_name::text AS table_name,
        registered.purge_action::text AS purge_action,
        n.nspname::text AS schema_name,
-       registered.tenant_key::text AS tenant_key,
+       coalesce(registered.tenant_key::text, '')::text AS tenant_key,
+       coalesce(registered.key_kind, 'uuid')::text AS key_kind,
+       community_deletion.community_deletion_key_cast(coalesce(registered.key_kind, 'uuid'))::text AS key_cast,
+       community_deletion.community_deletion_tenant_filter(n.nspname, c.relname, NULL)::text AS tenant_filter,
+       (registered.parents IS NOT NULL)::boolean AS child,
        (c.relkind = 'p')::boolean AS partitioned,
        coalesce(pk.key_column::text, '')::text AS key_column,
        coalesce(pk.key_indexed, false)::boolean AS key_indexed,
-       EXISTS (
+       (community.attnum IS NOT NULL AND EXISTS (
            SELECT 1 FROM pg_catalog.pg_index i
            WHERE i.indrelid = c.oid AND i.indisvalid AND i.indpred IS NULL
              AND i.indkey[0] = community.attnum
-       )::boolean AS community_indexed,
+       ))::boolean AS community_indexed,
        EXISTS (
            SELECT 1 FROM pg_catalog.pg_constraint f WHERE f.contype = 'f' AND f.confrelid = c.oid
        )::boolean AS referenced
@@ -384,11 +402,11 @@ JOIN pg_catalog.pg_class c ON c.relname = registered.table_name
     AND c.relnamespace = (SELECT rn.oid FROM pg_catalog.pg_namespace rn WHERE rn.nspname = registered.table_schema)
     AND c.relkind IN ('r', 'p')
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-JOIN pg_catalog.pg_attribute community ON community.attrelid = c.oid AND community.attname = registered.tenant_key
+LEFT JOIN pg_catalog.pg_attribute community ON community.attrelid = c.oid AND community.attname = registered.tenant_key
     AND NOT community.attisdropped
 LEFT JOIN LATERAL (
     SELECT a.attname AS key_column,
-           EXISTS (
+           community.attnum IS NOT NULL AND EXISTS (
                SELECT 1 FROM pg_catalog.pg_index i
                JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
                JOIN pg_catalog.pg_am am ON am.oid = ic.relam AND am.amname = 'btree'
@@ -396,10 +414,11 @@ LEFT JOIN LATERAL (
                  AND i.indkey[0] = community.attnum AND i.indkey[1] = a.attnum
            ) AS key_indexed
     FROM pg_catalog.pg_constraint p
-    JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum = ANY (p.conkey) AND a.attnum <> community.attnum
+    JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum = ANY (p.conkey) AND a.attnum IS DISTINCT FROM community.attnum
     WHERE p.conrelid = c.oid AND p.contype = 'p'
       AND (cardinality(p.conkey) = 1 OR (cardinality(p.conkey) = 2 AND community.attnum = ANY (p.conkey)))
 ) pk ON true
+WHERE registered.parents IS NOT NULL OR community.attnum IS NOT NULL
 ORDER BY registered.table_name
 `
 
@@ -408,6 +427,10 @@ type PurgeTableShapesRow struct {
 	PurgeAction      string
 	SchemaName       string
 	TenantKey        string
+	KeyKind          string
+	KeyCast          string
+	TenantFilter     string
+	Child            bool
 	Partitioned      bool
 	KeyColumn        string
 	KeyIndexed       bool
@@ -419,13 +442,16 @@ type PurgeTableShapesRow struct {
 // UPDATE and EXISTS statements are built in Go from the table and column
 // names these queries return, all read from the registry and the catalog.
 // Every registered table that exists in its recorded schema, with what
-// the purge needs to batch it: its schema; its tenant key column (the
-// registry's tenant_key, community_id unless attach named another); whether
-// it is partitioned; the primary key column besides the tenant key when the
-// primary key is that one column, alone or together with the tenant key
-// (” otherwise); whether a valid, non-partial btree index leads with
-// (tenant key, that column); whether a valid, non-partial index leads with
-// the tenant key; whether any foreign key references the table.
+// the purge needs to batch it: its schema; its tenant key column (” for a
+// table attached through its parents), the key's kind and the cast its
+// text takes to compare with that column; its tenant row filter
+// (community_deletion_tenant_filter(), whose $1 is the tenant key as text);
+// whether it is attached through its parents; whether it is partitioned;
+// the primary key column besides the tenant key when the primary key is
+// that one column, alone or together with the tenant key (” otherwise);
+// whether a valid, non-partial btree index leads with (tenant key, that
+// column); whether a valid, non-partial index leads with the tenant key;
+// whether any foreign key references the table.
 func (q *Queries) PurgeTableShapes(ctx context.Context) ([]PurgeTableShapesRow, error) {
 	rows, err := q.db.Query(ctx, purgeTableShapes)
 	if err != nil {
@@ -440,6 +466,10 @@ func (q *Queries) PurgeTableShapes(ctx context.Context) ([]PurgeTableShapesRow, 
 			&i.PurgeAction,
 			&i.SchemaName,
 			&i.TenantKey,
+			&i.KeyKind,
+			&i.KeyCast,
+			&i.TenantFilter,
+			&i.Child,
 			&i.Partitioned,
 			&i.KeyColumn,
 			&i.KeyIndexed,
@@ -454,4 +484,17 @@ func (q *Queries) PurgeTableShapes(ctx context.Context) ([]PurgeTableShapesRow, 
 		return nil, err
 	}
 	return items, nil
+}
+
+const purgeTenantTable = `-- name: PurgeTenantTable :one
+SELECT coalesce((SELECT d.table_name::text FROM community_deletion.community_deletion_tenant_table d), '')::text AS table_name
+`
+
+// The declared tenant table's name, registered like any 'delete' table; ”
+// when none is declared. The purge deletes it last.
+func (q *Queries) PurgeTenantTable(ctx context.Context) (string, error) {
+	row := q.db.QueryRow(ctx, purgeTenantTable)
+	var table_name string
+	err := row.Scan(&table_name)
+	return table_name, err
 }

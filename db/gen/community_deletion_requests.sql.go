@@ -31,7 +31,7 @@ SET stage = 'aborted',
     next_attempt_at = now()
 WHERE id = $4
   AND stage = $5
-RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role
+RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role, community_tenant_key
 `
 
 type DeletionRequestAbortParams struct {
@@ -90,6 +90,7 @@ func (q *Queries) DeletionRequestAbort(ctx context.Context, arg DeletionRequestA
 		&i.AbortedAt,
 		&i.CompletedAt,
 		&i.RequestedByRole,
+		&i.CommunityTenantKey,
 	)
 	return i, err
 }
@@ -145,7 +146,7 @@ SET blocked_at = now(),
     lease_owner = NULL,
     lease_until = NULL
 WHERE id = $2
-RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role
+RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role, community_tenant_key
 `
 
 type DeletionRequestBlockParams struct {
@@ -193,6 +194,7 @@ func (q *Queries) DeletionRequestBlock(ctx context.Context, arg DeletionRequestB
 		&i.AbortedAt,
 		&i.CompletedAt,
 		&i.RequestedByRole,
+		&i.CommunityTenantKey,
 	)
 	return i, err
 }
@@ -244,7 +246,7 @@ SET lease_owner = $1,
     lease_until = clock_timestamp() + $2::interval,
     attempts = attempts + 1
 WHERE id = $3
-RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role
+RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role, community_tenant_key
 `
 
 type DeletionRequestClaimParams struct {
@@ -294,12 +296,13 @@ func (q *Queries) DeletionRequestClaim(ctx context.Context, arg DeletionRequestC
 		&i.AbortedAt,
 		&i.CompletedAt,
 		&i.RequestedByRole,
+		&i.CommunityTenantKey,
 	)
 	return i, err
 }
 
 const deletionRequestClaimNextCandidate = `-- name: DeletionRequestClaimNextCandidate :one
-SELECT request.id, request.community_id, request.community_host, request.stage, request.retry_stage, request.requested_by, request.reason, request.schema_manifest, request.storage_manifest, request.destructive_storage_manifest, request.inventory_manifest, request.inventory_digest, request.inventory_frozen_at, request.destructive_storage_frozen_at, request.fence_generation, request.lease_owner, request.lease_generation, request.lease_until, request.attempts, request.retry_count, request.last_error, request.last_error_at, request.next_attempt_at, request.blocked_at, request.blocked_reason, request.created_at, request.updated_at, request.pre_quiesce_archived_at, request.quiescing_started_at, request.aborted_by, request.abort_reason, request.aborted_at, request.completed_at, request.requested_by_role
+SELECT request.id, request.community_id, request.community_host, request.stage, request.retry_stage, request.requested_by, request.reason, request.schema_manifest, request.storage_manifest, request.destructive_storage_manifest, request.inventory_manifest, request.inventory_digest, request.inventory_frozen_at, request.destructive_storage_frozen_at, request.fence_generation, request.lease_owner, request.lease_generation, request.lease_until, request.attempts, request.retry_count, request.last_error, request.last_error_at, request.next_attempt_at, request.blocked_at, request.blocked_reason, request.created_at, request.updated_at, request.pre_quiesce_archived_at, request.quiescing_started_at, request.aborted_by, request.abort_reason, request.aborted_at, request.completed_at, request.requested_by_role, request.community_tenant_key
 FROM community_deletion.community_deletion_requests request
 JOIN community_deletion.community_deletion_approvals approval ON approval.request_id = request.id
     AND approval.community_id = request.community_id
@@ -355,12 +358,13 @@ func (q *Queries) DeletionRequestClaimNextCandidate(ctx context.Context) (Commun
 		&i.AbortedAt,
 		&i.CompletedAt,
 		&i.RequestedByRole,
+		&i.CommunityTenantKey,
 	)
 	return i, err
 }
 
 const deletionRequestClaimSpecificCandidate = `-- name: DeletionRequestClaimSpecificCandidate :one
-SELECT request.id, request.community_id, request.community_host, request.stage, request.retry_stage, request.requested_by, request.reason, request.schema_manifest, request.storage_manifest, request.destructive_storage_manifest, request.inventory_manifest, request.inventory_digest, request.inventory_frozen_at, request.destructive_storage_frozen_at, request.fence_generation, request.lease_owner, request.lease_generation, request.lease_until, request.attempts, request.retry_count, request.last_error, request.last_error_at, request.next_attempt_at, request.blocked_at, request.blocked_reason, request.created_at, request.updated_at, request.pre_quiesce_archived_at, request.quiescing_started_at, request.aborted_by, request.abort_reason, request.aborted_at, request.completed_at, request.requested_by_role
+SELECT request.id, request.community_id, request.community_host, request.stage, request.retry_stage, request.requested_by, request.reason, request.schema_manifest, request.storage_manifest, request.destructive_storage_manifest, request.inventory_manifest, request.inventory_digest, request.inventory_frozen_at, request.destructive_storage_frozen_at, request.fence_generation, request.lease_owner, request.lease_generation, request.lease_until, request.attempts, request.retry_count, request.last_error, request.last_error_at, request.next_attempt_at, request.blocked_at, request.blocked_reason, request.created_at, request.updated_at, request.pre_quiesce_archived_at, request.quiescing_started_at, request.aborted_by, request.abort_reason, request.aborted_at, request.completed_at, request.requested_by_role, request.community_tenant_key
 FROM community_deletion.community_deletion_requests request
 JOIN community_deletion.community_deletion_approvals approval ON approval.request_id = request.id
     AND approval.community_id = request.community_id
@@ -414,6 +418,7 @@ func (q *Queries) DeletionRequestClaimSpecificCandidate(ctx context.Context, id 
 		&i.AbortedAt,
 		&i.CompletedAt,
 		&i.RequestedByRole,
+		&i.CommunityTenantKey,
 	)
 	return i, err
 }
@@ -472,7 +477,7 @@ SET stage = 'inventoried',
 WHERE id = $5
   AND stage IN ('submitted', 'inventoried')
   AND blocked_at IS NULL
-RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role
+RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role, community_tenant_key
 `
 
 type DeletionRequestFreezeInventoryParams struct {
@@ -531,12 +536,13 @@ func (q *Queries) DeletionRequestFreezeInventory(ctx context.Context, arg Deleti
 		&i.AbortedAt,
 		&i.CompletedAt,
 		&i.RequestedByRole,
+		&i.CommunityTenantKey,
 	)
 	return i, err
 }
 
 const deletionRequestGet = `-- name: DeletionRequestGet :one
-SELECT id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role
+SELECT id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role, community_tenant_key
 FROM community_deletion.community_deletion_requests
 WHERE id = $1
 `
@@ -579,12 +585,13 @@ func (q *Queries) DeletionRequestGet(ctx context.Context, id uuid.UUID) (Communi
 		&i.AbortedAt,
 		&i.CompletedAt,
 		&i.RequestedByRole,
+		&i.CommunityTenantKey,
 	)
 	return i, err
 }
 
 const deletionRequestGetForOperator = `-- name: DeletionRequestGetForOperator :one
-SELECT request.id, request.community_id, request.community_host, request.stage, request.retry_stage, request.requested_by, request.reason, request.schema_manifest, request.storage_manifest, request.destructive_storage_manifest, request.inventory_manifest, request.inventory_digest, request.inventory_frozen_at, request.destructive_storage_frozen_at, request.fence_generation, request.lease_owner, request.lease_generation, request.lease_until, request.attempts, request.retry_count, request.last_error, request.last_error_at, request.next_attempt_at, request.blocked_at, request.blocked_reason, request.created_at, request.updated_at, request.pre_quiesce_archived_at, request.quiescing_started_at, request.aborted_by, request.abort_reason, request.aborted_at, request.completed_at, request.requested_by_role,
+SELECT request.id, request.community_id, request.community_host, request.stage, request.retry_stage, request.requested_by, request.reason, request.schema_manifest, request.storage_manifest, request.destructive_storage_manifest, request.inventory_manifest, request.inventory_digest, request.inventory_frozen_at, request.destructive_storage_frozen_at, request.fence_generation, request.lease_owner, request.lease_generation, request.lease_until, request.attempts, request.retry_count, request.last_error, request.last_error_at, request.next_attempt_at, request.blocked_at, request.blocked_reason, request.created_at, request.updated_at, request.pre_quiesce_archived_at, request.quiescing_started_at, request.aborted_by, request.abort_reason, request.aborted_at, request.completed_at, request.requested_by_role, request.community_tenant_key,
        (request.lease_owner IS NOT NULL AND request.lease_until >= clock_timestamp())::boolean AS lease_live
 FROM community_deletion.community_deletion_requests request
 WHERE request.id = $1
@@ -636,13 +643,14 @@ func (q *Queries) DeletionRequestGetForOperator(ctx context.Context, id uuid.UUI
 		&i.CommunityDeletionRequest.AbortedAt,
 		&i.CommunityDeletionRequest.CompletedAt,
 		&i.CommunityDeletionRequest.RequestedByRole,
+		&i.CommunityDeletionRequest.CommunityTenantKey,
 		&i.LeaseLive,
 	)
 	return i, err
 }
 
 const deletionRequestGetForUpdate = `-- name: DeletionRequestGetForUpdate :one
-SELECT id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role
+SELECT id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role, community_tenant_key
 FROM community_deletion.community_deletion_requests
 WHERE id = $1
 FOR UPDATE
@@ -686,6 +694,7 @@ func (q *Queries) DeletionRequestGetForUpdate(ctx context.Context, id uuid.UUID)
 		&i.AbortedAt,
 		&i.CompletedAt,
 		&i.RequestedByRole,
+		&i.CommunityTenantKey,
 	)
 	return i, err
 }
@@ -824,7 +833,7 @@ func (q *Queries) DeletionRequestLeaseValid(ctx context.Context, arg DeletionReq
 }
 
 const deletionRequestList = `-- name: DeletionRequestList :many
-SELECT id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role
+SELECT id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role, community_tenant_key
 FROM community_deletion.community_deletion_requests
 ORDER BY created_at DESC, id DESC
 LIMIT $1::integer
@@ -875,6 +884,7 @@ func (q *Queries) DeletionRequestList(ctx context.Context, maxRows int32) ([]Com
 			&i.AbortedAt,
 			&i.CompletedAt,
 			&i.RequestedByRole,
+			&i.CommunityTenantKey,
 		); err != nil {
 			return nil, err
 		}
@@ -887,7 +897,7 @@ func (q *Queries) DeletionRequestList(ctx context.Context, maxRows int32) ([]Com
 }
 
 const deletionRequestListPage = `-- name: DeletionRequestListPage :many
-SELECT id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role
+SELECT id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role, community_tenant_key
 FROM community_deletion.community_deletion_requests
 WHERE (created_at, id) < (coalesce($1::timestamptz, 'infinity'::timestamptz),
                          coalesce($2::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'::uuid))
@@ -956,6 +966,7 @@ func (q *Queries) DeletionRequestListPage(ctx context.Context, arg DeletionReque
 			&i.AbortedAt,
 			&i.CompletedAt,
 			&i.RequestedByRole,
+			&i.CommunityTenantKey,
 		); err != nil {
 			return nil, err
 		}
@@ -968,7 +979,7 @@ func (q *Queries) DeletionRequestListPage(ctx context.Context, arg DeletionReque
 }
 
 const deletionRequestListPageBlocked = `-- name: DeletionRequestListPageBlocked :many
-SELECT id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role
+SELECT id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role, community_tenant_key
 FROM community_deletion.community_deletion_requests
 WHERE blocked_at IS NOT NULL
   AND (created_at, id) < (coalesce($1::timestamptz, 'infinity'::timestamptz),
@@ -1029,6 +1040,7 @@ func (q *Queries) DeletionRequestListPageBlocked(ctx context.Context, arg Deleti
 			&i.AbortedAt,
 			&i.CompletedAt,
 			&i.RequestedByRole,
+			&i.CommunityTenantKey,
 		); err != nil {
 			return nil, err
 		}
@@ -1041,7 +1053,7 @@ func (q *Queries) DeletionRequestListPageBlocked(ctx context.Context, arg Deleti
 }
 
 const deletionRequestListPageByStage = `-- name: DeletionRequestListPageByStage :many
-SELECT id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role
+SELECT id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role, community_tenant_key
 FROM community_deletion.community_deletion_requests
 WHERE stage = $1
   AND (created_at, id) < (coalesce($2::timestamptz, 'infinity'::timestamptz),
@@ -1111,6 +1123,7 @@ func (q *Queries) DeletionRequestListPageByStage(ctx context.Context, arg Deleti
 			&i.AbortedAt,
 			&i.CompletedAt,
 			&i.RequestedByRole,
+			&i.CommunityTenantKey,
 		); err != nil {
 			return nil, err
 		}
@@ -1129,7 +1142,7 @@ SET stage = 'approved',
 WHERE id = $1
   AND stage = 'inventoried'
   AND blocked_at IS NULL
-RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role
+RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role, community_tenant_key
 `
 
 // Moves an unblocked inventoried request to approved and makes it due now;
@@ -1172,6 +1185,7 @@ func (q *Queries) DeletionRequestMarkApproved(ctx context.Context, id uuid.UUID)
 		&i.AbortedAt,
 		&i.CompletedAt,
 		&i.RequestedByRole,
+		&i.CommunityTenantKey,
 	)
 	return i, err
 }
@@ -1226,7 +1240,7 @@ WHERE id = $5
   AND lease_generation = $7
   AND lease_until >= now()
   AND blocked_at IS NULL
-RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role
+RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role, community_tenant_key
 `
 
 type DeletionRequestRecordRetryParams struct {
@@ -1289,6 +1303,7 @@ func (q *Queries) DeletionRequestRecordRetry(ctx context.Context, arg DeletionRe
 		&i.AbortedAt,
 		&i.CompletedAt,
 		&i.RequestedByRole,
+		&i.CommunityTenantKey,
 	)
 	return i, err
 }
@@ -1334,6 +1349,7 @@ WITH target AS (
     FROM community_deletion.communities community
     WHERE community.id = coalesce(
         (SELECT c.id FROM community_deletion.communities c WHERE c.id::text = lower($1::text)),
+        (SELECT c.id FROM community_deletion.communities c WHERE c.tenant_key = $1::text),
         (SELECT c.id FROM community_deletion.communities c WHERE lower(c.host) = lower($1::text)))
       AND community.deletion_state = 'active'
       AND community.deleted_at IS NULL
@@ -1342,12 +1358,12 @@ WITH target AS (
     SELECT target.id, target.host, $2::text, $3::text
     FROM target
     ON CONFLICT (community_id) WHERE stage <> 'aborted' DO NOTHING
-    RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role
+    RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role, community_tenant_key
 )
-SELECT inserted.id, inserted.community_id, inserted.community_host, inserted.stage, inserted.retry_stage, inserted.requested_by, inserted.reason, inserted.schema_manifest, inserted.storage_manifest, inserted.destructive_storage_manifest, inserted.inventory_manifest, inserted.inventory_digest, inserted.inventory_frozen_at, inserted.destructive_storage_frozen_at, inserted.fence_generation, inserted.lease_owner, inserted.lease_generation, inserted.lease_until, inserted.attempts, inserted.retry_count, inserted.last_error, inserted.last_error_at, inserted.next_attempt_at, inserted.blocked_at, inserted.blocked_reason, inserted.created_at, inserted.updated_at, inserted.pre_quiesce_archived_at, inserted.quiescing_started_at, inserted.aborted_by, inserted.abort_reason, inserted.aborted_at, inserted.completed_at, inserted.requested_by_role
+SELECT inserted.id, inserted.community_id, inserted.community_host, inserted.stage, inserted.retry_stage, inserted.requested_by, inserted.reason, inserted.schema_manifest, inserted.storage_manifest, inserted.destructive_storage_manifest, inserted.inventory_manifest, inserted.inventory_digest, inserted.inventory_frozen_at, inserted.destructive_storage_frozen_at, inserted.fence_generation, inserted.lease_owner, inserted.lease_generation, inserted.lease_until, inserted.attempts, inserted.retry_count, inserted.last_error, inserted.last_error_at, inserted.next_attempt_at, inserted.blocked_at, inserted.blocked_reason, inserted.created_at, inserted.updated_at, inserted.pre_quiesce_archived_at, inserted.quiescing_started_at, inserted.aborted_by, inserted.abort_reason, inserted.aborted_at, inserted.completed_at, inserted.requested_by_role, inserted.community_tenant_key
 FROM inserted
 UNION ALL
-SELECT request.id, request.community_id, request.community_host, request.stage, request.retry_stage, request.requested_by, request.reason, request.schema_manifest, request.storage_manifest, request.destructive_storage_manifest, request.inventory_manifest, request.inventory_digest, request.inventory_frozen_at, request.destructive_storage_frozen_at, request.fence_generation, request.lease_owner, request.lease_generation, request.lease_until, request.attempts, request.retry_count, request.last_error, request.last_error_at, request.next_attempt_at, request.blocked_at, request.blocked_reason, request.created_at, request.updated_at, request.pre_quiesce_archived_at, request.quiescing_started_at, request.aborted_by, request.abort_reason, request.aborted_at, request.completed_at, request.requested_by_role
+SELECT request.id, request.community_id, request.community_host, request.stage, request.retry_stage, request.requested_by, request.reason, request.schema_manifest, request.storage_manifest, request.destructive_storage_manifest, request.inventory_manifest, request.inventory_digest, request.inventory_frozen_at, request.destructive_storage_frozen_at, request.fence_generation, request.lease_owner, request.lease_generation, request.lease_until, request.attempts, request.retry_count, request.last_error, request.last_error_at, request.next_attempt_at, request.blocked_at, request.blocked_reason, request.created_at, request.updated_at, request.pre_quiesce_archived_at, request.quiescing_started_at, request.aborted_by, request.abort_reason, request.aborted_at, request.completed_at, request.requested_by_role, request.community_tenant_key
 FROM community_deletion.community_deletion_requests request
 JOIN target ON target.id = request.community_id
 WHERE request.stage = 'submitted'
@@ -1397,13 +1413,15 @@ type DeletionRequestSubmitRow struct {
 	AbortedAt                  *time.Time
 	CompletedAt                *time.Time
 	RequestedByRole            *string
+	CommunityTenantKey         *string
 }
 
-// Submits a request for the active community whose id (as text) is host,
-// or else whose host is host (case-insensitive): a tenant of a declared
-// tenant table has no host. Submitting again while the same requester's
-// request is still submitted returns that request. No row: the community
-// is missing, not active, or already has an open request.
+// Submits a request for the active community whose tenant key is host (its
+// id for a uuid tenant, as text; communities.tenant_key for an integer or
+// text one), or else whose host is host (case-insensitive): a tenant of a
+// declared tenant table has no host. Submitting again while the same
+// requester's request is still submitted returns that request. No row: the
+// community is missing, not active, or already has an open request.
 func (q *Queries) DeletionRequestSubmit(ctx context.Context, arg DeletionRequestSubmitParams) (DeletionRequestSubmitRow, error) {
 	row := q.db.QueryRow(ctx, deletionRequestSubmit, arg.Host, arg.RequestedBy, arg.Reason)
 	var i DeletionRequestSubmitRow
@@ -1442,6 +1460,7 @@ func (q *Queries) DeletionRequestSubmit(ctx context.Context, arg DeletionRequest
 		&i.AbortedAt,
 		&i.CompletedAt,
 		&i.RequestedByRole,
+		&i.CommunityTenantKey,
 	)
 	return i, err
 }
@@ -1459,7 +1478,7 @@ SET blocked_at = NULL,
     lease_until = NULL
 WHERE id = $1
   AND blocked_at IS NOT NULL
-RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role
+RETURNING id, community_id, community_host, stage, retry_stage, requested_by, reason, schema_manifest, storage_manifest, destructive_storage_manifest, inventory_manifest, inventory_digest, inventory_frozen_at, destructive_storage_frozen_at, fence_generation, lease_owner, lease_generation, lease_until, attempts, retry_count, last_error, last_error_at, next_attempt_at, blocked_at, blocked_reason, created_at, updated_at, pre_quiesce_archived_at, quiescing_started_at, aborted_by, abort_reason, aborted_at, completed_at, requested_by_role, community_tenant_key
 `
 
 // Clears a block after an operator's remediation: the retry streak, the last
@@ -1502,6 +1521,7 @@ func (q *Queries) DeletionRequestUnblock(ctx context.Context, id uuid.UUID) (Com
 		&i.AbortedAt,
 		&i.CompletedAt,
 		&i.RequestedByRole,
+		&i.CommunityTenantKey,
 	)
 	return i, err
 }

@@ -24,7 +24,7 @@ func (q *Queries) CommunityScopedTableAttach(ctx context.Context, arg CommunityS
 }
 
 const communityScopedTableList = `-- name: CommunityScopedTableList :many
-SELECT table_name, purge_action, registered_at, registered_by, table_schema, tenant_key
+SELECT table_name, purge_action, registered_at, registered_by, table_schema, tenant_key, key_kind, parents
 FROM community_deletion.community_scoped_tables
 ORDER BY table_name
 `
@@ -45,6 +45,8 @@ func (q *Queries) CommunityScopedTableList(ctx context.Context) ([]CommunityScop
 			&i.RegisteredBy,
 			&i.TableSchema,
 			&i.TenantKey,
+			&i.KeyKind,
+			&i.Parents,
 		); err != nil {
 			return nil, err
 		}

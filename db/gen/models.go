@@ -21,6 +21,8 @@ type Community struct {
 	CreatedAt               time.Time
 	SigningKey              []byte
 	Icon                    *string
+	// The service's tenant key as text when it is not a uuid (an integer or text id of the declared tenant table); NULL when the key is id itself.
+	TenantKey *string
 }
 
 type CommunityDeletionApproval struct {
@@ -56,6 +58,19 @@ type CommunityDeletionCommunityDeletionExcludedTable struct {
 	Reason      string
 	ExcludedBy  string
 	ExcludedAt  time.Time
+}
+
+// References a schema declares no foreign key for (declare_reference()), by the referencing table's owner: attach_child_table() and the drift report follow them like foreign keys.
+type CommunityDeletionCommunityDeletionReference struct {
+	ChildSchema   string
+	ChildTable    string
+	ChildColumns  []string
+	ParentSchema  string
+	ParentTable   string
+	ParentColumns []string
+	Reason        *string
+	DeclaredBy    string
+	DeclaredAt    time.Time
 }
 
 // The service's own tenant table, declared once by its owner with declare_tenant_table(); written only by that function.
@@ -176,6 +191,8 @@ type CommunityDeletionRequest struct {
 	AbortedAt                  *time.Time
 	CompletedAt                *time.Time
 	RequestedByRole            *string
+	// The tenant key of the targeted community when it is not its id (communities.tenant_key), copied at submission; never changes.
+	CommunityTenantKey *string
 }
 
 type CommunityDeletionSchemaMigration struct {
@@ -226,8 +243,12 @@ type CommunityScopedTable struct {
 	RegisteredBy *string
 	// The schema of the registered table: any schema of the service (community_deletion_tenant_schema()).
 	TableSchema string
-	// The column of the registered table that holds its tenant's id (uuid), as attach_community_write_fence() was given it.
-	TenantKey string
+	// The column of the registered table that holds its tenant's key, as attach_community_write_fence() was given it; NULL for a table attached through its parents.
+	TenantKey *string
+	// The kind of the tenant key: uuid, integer (smallint, integer or bigint) or text (text or varchar); NULL means uuid.
+	KeyKind *string
+	// For a table attached through its parents (attach_child_table()): each path from its columns through foreign keys or declared references to the tenant key of a table holding one.
+	Parents []byte
 }
 
 type CommunityServingWriteLease struct {

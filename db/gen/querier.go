@@ -30,9 +30,12 @@ type Querier interface {
 	// Whether the deletion control plane is installed. It probes the catalog,
 	// not the migration tool's version table.
 	CatalogPing(ctx context.Context) (bool, error)
-	// The registry of tenant tables, with each one's tenant key column and
-	// whether it names a deletion control-plane table (which must never be
-	// registered).
+	// The registry of tenant tables, with each one's tenant key column ('' for
+	// a table attached through its parents), the key's kind, its parents (the
+	// schema-qualified tables of its paths' first steps), whether it names a
+	// deletion control-plane table (which must never be registered) and its
+	// tenant row filter (community_deletion_tenant_filter(), $1 the tenant key
+	// as text).
 	CatalogRegistryList(ctx context.Context) ([]CatalogRegistryListRow, error)
 	// Which of table_names exist as tables in schema community_deletion.
 	CatalogRelationsPresent(ctx context.Context, tableNames []string) ([]string, error)
@@ -54,8 +57,9 @@ type Querier interface {
 	// Fences a quiescing community under a new fence generation. The caller is
 	// the authorized executor at that generation and holds the community lock.
 	CommunityFence(ctx context.Context, arg CommunityFenceParams) (int64, error)
-	// The community whose id (as text) is host, or else whose host is host
-	// (case-insensitive): a tenant of a declared tenant table has no host.
+	// The community whose tenant key is host (its id, as text, for a uuid
+	// tenant; tenant_key for an integer or text one), or else whose host is
+	// host (case-insensitive): a tenant of a declared tenant table has no host.
 	CommunityGetByHost(ctx context.Context, host string) (Community, error)
 	CommunityGetByID(ctx context.Context, id uuid.UUID) (Community, error)
 	// Locks the community row for a lifecycle step. FOR NO KEY UPDATE, not FOR
@@ -212,11 +216,12 @@ type Querier interface {
 	// Releases a lease its holder presents, expired or not. No row: the lease
 	// was already taken over or released.
 	DeletionRequestReleaseLease(ctx context.Context, arg DeletionRequestReleaseLeaseParams) (int64, error)
-	// Submits a request for the active community whose id (as text) is host,
-	// or else whose host is host (case-insensitive): a tenant of a declared
-	// tenant table has no host. Submitting again while the same requester's
-	// request is still submitted returns that request. No row: the community
-	// is missing, not active, or already has an open request.
+	// Submits a request for the active community whose tenant key is host (its
+	// id for a uuid tenant, as text; communities.tenant_key for an integer or
+	// text one), or else whose host is host (case-insensitive): a tenant of a
+	// declared tenant table has no host. Submitting again while the same
+	// requester's request is still submitted returns that request. No row: the
+	// community is missing, not active, or already has an open request.
 	DeletionRequestSubmit(ctx context.Context, arg DeletionRequestSubmitParams) (DeletionRequestSubmitRow, error)
 	// Clears a block after an operator's remediation: the retry streak, the last
 	// error and any expired lease go, and the request is due now.
@@ -248,11 +253,11 @@ type Querier interface {
 	// A community's protection history, newest first.
 	ProtectionEventsByCommunity(ctx context.Context, arg ProtectionEventsByCommunityParams) ([]CommunityDeletionProtectionEvent, error)
 	// The partitions of registered 'delete' tables, partitioned LIST by their
-	// tenant key, whose bound holds exactly this community: they go by
+	// tenant key, whose bound holds exactly this community's key (as text): they go by
 	// DETACH PARTITION and DROP TABLE instead of row deletes, where the purging
 	// role has the privileges of the owners of the table and the partition (an
 	// executor that does not deletes their rows in batches instead).
-	PurgeCommunityPartitions(ctx context.Context, communityID uuid.UUID) ([]PurgeCommunityPartitionsRow, error)
+	PurgeCommunityPartitions(ctx context.Context, tenantKey string) ([]PurgeCommunityPartitionsRow, error)
 	// Turns the fenced community into its tombstone at the fence generation and
 	// scrubs its profile; the tombstone guard admits it only as the executor
 	// with the request at bindings_removed under the same generation.
@@ -264,6 +269,8 @@ type Querier interface {
 	// ON DELETE action removes or clears the child rows itself (CASCADE, SET
 	// NULL, SET DEFAULT), whether every referencing column is nullable, and the
 	// referencing columns in key order.
+	// A table attached through its parents goes before each of them, whether
+	// a foreign key or a declared reference leads there.
 	PurgeForeignKeys(ctx context.Context) ([]PurgeForeignKeysRow, error)
 	// The tables that hold the rows of a registered table: the table itself, or
 	// the leaf partitions of a partitioned one, with their size in blocks and
@@ -291,14 +298,20 @@ type Querier interface {
 	// UPDATE and EXISTS statements are built in Go from the table and column
 	// names these queries return, all read from the registry and the catalog.
 	// Every registered table that exists in its recorded schema, with what
-	// the purge needs to batch it: its schema; its tenant key column (the
-	// registry's tenant_key, community_id unless attach named another); whether
-	// it is partitioned; the primary key column besides the tenant key when the
-	// primary key is that one column, alone or together with the tenant key
-	// ('' otherwise); whether a valid, non-partial btree index leads with
-	// (tenant key, that column); whether a valid, non-partial index leads with
-	// the tenant key; whether any foreign key references the table.
+	// the purge needs to batch it: its schema; its tenant key column ('' for a
+	// table attached through its parents), the key's kind and the cast its
+	// text takes to compare with that column; its tenant row filter
+	// (community_deletion_tenant_filter(), whose $1 is the tenant key as text);
+	// whether it is attached through its parents; whether it is partitioned;
+	// the primary key column besides the tenant key when the primary key is
+	// that one column, alone or together with the tenant key ('' otherwise);
+	// whether a valid, non-partial btree index leads with (tenant key, that
+	// column); whether a valid, non-partial index leads with the tenant key;
+	// whether any foreign key references the table.
 	PurgeTableShapes(ctx context.Context) ([]PurgeTableShapesRow, error)
+	// The declared tenant table's name, registered like any 'delete' table; ''
+	// when none is declared. The purge deletes it last.
+	PurgeTenantTable(ctx context.Context) (string, error)
 	// The newest receipt's sequence and hash (0 and '' for none) and the
 	// schema version (0 if unknown), after queueing on the chain's advisory lock.
 	ReceiptChainHead(ctx context.Context) (ReceiptChainHeadRow, error)

@@ -9,12 +9,14 @@ WHERE id = @id
   AND deletion_state = 'quiescing';
 
 -- name: CommunityGetByHost :one
--- The community whose id (as text) is host, or else whose host is host
--- (case-insensitive): a tenant of a declared tenant table has no host.
+-- The community whose tenant key is host (its id, as text, for a uuid
+-- tenant; tenant_key for an integer or text one), or else whose host is
+-- host (case-insensitive): a tenant of a declared tenant table has no host.
 SELECT *
 FROM community_deletion.communities
 WHERE id = coalesce(
     (SELECT c.id FROM community_deletion.communities c WHERE c.id::text = lower(@host::text)),
+    (SELECT c.id FROM community_deletion.communities c WHERE c.tenant_key = @host::text),
     (SELECT c.id FROM community_deletion.communities c WHERE lower(c.host) = lower(@host::text)));
 
 -- name: CommunityGetByID :one

@@ -345,16 +345,18 @@ WHERE id = @id
   AND fence_generation IS NOT DISTINCT FROM sqlc.narg('fence_generation')::bigint;
 
 -- name: DeletionRequestSubmit :one
--- Submits a request for the active community whose id (as text) is host,
--- or else whose host is host (case-insensitive): a tenant of a declared
--- tenant table has no host. Submitting again while the same requester's
--- request is still submitted returns that request. No row: the community
--- is missing, not active, or already has an open request.
+-- Submits a request for the active community whose tenant key is host (its
+-- id for a uuid tenant, as text; communities.tenant_key for an integer or
+-- text one), or else whose host is host (case-insensitive): a tenant of a
+-- declared tenant table has no host. Submitting again while the same
+-- requester's request is still submitted returns that request. No row: the
+-- community is missing, not active, or already has an open request.
 WITH target AS (
     SELECT community.id, community.host
     FROM community_deletion.communities community
     WHERE community.id = coalesce(
         (SELECT c.id FROM community_deletion.communities c WHERE c.id::text = lower(@host::text)),
+        (SELECT c.id FROM community_deletion.communities c WHERE c.tenant_key = @host::text),
         (SELECT c.id FROM community_deletion.communities c WHERE lower(c.host) = lower(@host::text)))
       AND community.deletion_state = 'active'
       AND community.deleted_at IS NULL
