@@ -12,7 +12,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgerrcode"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tombstoneworks/communitydeletion/executor"
@@ -21,8 +20,13 @@ import (
 
 // DeleteParams are the inputs of DeleteAndVerify.
 type DeleteParams struct {
-	// CommunityID is the community to delete, seeded by the service's own
-	// code. Required.
+	// Tenant is the tenant to delete, by its key in the service's tenant
+	// table (lifecycle.IntKey(42), lifecycle.TextKey("c0ffee…"),
+	// lifecycle.UUIDKey(id)), seeded by the service's own code.
+	// CommunityID names a uuid tenant the same way; one of them is
+	// required.
+	Tenant lifecycle.TenantKey
+	// CommunityID is the community to delete, for a uuid tenant.
 	CommunityID uuid.UUID
 	// Objects is the object store holding the community's files. Required.
 	Objects executor.ObjectStore
@@ -57,8 +61,11 @@ const maxKeysShown = 5
 // the tables with a community_id column, and in communities, are unchanged.
 // An error means the deletion itself could not be run or checked.
 func (k *Kit) DeleteAndCheck(ctx context.Context, p DeleteParams) ([]string, error) {
-	if p.CommunityID == uuid.Nil || p.Objects == nil {
-		return nil, errors.New("communitydeletiontest: DeleteParams needs CommunityID and Objects (an empty store is fine)")
+	if (p.CommunityID == uuid.Nil && p.Tenant == "") || p.Objects == nil {
+		return nil, errors.New("communitydeletiontest: DeleteParams needs Tenant (or CommunityID) and Objects (an empty store is fine)")
+	}
+	if err := k.resolveTenant(ctx, &p); err != nil {
+		return nil, err
 	}
 	prefixes, err := k.prefixes(ctx, p)
 	if err != nil {
@@ -68,7 +75,11 @@ func (k *Kit) DeleteAndCheck(ctx context.Context, p DeleteParams) ([]string, err
 	if p.Cache == nil {
 		p.Cache = executor.NewMemoryCache()
 	}
-	before, err := k.fingerprint(ctx, p.CommunityID)
+	before, err := k.fingerprint(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	deletedKeys, err := k.rowKeys(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -81,11 +92,16 @@ func (k *Kit) DeleteAndCheck(ctx context.Context, p DeleteParams) ([]string, err
 		return nil, err
 	}
 	problems = append(problems, late...)
-	leftovers, err := k.leftoverRows(ctx, p.CommunityID)
+	leftovers, err := k.leftoverRows(ctx, p)
 	if err != nil {
 		return nil, err
 	}
 	problems = append(problems, leftovers...)
+	pointing, err := k.rowsPointingAtDeleted(ctx, deletedKeys)
+	if err != nil {
+		return nil, err
+	}
+	problems = append(problems, pointing...)
 	for _, prefix := range p.Prefixes {
 		var keys []string
 		err := p.Objects.List(ctx, prefix, func(key string, _ int64) error {
@@ -100,14 +116,14 @@ func (k *Kit) DeleteAndCheck(ctx context.Context, p DeleteParams) ([]string, err
 			problems = append(problems, fmt.Sprintf("%d object(s) left under %s: %s", len(keys), prefix, strings.Join(shown, ", ")))
 		}
 	}
-	empty, err := p.Cache.Empty(ctx, p.CommunityID)
+	empty, err := p.Cache.Empty(ctx, p.Tenant)
 	if err != nil {
 		return nil, fmt.Errorf("communitydeletiontest: check the cache: %w", err)
 	}
 	if !empty {
-		problems = append(problems, fmt.Sprintf("the cache still holds entries of community %s", p.CommunityID))
+		problems = append(problems, fmt.Sprintf("the cache still holds entries of community %s", p.Tenant))
 	}
-	after, err := k.fingerprint(ctx, p.CommunityID)
+	after, err := k.fingerprint(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +165,7 @@ func (k *Kit) writePaths(ctx context.Context, p DeleteParams, when string, delet
 	for i, write := range p.WritePaths {
 		err := write(ctx)
 		if err == nil {
-			problems = append(problems, fmt.Sprintf("write path %d succeeded for community %s %s; it writes a table without the write fence (register the table, or call community_deletion.assert_community_write_allowed first)", i+1, p.CommunityID, when))
+			problems = append(problems, fmt.Sprintf("write path %d succeeded for community %s %s; it writes a table without the write fence (register the table, or call community_deletion.assert_tenant_write_allowed first)", i+1, p.Tenant, when))
 			continue
 		}
 		if lifecycle.IsWriteFenceRefusal(err) {
@@ -200,7 +216,7 @@ func (k *Kit) prefixes(ctx context.Context, p DeleteParams) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("communitydeletiontest: %w", err)
 	}
-	declared := layout.ExpandLayout(p.CommunityID).ObjectPrefixes
+	declared := layout.ExpandLayout(p.Tenant).ObjectPrefixes
 	given := slices.Sorted(slices.Values(p.Prefixes))
 	switch {
 	case len(declared) == 0 && len(given) == 0:
@@ -209,7 +225,7 @@ func (k *Kit) prefixes(ctx context.Context, p DeleteParams) ([]string, error) {
 		return given, nil
 	case len(given) > 0 && !slices.Equal(given, declared):
 		return nil, fmt.Errorf("communitydeletiontest: DeleteParams.Prefixes %q are not the declared storage layout's %q for community %s; "+
-			"leave Prefixes empty to use the declared layout, or declare the layout the service uses", given, declared, p.CommunityID)
+			"leave Prefixes empty to use the declared layout, or declare the layout the service uses", given, declared, p.Tenant)
 	}
 	return declared, nil
 }
@@ -218,10 +234,11 @@ func (k *Kit) prefixes(ctx context.Context, p DeleteParams) ([]string, error) {
 // the write paths once the fence has committed, and returns what they let
 // through.
 func (k *Kit) delete(ctx context.Context, p DeleteParams) ([]string, error) {
-	// A tenant of a declared tenant table has no host: it is submitted by id.
+	// A tenant of a declared tenant table has no host: it is submitted by
+	// its key.
 	var host string
-	if err := k.owner.QueryRow(ctx, "SELECT coalesce(host, id::text) FROM community_deletion.communities WHERE id = $1", p.CommunityID).Scan(&host); err != nil {
-		return nil, fmt.Errorf("communitydeletiontest: look up community %s (declare the service's tenant table, or insert its communities row): %w", p.CommunityID, err)
+	if err := k.owner.QueryRow(ctx, "SELECT coalesce(host, tenant_key, id::text) FROM community_deletion.communities WHERE id = $1", p.CommunityID).Scan(&host); err != nil {
+		return nil, fmt.Errorf("communitydeletiontest: look up community %s (declare the service's tenant table, or insert its communities row): %w", p.Tenant, err)
 	}
 	storage, err := executor.SummarizeStorage(ctx, p.Objects, p.Prefixes)
 	if err != nil {
@@ -280,100 +297,3 @@ func (k *Kit) delete(ctx context.Context, p DeleteParams) ([]string, error) {
 	return fenced, nil
 }
 
-// userTables selects the tables a scan covers: every table (a partitioned
-// one as a whole) outside the system schemas, less the control plane's own
-// (schema community_deletion), which keep the deletion's record by design.
-const userTables = `
-	FROM pg_class c
-	JOIN pg_namespace n ON n.oid = c.relnamespace
-	WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
-	  AND n.nspname NOT IN ('pg_catalog', 'information_schema')
-	  AND n.nspname !~ '^pg_(toast|temp_|toast_temp_)'
-	  AND n.nspname <> 'community_deletion'`
-
-// leftoverRows scans every uuid, text and json column of the user tables for
-// community's id and returns one line per column that still holds it.
-func (k *Kit) leftoverRows(ctx context.Context, community uuid.UUID) ([]string, error) {
-	rows, err := k.owner.Query(ctx, `SELECT n.nspname::text, c.relname::text, a.attname::text, a.atttypid::regtype::text
-	FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-	WHERE a.attnum > 0 AND NOT a.attisdropped
-	  AND a.atttypid IN ('uuid'::regtype, 'text'::regtype, 'character varying'::regtype, 'character'::regtype,
-	                     'json'::regtype, 'jsonb'::regtype)
-	  AND c.oid IN (SELECT c.oid`+userTables+`)
-	ORDER BY 1, 2, a.attnum`)
-	if err != nil {
-		return nil, fmt.Errorf("communitydeletiontest: list the columns to scan: %w", err)
-	}
-	type column struct{ schema, table, name, typ string }
-	cols, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (column, error) {
-		var c column
-		return c, r.Scan(&c.schema, &c.table, &c.name, &c.typ)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("communitydeletiontest: list the columns to scan: %w", err)
-	}
-	var problems []string
-	for _, c := range cols {
-		ident := pgx.Identifier{c.name}.Sanitize()
-		where := "strpos(lower(" + ident + "::text), $1) > 0"
-		if c.typ == "uuid" {
-			where = ident + " = $1::uuid"
-		}
-		var n int64
-		query := "SELECT count(*) FROM " + pgx.Identifier{c.schema, c.table}.Sanitize() + " WHERE " + where
-		if err := k.owner.QueryRow(ctx, query, community.String()).Scan(&n); err != nil {
-			return nil, fmt.Errorf("communitydeletiontest: scan %s.%s.%s: %w", c.schema, c.table, c.name, err)
-		}
-		if n > 0 {
-			problems = append(problems, fmt.Sprintf("%d row(s) of %s.%s still hold community %s in column %s (%s)",
-				n, c.schema, c.table, community, c.name, c.typ))
-		}
-	}
-	return problems, nil
-}
-
-// fingerprint digests, per table, the rows of every community but this one:
-// communities' other rows, the rows of each registered table whose tenant
-// key is another community, and those of each other user table with a
-// community_id column.
-func (k *Kit) fingerprint(ctx context.Context, community uuid.UUID) (map[string]string, error) {
-	rows, err := k.owner.Query(ctx, `SELECT r.table_schema::text, r.table_name::text, r.tenant_key::text
-	FROM community_deletion.community_scoped_tables r
-	UNION
-	SELECT n.nspname::text, c.relname::text, 'community_id'`+userTables+`
-	  AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'community_id' AND NOT a.attisdropped)
-	  AND NOT EXISTS (SELECT 1 FROM community_deletion.community_scoped_tables r
-	                  WHERE r.table_schema = n.nspname AND r.table_name = c.relname)
-	ORDER BY 1, 2`)
-	if err != nil {
-		return nil, fmt.Errorf("communitydeletiontest: list the tenant tables: %w", err)
-	}
-	tables, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([3]string, error) {
-		var t [3]string
-		return t, r.Scan(&t[0], &t[1], &t[2])
-	})
-	if err != nil {
-		return nil, fmt.Errorf("communitydeletiontest: list the tenant tables: %w", err)
-	}
-	sums := make(map[string]string, len(tables)+1)
-	digest := func(name, from, where string) error {
-		var n int64
-		var sum string
-		query := "SELECT count(*), coalesce(md5(string_agg(md5(t::text), '' ORDER BY md5(t::text))), '') FROM " + from + " t WHERE " + where
-		if err := k.owner.QueryRow(ctx, query, community).Scan(&n, &sum); err != nil {
-			return fmt.Errorf("communitydeletiontest: fingerprint %s: %w", name, err)
-		}
-		sums[name] = fmt.Sprintf("%d rows, md5 %.8s", n, sum)
-		return nil
-	}
-	if err := digest("communities", "communities", "id <> $1"); err != nil {
-		return nil, err
-	}
-	for _, t := range tables {
-		name := t[0] + "." + t[1]
-		if err := digest(name, pgx.Identifier{t[0], t[1]}.Sanitize(), pgx.Identifier{t[2]}.Sanitize()+"::text <> $1::text"); err != nil {
-			return nil, err
-		}
-	}
-	return sums, nil
-}

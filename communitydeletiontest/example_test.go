@@ -107,7 +107,7 @@ func Example() {
 	}
 	fmt.Println("deletion problems:", len(problems))
 	// Output:
-	// [table public.likes holds tenant data but is not registered; register it with community_deletion.attach_community_write_fence (purge action 'delete', or 'nullify' for rows kept after a deletion; name its tenant key column if it is not community_id), or exclude it with community_deletion.exclude_table and a reason]
+	// [table public.likes holds tenant data but is not registered: attach it by its community_id column with community_deletion.attach_community_write_fence('public.likes', 'delete', 'community_id') ('nullify' to keep its rows), or exclude it with community_deletion.exclude_table('public.likes', reason)]
 	// coverage problems: 0
 	// deletion problems: 0
 }

@@ -2,6 +2,7 @@ package communitydeletiontest_test
 
 import (
 	"context"
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
 	"slices"
 	"strings"
 	"testing"
@@ -17,8 +18,9 @@ func TestRequireCoverageCatchesAForgottenTable(t *testing.T) {
 	if got.fatal {
 		t.Fatalf("RequireCoverage stopped the test: %q", got.lines)
 	}
-	want := []string{"communitydeletiontest: coverage: table public.reminders holds tenant data but is not registered; " +
-		"register it with community_deletion.attach_community_write_fence (purge action 'delete', or 'nullify' for rows kept after a deletion; name its tenant key column if it is not community_id), or exclude it with community_deletion.exclude_table and a reason"}
+	want := []string{"communitydeletiontest: coverage: table public.reminders holds tenant data but is not registered: " +
+		"attach it by its community_id column with community_deletion.attach_community_write_fence('public.reminders', 'delete', 'community_id') ('nullify' to keep its rows), " +
+		"or exclude it with community_deletion.exclude_table('public.reminders', reason)"}
 	if !slices.Equal(got.lines, want) {
 		t.Fatalf("RequireCoverage reported\n%s\nwant\n%s", strings.Join(got.lines, "\n"), strings.Join(want, "\n"))
 	}
@@ -70,8 +72,8 @@ func TestDeleteAndVerifyDeletesACommunity(t *testing.T) {
 	putFiles(t, root, doomed, "a.txt", "b/c.txt")
 	putFiles(t, root, bystander, "keep.txt")
 	cache := executor.NewMemoryCache()
-	cache.Put(doomed, "session:1")
-	cache.Put(bystander, "session:2")
+	cache.Put(lifecycle.UUIDKey(doomed), "session:1")
+	cache.Put(lifecycle.UUIDKey(bystander), "session:2")
 	serving := service{url: kit.URL(communitydeletiontest.RoleServing)}
 	if err := serving.writeNote(doomed)(ctx); err != nil {
 		t.Fatalf("the serving login cannot write before the deletion: %v", err)
@@ -85,7 +87,7 @@ func TestDeleteAndVerifyDeletesACommunity(t *testing.T) {
 	if kept, err := files.Any(ctx, "uploads/"+bystander.String()+"/"); err != nil || !kept {
 		t.Fatalf("the bystander's files are gone (%v)", err)
 	}
-	if cache.Len(bystander) != 1 {
+	if cache.Len(lifecycle.UUIDKey(bystander)) != 1 {
 		t.Fatal("the bystander's cache entry is gone")
 	}
 }
@@ -124,7 +126,7 @@ func TestDeleteAndVerifyFindsALeftoverRowAndAnUnfencedWritePath(t *testing.T) {
 	}
 	lateWrite := func(when string) string {
 		return "communitydeletiontest: delete and verify: write path 2 succeeded for community " + doomed.String() + " " + when +
-			"; it writes a table without the write fence (register the table, or call community_deletion.assert_community_write_allowed first)"
+			"; it writes a table without the write fence (register the table, or call community_deletion.assert_tenant_write_allowed first)"
 	}
 	want := []string{
 		lateWrite("while it was fenced"),

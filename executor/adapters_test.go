@@ -2,6 +2,7 @@ package executor_test
 
 import (
 	"context"
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
 	"os"
 	"path/filepath"
 	"testing"
@@ -57,17 +58,17 @@ func TestMemoryCache(t *testing.T) {
 	t.Parallel()
 	cache := executor.NewMemoryCache()
 	a, b := uuid.New(), uuid.New()
-	cache.Put(a, "x", "y")
-	cache.Put(b, "z")
+	cache.Put(lifecycle.UUIDKey(a), "x", "y")
+	cache.Put(lifecycle.UUIDKey(b), "z")
 	ctx := context.Background()
-	empty, err := cache.Empty(ctx, a)
+	empty, err := cache.Empty(ctx, lifecycle.UUIDKey(a))
 	require.NoError(t, err)
 	require.False(t, empty)
-	n, err := cache.Purge(ctx, a)
+	n, err := cache.Purge(ctx, lifecycle.UUIDKey(a))
 	require.NoError(t, err)
 	require.Equal(t, int64(2), n)
-	empty, err = cache.Empty(ctx, a)
+	empty, err = cache.Empty(ctx, lifecycle.UUIDKey(a))
 	require.NoError(t, err)
 	require.True(t, empty)
-	require.Equal(t, 1, cache.Len(b))
+	require.Equal(t, 1, cache.Len(lifecycle.UUIDKey(b)))
 }

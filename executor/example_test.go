@@ -66,8 +66,8 @@ func ExampleRunner_RunRequest() {
 		"media/"+other.String()+"/avatar.png")
 	objects := executor.NewFileObjectStore(root) // or s3store, for S3
 	cache := executor.NewMemoryCache()           // or rediscache, for Redis
-	cache.Put(target, "session:1", "feed")
-	cache.Put(other, "session:1")
+	cache.Put(lifecycle.UUIDKey(target), "session:1", "feed")
+	cache.Put(lifecycle.UUIDKey(other), "session:1")
 	request := approveWithObjects(db, objects, "tenant.example", target)
 
 	pool, err := pgxpool.New(ctx, db.Executor) // a login that is a member of community_deletion_executor
@@ -81,7 +81,7 @@ func ExampleRunner_RunRequest() {
 	}
 	runner, err := executor.New(executor.Config{
 		Engine: engine, Objects: objects, Cache: cache, Owner: "executor-1",
-		Prefixes: fixture.ObjectPrefixes, // where the service keeps a community's objects
+		Prefixes: func(k lifecycle.TenantKey) []string { return fixture.ObjectPrefixesOf(k.String()) }, // where the service keeps a community's objects
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -99,13 +99,13 @@ func ExampleRunner_RunRequest() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("objects left:", left, "cache keys left:", cache.Len(target))
+	fmt.Println("objects left:", left, "cache keys left:", cache.Len(lifecycle.UUIDKey(target)))
 	fmt.Println("rows left:", db.Count("SELECT count(*) FROM fixture_members WHERE community_id = $1", target))
 	kept, err := objects.Any(ctx, "media/"+other.String()+"/")
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("other community kept:", kept, cache.Len(other),
+	fmt.Println("other community kept:", kept, cache.Len(lifecycle.UUIDKey(other)),
 		db.Count("SELECT count(*) FROM fixture_members WHERE community_id = $1", other))
 	// Output:
 	// claimed: true stage: retention_pending

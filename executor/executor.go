@@ -52,12 +52,11 @@ type Config struct {
 	// Owner is the executor identity claims and heartbeats are recorded
 	// under. Required; at most lifecycle.MaxOperatorBytes after trimming.
 	Owner string
-	// Prefixes returns a community's object-store key prefixes, each ending
-	// in "/" and containing the community's id. They must be exactly the
-	// prefixes of the request's approved inventory (the runner refuses to
-	// delete anything else). When nil, the approved inventory's prefixes are
-	// used.
-	Prefixes func(community uuid.UUID) []string
+	// Prefixes returns a tenant's object-store key prefixes, each ending in
+	// "/" and naming the tenant's key. They must be exactly the prefixes of
+	// the request's approved inventory (the runner refuses to delete
+	// anything else). When nil, the approved inventory's prefixes are used.
+	Prefixes func(tenant lifecycle.TenantKey) []string
 	// LeaseDuration is the claim length; default lifecycle.DefaultLeaseDuration.
 	LeaseDuration time.Duration
 	// HeartbeatInterval is how often the lease is renewed while working;

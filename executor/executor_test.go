@@ -318,7 +318,7 @@ func TestPrefixMismatchBlocksAtOnce(t *testing.T) {
 	target := b.createCommunity(t, 1)
 	id := b.approve(t, target)
 	cfg := b.config("executor-1")
-	cfg.Prefixes = func(c uuid.UUID) []string { return []string{"media/" + c.String() + "/"} }
+	cfg.Prefixes = func(c lifecycle.TenantKey) []string { return []string{"media/" + c.String() + "/"} }
 	claimed, err := b.runner(t, cfg).RunRequest(t.Context(), id)
 	require.True(t, claimed)
 	require.ErrorIs(t, err, executor.ErrBlocked)

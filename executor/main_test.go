@@ -86,7 +86,7 @@ func (b *testBundle) createCommunity(t *testing.T, files int) community {
 		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
 		require.NoError(t, os.WriteFile(p, []byte(key), 0o644))
 	}
-	b.cache.Put(id, "session:1", "feed:"+id.String())
+	b.cache.Put(lifecycle.UUIDKey(id), "session:1", "feed:"+id.String())
 	return c
 }
 
@@ -105,7 +105,7 @@ func (b *testBundle) approve(t *testing.T, c community) uuid.UUID {
 // config is a runner config over the bundle with small, fast settings.
 func (b *testBundle) config(owner string) executor.Config {
 	return executor.Config{
-		Engine: b.Engine, Objects: b.files, Cache: b.cache, Owner: owner, Prefixes: fixture.ObjectPrefixes,
+		Engine: b.Engine, Objects: b.files, Cache: b.cache, Owner: owner, Prefixes: func(k lifecycle.TenantKey) []string { return fixture.ObjectPrefixesOf(k.String()) },
 		ChunkSize: 2, RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond,
 		Purge: lifecycle.PurgeOptions{MaxRowsPerTx: 2},
 	}
@@ -152,7 +152,7 @@ func (b *testBundle) requireDeleted(t *testing.T, requestID uuid.UUID, c communi
 		require.False(t, b.exists(t, key), key)
 	}
 	require.True(t, b.exists(t, fmt.Sprintf("media/%s-decoy/keep", c.id)))
-	require.Zero(t, b.cache.Len(c.id))
+	require.Zero(t, b.cache.Len(lifecycle.UUIDKey(c.id)))
 	var state string
 	require.NoError(t, b.Pool.QueryRow(t.Context(), "SELECT deletion_state FROM communities WHERE id = $1", c.id).Scan(&state))
 	require.Equal(t, "tombstone", state)
@@ -165,7 +165,7 @@ func (b *testBundle) requireIntact(t *testing.T, c community, rows int64) {
 	for _, key := range c.keys {
 		require.True(t, b.exists(t, key), key)
 	}
-	require.Equal(t, 2, b.cache.Len(c.id))
+	require.Equal(t, 2, b.cache.Len(lifecycle.UUIDKey(c.id)))
 }
 
 // expireLease makes the request's lease (if any) expired on the database

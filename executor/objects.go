@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
 	"io/fs"
 	"os"
 	"path"
@@ -13,7 +14,6 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/google/uuid"
 )
 
 // ObjectStore is the object storage (S3 or compatible) a community's files
@@ -38,11 +38,12 @@ type ObjectStore interface {
 // Cache is the cache (Redis or compatible) a community's entries live in.
 // A service plugs its own client in; NewMemoryCache is a reference adapter.
 type Cache interface {
-	// Purge deletes every cache entry of community and returns how many it
-	// deleted. Purging an empty namespace returns 0 and no error.
-	Purge(ctx context.Context, community uuid.UUID) (int64, error)
-	// Empty reports whether community has no cache entry left.
-	Empty(ctx context.Context, community uuid.UUID) (bool, error)
+	// Purge deletes every cache entry of the tenant whose key is tenant and
+	// returns how many it deleted. Purging an empty namespace returns 0 and
+	// no error.
+	Purge(ctx context.Context, tenant lifecycle.TenantKey) (int64, error)
+	// Empty reports whether the tenant has no cache entry left.
+	Empty(ctx context.Context, tenant lifecycle.TenantKey) (bool, error)
 }
 
 // LayoutCache is a Cache that names the key patterns it purges, as storage
@@ -239,57 +240,57 @@ func (f *FileObjectStore) Any(ctx context.Context, prefix string) (bool, error) 
 	return found, nil
 }
 
-// MemoryCache is an in-process Cache: a set of keys per community. It is safe
+// MemoryCache is an in-process Cache: a set of keys per tenant. It is safe
 // for concurrent use.
 type MemoryCache struct {
 	mu      sync.Mutex
-	entries map[uuid.UUID]map[string]struct{}
+	entries map[lifecycle.TenantKey]map[string]struct{}
 }
 
 // NewMemoryCache returns an empty MemoryCache.
 func NewMemoryCache() *MemoryCache {
-	return &MemoryCache{entries: make(map[uuid.UUID]map[string]struct{})}
+	return &MemoryCache{entries: make(map[lifecycle.TenantKey]map[string]struct{})}
 }
 
-// Put adds keys to community's namespace.
-func (c *MemoryCache) Put(community uuid.UUID, keys ...string) {
+// Put adds keys to tenant's namespace.
+func (c *MemoryCache) Put(tenant lifecycle.TenantKey, keys ...string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	set := c.entries[community]
+	set := c.entries[tenant]
 	if set == nil {
 		set = make(map[string]struct{})
-		c.entries[community] = set
+		c.entries[tenant] = set
 	}
 	for _, k := range keys {
 		set[k] = struct{}{}
 	}
 }
 
-// Len returns how many keys community's namespace holds.
-func (c *MemoryCache) Len(community uuid.UUID) int {
+// Len returns how many keys tenant's namespace holds.
+func (c *MemoryCache) Len(tenant lifecycle.TenantKey) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.entries[community])
+	return len(c.entries[tenant])
 }
 
 // Purge implements Cache.
-func (c *MemoryCache) Purge(ctx context.Context, community uuid.UUID) (int64, error) {
+func (c *MemoryCache) Purge(ctx context.Context, tenant lifecycle.TenantKey) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := int64(len(c.entries[community]))
-	delete(c.entries, community)
+	n := int64(len(c.entries[tenant]))
+	delete(c.entries, tenant)
 	return n, nil
 }
 
 // Empty implements Cache.
-func (c *MemoryCache) Empty(ctx context.Context, community uuid.UUID) (bool, error) {
+func (c *MemoryCache) Empty(ctx context.Context, tenant lifecycle.TenantKey) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.entries[community]) == 0, nil
+	return len(c.entries[tenant]) == 0, nil
 }

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
@@ -221,7 +220,7 @@ func TestMetricsOfRetriesAndBlocks(t *testing.T) {
 	regRefusing := prometheus.NewRegistry()
 	refusing := b.config("executor-2")
 	refusing.Metrics = regRefusing
-	refusing.Prefixes = func(c uuid.UUID) []string { return []string{"media/" + c.String() + "/"} }
+	refusing.Prefixes = func(c lifecycle.TenantKey) []string { return []string{"media/" + c.String() + "/"} }
 	claimed, err := b.runner(t, refusing).RunRequest(t.Context(), otherID)
 	require.True(t, claimed)
 	require.ErrorIs(t, err, executor.ErrBlocked)
@@ -408,7 +407,7 @@ func TestEveryLogRecordCarriesTheClaim(t *testing.T) {
 	out.buf.Reset()
 	cfg = b.config("executor-2")
 	cfg.Logger = slog.New(slog.NewJSONHandler(&out, nil))
-	cfg.Prefixes = func(c uuid.UUID) []string { return []string{"media/" + c.String() + "/"} }
+	cfg.Prefixes = func(c lifecycle.TenantKey) []string { return []string{"media/" + c.String() + "/"} }
 	_, err = b.runner(t, cfg).RunRequest(t.Context(), otherID)
 	require.ErrorIs(t, err, executor.ErrBlocked)
 	records = logRecords(t, &out.buf)

@@ -430,7 +430,7 @@ func (j *job) prefixes() ([]string, error) {
 	}
 	var prefixes []string
 	if j.r.cfg.Prefixes != nil {
-		prefixes = append(prefixes, j.r.cfg.Prefixes(j.req.CommunityID)...)
+		prefixes = append(prefixes, j.r.cfg.Prefixes(j.req.TenantKey)...)
 	} else {
 		prefixes = append(prefixes, approved...)
 	}
@@ -438,13 +438,12 @@ func (j *job) prefixes() ([]string, error) {
 	if len(prefixes) == 0 {
 		return nil, refusedf("community %s has no storage prefixes", j.req.CommunityID)
 	}
-	id := j.req.CommunityID.String()
 	for i, p := range prefixes {
 		switch {
 		case !strings.HasSuffix(p, "/"):
 			return nil, refusedf("storage prefix %q does not end in \"/\"", p)
-		case !strings.Contains(p, id):
-			return nil, refusedf("storage prefix %q does not name community %s", p, id)
+		case !prefixNamesTenant(p, j.req.TenantKey):
+			return nil, refusedf("storage prefix %q does not name community %s", p, j.req.TenantKey)
 		case i > 0 && strings.HasPrefix(p, prefixes[i-1]):
 			return nil, refusedf("storage prefix %q repeats or nests in %q", p, prefixes[i-1])
 		}
@@ -456,6 +455,34 @@ func (j *job) prefixes() ([]string, error) {
 		}
 	}
 	return prefixes, nil
+}
+
+// prefixNamesTenant reports whether prefix has the tenant's key as a whole
+// path segment or at the end of one ("uploads/42/", "t-42/"), as a declared
+// template's {tenant} followed by "/" expands: never as a part of another
+// key ("uploads/142/" does not name tenant 42).
+func prefixNamesTenant(prefix string, tenant lifecycle.TenantKey) bool {
+	key := tenant.String()
+	if key == "" {
+		return false
+	}
+	for rest, offset := prefix, 0; ; {
+		i := strings.Index(rest, key+"/")
+		if i < 0 {
+			return false
+		}
+		at := offset + i
+		if at == 0 || !isKeyByte(prefix[at-1]) {
+			return true
+		}
+		rest, offset = rest[i+1:], at+1
+	}
+}
+
+// isKeyByte reports whether b may belong to a tenant key that another key
+// could extend: letters and digits.
+func isKeyByte(b byte) bool {
+	return b >= '0' && b <= '9' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z'
 }
 
 // enumerate lists every prefix into persisted key chunks, freezes the
@@ -786,7 +813,7 @@ func onlyRateCap(causes []lifecycle.PurgePauseCause) bool {
 func (j *job) purgeCache(ctx context.Context) error {
 	token, _ := j.currentToken()
 	j.unit = "cache_purge"
-	n, err := j.r.cfg.Cache.Purge(ctx, j.req.CommunityID)
+	n, err := j.r.cfg.Cache.Purge(ctx, j.req.TenantKey)
 	if err != nil {
 		return err
 	}
@@ -821,7 +848,7 @@ func (j *job) verify(ctx context.Context) error {
 		}
 	}
 	j.unit = "verify_cache"
-	empty, err := j.r.cfg.Cache.Empty(ctx, j.req.CommunityID)
+	empty, err := j.r.cfg.Cache.Empty(ctx, j.req.TenantKey)
 	if err != nil {
 		return err
 	}

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 
 	dbgen "github.com/tombstoneworks/communitydeletion/db/gen"
 )
@@ -116,34 +115,35 @@ func (l *StorageLayout) RequireObjects() error {
 	return nil
 }
 
-// ExpandLayout expands every template of l for community.
-func (l *StorageLayout) ExpandLayout(community uuid.UUID) ExpandedLayout {
+// ExpandLayout expands every template of l for the tenant whose key is
+// tenant (for a uuid tenant, UUIDKey of its community id).
+func (l *StorageLayout) ExpandLayout(tenant TenantKey) ExpandedLayout {
 	var e ExpandedLayout
 	for _, t := range l.Objects {
-		e.ObjectPrefixes = append(e.ObjectPrefixes, ExpandTemplate(t.Template, community))
+		e.ObjectPrefixes = append(e.ObjectPrefixes, ExpandTemplate(t.Template, tenant))
 	}
 	for _, t := range l.Cache {
-		e.CachePatterns = append(e.CachePatterns, ExpandTemplate(t.Template, community))
+		e.CachePatterns = append(e.CachePatterns, ExpandTemplate(t.Template, tenant))
 	}
 	slices.Sort(e.ObjectPrefixes)
 	slices.Sort(e.CachePatterns)
 	return e
 }
 
-// ExpandTemplate replaces the template's {tenant} with community's id.
-func ExpandTemplate(template string, community uuid.UUID) string {
-	return strings.ReplaceAll(template, TenantPlaceholder, community.String())
+// ExpandTemplate replaces the template's {tenant} with the tenant's key.
+func ExpandTemplate(template string, tenant TenantKey) string {
+	return strings.ReplaceAll(template, TenantPlaceholder, tenant.String())
 }
 
 // checkDeclaredPrefixes refuses a storage manifest for community whose
 // prefixes are not exactly the declared layout's object prefixes. Without a
 // declared object layout it checks nothing: the library never assumes one
 // (deletionctl inventory refuses instead).
-func checkDeclaredPrefixes(layout *StorageLayout, community uuid.UUID, m StorageManifest) error {
+func checkDeclaredPrefixes(layout *StorageLayout, tenant TenantKey, m StorageManifest) error {
 	if len(layout.Objects) == 0 {
 		return nil
 	}
-	want := layout.ExpandLayout(community).ObjectPrefixes
+	want := layout.ExpandLayout(tenant).ObjectPrefixes
 	got := make([]string, 0, len(m.Prefixes))
 	for _, p := range m.Prefixes {
 		got = append(got, p.Prefix)
@@ -153,5 +153,5 @@ func checkDeclaredPrefixes(layout *StorageLayout, community uuid.UUID, m Storage
 		return nil
 	}
 	return refusef("the inventory's storage prefixes %q are not the declared layout's %q for community %s; "+
-		"inventory exactly the declared prefixes (deletionctl inventory lists them)", got, want, community)
+		"inventory exactly the declared prefixes (deletionctl inventory lists them)", got, want, tenant)
 }

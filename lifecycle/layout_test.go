@@ -107,7 +107,7 @@ func TestStorageLayoutExpandAndRetire(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, layout.RequireObjects())
 	community := testfactory.Community(ctx, t, b.DB, nil).ID
-	expanded := layout.ExpandLayout(community)
+	expanded := layout.ExpandLayout(lifecycle.UUIDKey(community))
 	require.Equal(t, fixture.ObjectPrefixes(community), expanded.ObjectPrefixes)
 	require.Equal(t, []string{"ws:" + community.String() + ":*"}, expanded.CachePatterns)
 	require.Equal(t, "fixture: uploaded files", layout.Objects[1].Reason)
@@ -118,7 +118,7 @@ func TestStorageLayoutExpandAndRetire(t *testing.T) {
 	require.NoError(t, err)
 	layout, err = b.Operator.StorageLayout(ctx)
 	require.NoError(t, err)
-	require.Equal(t, []string{"uploads/" + community.String() + "/"}, layout.ExpandLayout(community).ObjectPrefixes)
+	require.Equal(t, []string{"uploads/" + community.String() + "/"}, layout.ExpandLayout(lifecycle.UUIDKey(community)).ObjectPrefixes)
 	_, err = b.Pool.Exec(ctx, declare, "objects", "media/{tenant}/", "back again")
 	require.NoError(t, err)
 }

@@ -356,7 +356,7 @@ func (o *Operator) FreezeInventory(ctx context.Context, id uuid.UUID, inv Frozen
 		if err != nil {
 			return fmt.Errorf("read the storage layout: %w", err)
 		}
-		if err := checkDeclaredPrefixes(layout, current.CommunityID, inv.Storage); err != nil {
+		if err := checkDeclaredPrefixes(layout, tenantKeyOf(current.CommunityID, current.CommunityTenantKey), inv.Storage); err != nil {
 			return err
 		}
 		row, err := q.DeletionRequestFreezeInventory(ctx, frozen)

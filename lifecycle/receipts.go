@@ -208,7 +208,7 @@ func receiptBody(request uuid.UUID, f *dbgen.ReceiptFactsRow, checkpoints []dbge
 			return receipt.Receipt{}, refusef("the cache purge checkpoint's detail is unreadable: %w", err)
 		}
 		if cache.Pattern == "" {
-			cache.Pattern = CacheNamespacePattern(f.CommunityID)
+			cache.Pattern = CacheNamespacePattern(tenantKeyOf(f.CommunityID, f.TenantKey))
 		}
 		r.Cache = append(r.Cache, receipt.Cache{Pattern: cache.Pattern, Deleted: cache.Keys})
 	}
@@ -218,10 +218,10 @@ func receiptBody(request uuid.UUID, f *dbgen.ReceiptFactsRow, checkpoints []dbge
 }
 
 // CacheNamespacePattern is the pattern a receipt names for the cache
-// entries of community when the cache purge did not record a pattern of
-// its own: every entry of the community's cache namespace.
-func CacheNamespacePattern(community uuid.UUID) string {
-	return "namespace of community " + community.String()
+// entries of a tenant when the cache purge did not record a pattern of its
+// own: every entry of the tenant's cache namespace.
+func CacheNamespacePattern(tenant TenantKey) string {
+	return "namespace of community " + tenant.String()
 }
 
 // absence is the absence proof per store from the detail of the

@@ -64,8 +64,9 @@ func TestCheckNamesAForgottenTable(t *testing.T) {
 	requireOneLine(t, stderr, "deletionctl: refused: check: 1 problem(s) (listed on stdout)")
 	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
 	require.Equal(t, []string{
-		"problem: table public.forgotten_notes holds tenant data but is not registered; register it with " +
-			"community_deletion.attach_community_write_fence (purge action 'delete', or 'nullify' for rows kept after a deletion; name its tenant key column if it is not community_id), or exclude it with community_deletion.exclude_table and a reason",
+		"problem: table public.forgotten_notes holds tenant data but is not registered: attach it by its community_id column with " +
+			"community_deletion.attach_community_write_fence('public.forgotten_notes', 'delete', 'community_id') ('nullify' to keep its rows), " +
+			"or exclude it with community_deletion.exclude_table('public.forgotten_notes', reason)",
 		"skipped: purge order: fix the catalog drift first",
 		"ok: a storage layout is declared: 2 object and 0 cache template(s): media/{tenant}/, uploads/{tenant}/",
 	}, lines)

@@ -139,7 +139,7 @@ func inventory(ctx context.Context, store *lifecycle.Operator, cfg config, stdou
 	if err := layout.RequireObjects(); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	prefixes := layout.ExpandLayout(r.CommunityID).ObjectPrefixes
+	prefixes := layout.ExpandLayout(r.TenantKey).ObjectPrefixes
 	if err := checkPrefixFlags(cfg.prefixes, prefixes); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}

@@ -212,7 +212,9 @@ func TestHealthCommand(t *testing.T) {
 	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
 	require.Len(t, lines, 2, stdout)
 	require.Equal(t, []string{"health", "prepared_lock", "prepared", "transaction", gid}, strings.Fields(lines[0])[:5])
-	require.Equal(t, []string{"drift", "unregistered", "public.stray_notes"}, strings.Fields(lines[1]))
+	fields := strings.Fields(lines[1])
+	require.Equal(t, []string{"drift", "unregistered:", "attach"}, fields[:3])
+	require.Equal(t, "public.stray_notes", fields[len(fields)-1])
 
 	code, stdout, stderr = db.cli(t, "health", "--json")
 	require.Equal(t, exitRefused, code, stderr)
@@ -221,7 +223,9 @@ func TestHealthCommand(t *testing.T) {
 	require.False(t, rep.Healthy)
 	require.Len(t, rep.Findings, 1)
 	require.Equal(t, "prepared_lock", rep.Findings[0].Problem)
-	require.Equal(t, []driftFinding{{Table: "public.stray_notes", Problem: "unregistered"}}, rep.Drift)
+	require.Equal(t, []driftFinding{{Table: "public.stray_notes", Problem: "unregistered: attach it by its community_id column with " +
+		"community_deletion.attach_community_write_fence('public.stray_notes', 'delete', 'community_id') ('nullify' to keep its rows), " +
+		"or exclude it with community_deletion.exclude_table('public.stray_notes', reason)"}}, rep.Drift)
 	require.Contains(t, stdout, `"problem": "prepared_lock"`, "snake_case keys")
 
 	// An excluded table is listed, with its reason, and is not drift.

@@ -52,7 +52,7 @@ func deleteTarget(ctx context.Context, out io.Writer, r *roles, w *world) (*dele
 	if err := layout.RequireObjects(); err != nil {
 		return nil, err
 	}
-	storage, err := executor.SummarizeStorage(ctx, w.stores.objects, layout.ExpandLayout(t.id).ObjectPrefixes)
+	storage, err := executor.SummarizeStorage(ctx, w.stores.objects, layout.ExpandLayout(lifecycle.UUIDKey(t.id)).ObjectPrefixes)
 	if err != nil {
 		return nil, err
 	}

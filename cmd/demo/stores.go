@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tombstoneworks/communitydeletion/executor"
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
 	"github.com/tombstoneworks/communitydeletion/executor/storeurl"
 	"github.com/tombstoneworks/communitydeletion/internal/testserver"
 	"github.com/tombstoneworks/communitydeletion/internal/testserver/redisserver"
@@ -221,10 +222,12 @@ func (s *stores) openMemory() {
 	mem := executor.NewMemoryCache()
 	s.cache, s.cacheURL, s.cacheKind = mem, "memory:", "in-process"
 	s.cachePut = func(_ context.Context, community uuid.UUID, k string) error {
-		mem.Put(community, k)
+		mem.Put(lifecycle.UUIDKey(community), k)
 		return nil
 	}
-	s.cacheLen = func(_ context.Context, community uuid.UUID) (int, error) { return mem.Len(community), nil }
+	s.cacheLen = func(_ context.Context, community uuid.UUID) (int, error) {
+		return mem.Len(lifecycle.UUIDKey(community)), nil
+	}
 }
 
 // oneLine folds an error onto one line.

@@ -34,7 +34,7 @@ func (q *Queries) ReceiptChainHead(ctx context.Context) (ReceiptChainHeadRow, er
 }
 
 const receiptFacts = `-- name: ReceiptFacts :one
-SELECT r.community_id, c.host, c.deleted_at, r.requested_by, coalesce(r.requested_by_role::text, '')::text AS requested_by_role,
+SELECT r.community_id, c.host, c.tenant_key, c.deleted_at, r.requested_by, coalesce(r.requested_by_role::text, '')::text AS requested_by_role,
        r.inventory_digest, r.destructive_storage_manifest, r.created_at, r.inventory_frozen_at, r.completed_at,
        a.approved_by, coalesce(a.approved_by_role::text, '')::text AS approved_by_role, a.approved_at,
        community_deletion.community_deletion_operators_share_role()::boolean AS operators_share_role
@@ -47,6 +47,7 @@ WHERE r.id = $1
 type ReceiptFactsRow struct {
 	CommunityID                uuid.UUID
 	Host                       *string
+	TenantKey                  *string
 	DeletedAt                  *time.Time
 	RequestedBy                string
 	RequestedByRole            string
@@ -69,6 +70,7 @@ func (q *Queries) ReceiptFacts(ctx context.Context, id uuid.UUID) (ReceiptFactsR
 	err := row.Scan(
 		&i.CommunityID,
 		&i.Host,
+		&i.TenantKey,
 		&i.DeletedAt,
 		&i.RequestedBy,
 		&i.RequestedByRole,

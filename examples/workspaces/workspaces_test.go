@@ -2,6 +2,7 @@ package workspaces_test
 
 import (
 	"context"
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
 	"strings"
 	"testing"
 	"time"
@@ -52,7 +53,7 @@ func TestWorkspaceDeletion(t *testing.T) {
 	require.NoError(t, err)
 
 	kit.DeleteAndVerify(t, cdt.DeleteParams{CommunityID: doomed, Objects: objects, Cache: cache,
-		Prefixes: layout.ExpandLayout(doomed).ObjectPrefixes,
+		Prefixes: layout.ExpandLayout(lifecycle.UUIDKey(doomed)).ObjectPrefixes,
 		WritePaths: []func(context.Context) error{
 			func(ctx context.Context) error { _, err := svc.AddProject(ctx, doomed, "late"); return err },
 			func(ctx context.Context) error { _, err := svc.Comment(ctx, doomed, project, "late"); return err },

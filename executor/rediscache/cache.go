@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
 	"strings"
 	"sync"
 	"sync/atomic"
 
-	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tombstoneworks/communitydeletion/internal/errtext"
@@ -152,7 +152,7 @@ func (c *Cache) forEachNode(ctx context.Context, fn func(ctx context.Context, no
 // master: SCAN MATCH in COUNT-sized steps, UNLINK in rounds of at most
 // UnlinkBatch keys. It returns how many keys UNLINK removed. A key written
 // while it runs may survive; Empty tells.
-func (c *Cache) Purge(ctx context.Context, community uuid.UUID) (int64, error) {
+func (c *Cache) Purge(ctx context.Context, tenant lifecycle.TenantKey) (int64, error) {
 	var (
 		mu    sync.Mutex
 		total int64
@@ -160,7 +160,7 @@ func (c *Cache) Purge(ctx context.Context, community uuid.UUID) (int64, error) {
 	err := c.forEachNode(ctx, func(ctx context.Context, node *redis.Client) error {
 		return c.stable(ctx, node, "purge", func() error {
 			for _, p := range c.patterns {
-				match := p.Match(community)
+				match := p.Match(tenant)
 				var batch []string
 				unlink := func() error {
 					if len(batch) == 0 {
@@ -234,7 +234,7 @@ func (c *Cache) progress(total int64) {
 // Empty reports whether no key of community that the patterns cover is left
 // on any master. It walks every SCAN to cursor 0 (a key present for the
 // whole walk is always found) and stops at the first key it finds.
-func (c *Cache) Empty(ctx context.Context, community uuid.UUID) (bool, error) {
+func (c *Cache) Empty(ctx context.Context, tenant lifecycle.TenantKey) (bool, error) {
 	var found atomic.Bool
 	err := c.forEachNode(ctx, func(ctx context.Context, node *redis.Client) error {
 		return c.stable(ctx, node, "probe", func() error {
@@ -242,7 +242,7 @@ func (c *Cache) Empty(ctx context.Context, community uuid.UUID) (bool, error) {
 				if found.Load() {
 					return nil
 				}
-				err := c.scan(ctx, node, p.Match(community), func(keys []string) (bool, error) {
+				err := c.scan(ctx, node, p.Match(tenant), func(keys []string) (bool, error) {
 					if len(keys) > 0 {
 						found.Store(true)
 					}

@@ -3,6 +3,7 @@ package rediscache_test
 import (
 	"context"
 	"fmt"
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
 	neturl "net/url"
 	"slices"
 	"strings"
@@ -98,20 +99,20 @@ func TestPurgeManyKeys(t *testing.T) {
 		Progress: func(n int64) { mu.Lock(); progress = append(progress, n); mu.Unlock() },
 	})
 	require.NoError(t, err)
-	empty, err := cache.Empty(ctx, target)
+	empty, err := cache.Empty(ctx, lifecycle.UUIDKey(target))
 	require.NoError(t, err)
 	require.False(t, empty)
 
-	n, err := cache.Purge(ctx, target)
+	n, err := cache.Purge(ctx, lifecycle.UUIDKey(target))
 	require.NoError(t, err)
 	require.Equal(t, int64(20_000), n)
 	require.Empty(t, existing(t, rc, targetKeys))
 	require.Equal(t, keep, existing(t, rc, keep), "other communities' and look-alike keys survive")
-	empty, err = cache.Empty(ctx, target)
+	empty, err = cache.Empty(ctx, lifecycle.UUIDKey(target))
 	require.NoError(t, err)
 	require.True(t, empty)
 	for _, id := range []uuid.UUID{other1, other2} {
-		empty, err = cache.Empty(ctx, id)
+		empty, err = cache.Empty(ctx, lifecycle.UUIDKey(id))
 		require.NoError(t, err)
 		require.False(t, empty)
 	}
@@ -125,7 +126,7 @@ func TestPurgeManyKeys(t *testing.T) {
 	}
 	mu.Unlock()
 
-	n, err = cache.Purge(ctx, target)
+	n, err = cache.Purge(ctx, lifecycle.UUIDKey(target))
 	require.NoError(t, err)
 	require.Zero(t, n, "purging an empty namespace removes nothing")
 }
@@ -149,12 +150,12 @@ func TestGlobCharactersInFamilies(t *testing.T) {
 	setKeys(t, rc, append(slices.Clone(mine), notMine...))
 	cache, err := rediscache.New(rc, rediscache.Options{Patterns: templates})
 	require.NoError(t, err)
-	n, err := cache.Purge(ctx, id)
+	n, err := cache.Purge(ctx, lifecycle.UUIDKey(id))
 	require.NoError(t, err)
 	require.Equal(t, int64(len(mine)), n)
 	require.Empty(t, existing(t, rc, mine))
 	require.Equal(t, notMine, existing(t, rc, notMine))
-	empty, err := cache.Empty(ctx, id)
+	empty, err := cache.Empty(ctx, lifecycle.UUIDKey(id))
 	require.NoError(t, err)
 	require.True(t, empty)
 }
@@ -193,7 +194,7 @@ func TestEmptyFailsClosedWhileAWriterWrites(t *testing.T) {
 	}()
 	for range 3 {
 		<-written
-		_, err := cache.Purge(ctx, id)
+		_, err := cache.Purge(ctx, lifecycle.UUIDKey(id))
 		require.NoError(t, err)
 		// The writer may be blocked reporting a key written (and perhaps
 		// unlinked) during the purge; the key after that one was written
@@ -201,16 +202,16 @@ func TestEmptyFailsClosedWhileAWriterWrites(t *testing.T) {
 		// exists for Empty's whole walk.
 		<-written
 		<-written
-		empty, err := cache.Empty(ctx, id)
+		empty, err := cache.Empty(ctx, lifecycle.UUIDKey(id))
 		require.NoError(t, err)
 		require.False(t, empty, "keys written during and after the purge are left")
 	}
 	stopWriter()
 	require.NoError(t, <-writerDone)
 
-	_, err = cache.Purge(ctx, id)
+	_, err = cache.Purge(ctx, lifecycle.UUIDKey(id))
 	require.NoError(t, err)
-	empty, err := cache.Empty(ctx, id)
+	empty, err := cache.Empty(ctx, lifecycle.UUIDKey(id))
 	require.NoError(t, err)
 	require.True(t, empty, "once the writer stopped, a purge empties it")
 }
@@ -243,7 +244,7 @@ func TestServerRestartMidPurge(t *testing.T) {
 		},
 	})
 	require.NoError(t, err)
-	n, err := cache.Purge(ctx, id)
+	n, err := cache.Purge(ctx, lifecycle.UUIDKey(id))
 	require.True(t, restarted)
 	require.ErrorIs(t, err, rediscache.ErrServerRestarted)
 	errtexttest.RequireLine(t, err)
@@ -251,14 +252,14 @@ func TestServerRestartMidPurge(t *testing.T) {
 	require.Equal(t, int64(len(keys)-len(left)), n, "the count is what UNLINK removed")
 	t.Logf("%d of %d keys left after the interrupted purge", len(left), len(keys))
 
-	empty, err := cache.Empty(ctx, id)
+	empty, err := cache.Empty(ctx, lifecycle.UUIDKey(id))
 	require.NoError(t, err)
 	require.Equal(t, len(left) == 0, empty, "Empty tells the truth after the restart")
 
-	n, err = cache.Purge(ctx, id)
+	n, err = cache.Purge(ctx, lifecycle.UUIDKey(id))
 	require.NoError(t, err)
 	require.Equal(t, int64(len(left)), n)
-	empty, err = cache.Empty(ctx, id)
+	empty, err = cache.Empty(ctx, lifecycle.UUIDKey(id))
 	require.NoError(t, err)
 	require.True(t, empty)
 	require.Equal(t, otherKeys, existing(t, rc, otherKeys))
@@ -281,7 +282,7 @@ func TestEmptyRefusesAcrossARestart(t *testing.T) {
 	rc.AddHook(scanHook{after: func() { once.Do(func() { require.NoError(t, srv.Restart(ctx)) }) }})
 	cache, err := rediscache.New(rc, rediscache.Options{Patterns: l.templates, ScanCount: 100})
 	require.NoError(t, err)
-	_, err = cache.Empty(ctx, id)
+	_, err = cache.Empty(ctx, lifecycle.UUIDKey(id))
 	require.ErrorIs(t, err, rediscache.ErrServerRestarted)
 }
 
@@ -346,10 +347,10 @@ func TestCluster(t *testing.T) {
 	require.Len(t, perMaster, 3)
 	require.Len(t, taggedOn, 1)
 
-	n, err := cache.Purge(ctx, id)
+	n, err := cache.Purge(ctx, lifecycle.UUIDKey(id))
 	require.NoError(t, err)
 	require.Equal(t, int64(len(keys)), n)
-	empty, err := cache.Empty(ctx, id)
+	empty, err := cache.Empty(ctx, lifecycle.UUIDKey(id))
 	require.NoError(t, err)
 	require.True(t, empty)
 	for _, k := range keys {
@@ -361,7 +362,7 @@ func TestCluster(t *testing.T) {
 
 	// One key left on one master is enough for Empty to say no.
 	require.NoError(t, rc.Set(ctx, keys[1], "v", 0).Err())
-	empty, err = cache.Empty(ctx, id)
+	empty, err = cache.Empty(ctx, lifecycle.UUIDKey(id))
 	require.NoError(t, err)
 	require.False(t, empty)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
 	"log"
 
 	"github.com/google/uuid"
@@ -51,11 +52,11 @@ func ExampleNew() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	removed, err := cache.Purge(ctx, target)
+	removed, err := cache.Purge(ctx, lifecycle.UUIDKey(target))
 	if err != nil {
 		log.Fatal(err) // rediscache.ErrServerRestarted: a restart during the walk proves nothing
 	}
-	empty, err := cache.Empty(ctx, target)
+	empty, err := cache.Empty(ctx, lifecycle.UUIDKey(target))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -81,7 +82,7 @@ func ExampleOpenURL() {
 		log.Fatal(err) // a *rediscache.URLError, which never shows the password
 	}
 	defer cache.Close()
-	empty, err := cache.Empty(ctx, uuid.MustParse("4a3a2d70-0c1e-4c55-8b7e-1f2d3c4b5a69"))
+	empty, err := cache.Empty(ctx, lifecycle.UUIDKey(uuid.MustParse("4a3a2d70-0c1e-4c55-8b7e-1f2d3c4b5a69")))
 	if err != nil {
 		log.Fatal(err)
 	}

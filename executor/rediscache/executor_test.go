@@ -40,12 +40,12 @@ func TestExecutorVerifiesTheCache(t *testing.T) {
 	setKeys(t, rc, append(append([]string(nil), targetKeys...), otherKeys...))
 
 	files := executor.NewFileObjectStore(t.TempDir())
-	prefixes := func(id uuid.UUID) []string { return []string{"media/" + id.String() + "/"} }
+	prefixes := func(tenant lifecycle.TenantKey) []string { return []string{"media/" + tenant.String() + "/"} }
 	request, err := clients.Operator.Submit(ctx, "c-"+target.String()+".example", "alice", "test")
 	require.NoError(t, err)
 	schema, err := clients.Operator.InventorySchema(ctx, target)
 	require.NoError(t, err)
-	storage, err := executor.SummarizeStorage(ctx, files, prefixes(target))
+	storage, err := executor.SummarizeStorage(ctx, files, prefixes(lifecycle.UUIDKey(target)))
 	require.NoError(t, err)
 	_, err = clients.Operator.FreezeInventory(ctx, request.ID, lifecycle.FrozenInventory{Schema: *schema, Storage: storage})
 	require.NoError(t, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
 	"os"
 	"strings"
 	"testing"
@@ -112,7 +113,7 @@ func keyOf(t *testing.T, template string, community uuid.UUID, suffix string) st
 	id := community.String()
 	want := strings.ReplaceAll(template, rediscache.HashTagPlaceholder, "{"+id+"}")
 	want = strings.TrimSuffix(strings.ReplaceAll(want, rediscache.Placeholder, id), "*") + suffix
-	key, err := p.Key(community, suffix)
+	key, err := p.Key(lifecycle.UUIDKey(community), suffix)
 	require.NoError(t, err)
 	require.Equal(t, want, key)
 	return key

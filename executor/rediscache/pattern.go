@@ -3,10 +3,10 @@ package rediscache
 import (
 	"errors"
 	"fmt"
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
 	"strings"
 	"unicode/utf8"
 
-	"github.com/google/uuid"
 )
 
 // Placeholders of a key pattern.
@@ -127,29 +127,29 @@ func (p Pattern) HashTagged() bool {
 // than naming one key.
 func (p Pattern) Wildcard() bool { return p.wildcard }
 
-// Key returns the key of community with suffix under the pattern: the
+// Key returns the key of the tenant with suffix under the pattern: the
 // expansion followed by suffix. suffix must be empty for a pattern without
 // a wildcard.
-func (p Pattern) Key(community uuid.UUID, suffix string) (string, error) {
+func (p Pattern) Key(tenant lifecycle.TenantKey, suffix string) (string, error) {
 	if suffix != "" && !p.wildcard {
 		return "", fmt.Errorf("%w %q: a suffix for a pattern without \"*\"", ErrInvalidPattern, p.raw)
 	}
-	return p.expand(community, false) + suffix, nil
+	return p.expand(tenant, false) + suffix, nil
 }
 
-// Match returns the SCAN MATCH glob for community's keys: the literal parts
-// and the id with glob characters escaped, then "*" if the pattern ends in
+// Match returns the SCAN MATCH glob for the tenant's keys: the literal parts
+// and its key with glob characters escaped, then "*" if the pattern ends in
 // one.
-func (p Pattern) Match(community uuid.UUID) string {
-	m := p.expand(community, true)
+func (p Pattern) Match(tenant lifecycle.TenantKey) string {
+	m := p.expand(tenant, true)
 	if p.wildcard {
 		m += "*"
 	}
 	return m
 }
 
-func (p Pattern) expand(community uuid.UUID, escape bool) string {
-	id := community.String()
+func (p Pattern) expand(tenant lifecycle.TenantKey, escape bool) string {
+	id := tenant.String()
 	var b strings.Builder
 	for _, pt := range p.parts {
 		s := pt.literal

@@ -2,6 +2,7 @@ package rediscache_test
 
 import (
 	"errors"
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
 	"strings"
 	"testing"
 	"time"
@@ -30,16 +31,16 @@ func TestParsePattern(t *testing.T) {
 		p, err := rediscache.ParsePattern(template)
 		require.NoError(t, err, template)
 		require.Equal(t, template, p.String())
-		require.Equal(t, want.match, p.Match(id), template)
+		require.Equal(t, want.match, p.Match(lifecycle.UUIDKey(id)), template)
 		require.Equal(t, want.tagged, p.HashTagged(), template)
 		suffix := ""
 		if p.Wildcard() {
 			suffix = "s"
 		}
-		key, err := p.Key(id, suffix)
+		key, err := p.Key(lifecycle.UUIDKey(id), suffix)
 		require.NoError(t, err)
 		require.Equal(t, want.key, key)
-		require.True(t, globMatch(p.Match(id), key))
+		require.True(t, globMatch(p.Match(lifecycle.UUIDKey(id)), key))
 	}
 	bad := []string{
 		"", "*", "{community}:*", "app:*", "app:{community}:*:x", "app:*{community}", "app:{community}}", "app:{{community}",
@@ -53,7 +54,7 @@ func TestParsePattern(t *testing.T) {
 	}
 	p, err := rediscache.ParsePattern("quota:{community}")
 	require.NoError(t, err)
-	_, err = p.Key(id, "suffix")
+	_, err = p.Key(lifecycle.UUIDKey(id), "suffix")
 	require.ErrorIs(t, err, rediscache.ErrInvalidPattern, "a single-key pattern takes no suffix")
 }
 
@@ -82,15 +83,15 @@ func FuzzPattern(f *testing.F) {
 		if !p.Wildcard() {
 			suffix = ""
 		}
-		key, err := p.Key(idA, suffix)
+		key, err := p.Key(lifecycle.UUIDKey(idA), suffix)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !globMatch(p.Match(idA), key) {
-			t.Fatalf("key %q does not match %q", key, p.Match(idA))
+		if !globMatch(p.Match(lifecycle.UUIDKey(idA)), key) {
+			t.Fatalf("key %q does not match %q", key, p.Match(lifecycle.UUIDKey(idA)))
 		}
-		if globMatch(p.Match(idB), key) {
-			t.Fatalf("key %q of %s matches %q of %s", key, idA, p.Match(idB), idB)
+		if globMatch(p.Match(lifecycle.UUIDKey(idB)), key) {
+			t.Fatalf("key %q of %s matches %q of %s", key, idA, p.Match(lifecycle.UUIDKey(idB)), idB)
 		}
 		// Every byte before the suffix is fixed by the pattern.
 		body := len(key) - len(suffix)
@@ -98,8 +99,8 @@ func FuzzPattern(f *testing.F) {
 			i := int(flip % uint(body))
 			changed := []byte(key)
 			changed[i] ^= 0x20
-			if globMatch(p.Match(idA), string(changed)) {
-				t.Fatalf("key %q with byte %d changed (%q) still matches %q", key, i, changed, p.Match(idA))
+			if globMatch(p.Match(lifecycle.UUIDKey(idA)), string(changed)) {
+				t.Fatalf("key %q with byte %d changed (%q) still matches %q", key, i, changed, p.Match(lifecycle.UUIDKey(idA)))
 			}
 		}
 	})

@@ -17,8 +17,8 @@ import (
 )
 
 // storagePrefixes is the layout of the test service's objects.
-func storagePrefixes(id uuid.UUID) []string {
-	return []string{"media/" + id.String() + "/", "uploads/" + id.String() + "/"}
+func storagePrefixes(tenant lifecycle.TenantKey) []string {
+	return []string{"media/" + tenant.String() + "/", "uploads/" + tenant.String() + "/"}
 }
 
 // communityKeys are a community's objects: 7 under media/ (so chunks of 3
@@ -62,7 +62,7 @@ func TestExecutorDeletesThroughS3(t *testing.T) {
 	require.NoError(t, err)
 	schema, err := clients.Operator.InventorySchema(ctx, target)
 	require.NoError(t, err)
-	storage, err := executor.SummarizeStorage(ctx, e.store, storagePrefixes(target))
+	storage, err := executor.SummarizeStorage(ctx, e.store, storagePrefixes(lifecycle.UUIDKey(target)))
 	require.NoError(t, err)
 	require.Equal(t, uint64(7), storage.Prefixes[0].ObjectCount)
 	_, err = clients.Operator.FreezeInventory(ctx, request.ID, lifecycle.FrozenInventory{Schema: *schema, Storage: storage})

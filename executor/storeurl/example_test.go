@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
 	"log"
 	"net/url"
 	"os"
@@ -150,7 +151,7 @@ func ExampleOpenCache() {
 		log.Fatal(err)
 	}
 	defer cache.Close()
-	removed, err := cache.Purge(ctx, community)
+	removed, err := cache.Purge(ctx, lifecycle.UUIDKey(community))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -167,7 +168,7 @@ func ExampleOpenCache() {
 		log.Fatal(err)
 	}
 	defer memory.Close()
-	empty, err := memory.Empty(ctx, uuid.New())
+	empty, err := memory.Empty(ctx, lifecycle.UUIDKey(uuid.New()))
 	if err != nil {
 		log.Fatal(err)
 	}

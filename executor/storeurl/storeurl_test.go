@@ -2,6 +2,7 @@ package storeurl_test
 
 import (
 	"context"
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
 	"os"
 	"path/filepath"
 	"strings"
@@ -197,7 +198,7 @@ func TestOpenCache(t *testing.T) {
 	mem, err := storeurl.OpenCache("memory:")
 	require.NoError(t, err)
 	community := uuid.New()
-	empty, err := mem.Empty(ctx, community)
+	empty, err := mem.Empty(ctx, lifecycle.UUIDKey(community))
 	require.NoError(t, err)
 	require.True(t, empty)
 	require.NoError(t, mem.Close())
@@ -208,7 +209,7 @@ func TestOpenCache(t *testing.T) {
 	rc, ok := cache.(*rediscache.Cache)
 	require.True(t, ok, "%T", cache)
 	require.Len(t, rc.Patterns(), 1)
-	_, err = cache.Empty(ctx, community)
+	_, err = cache.Empty(ctx, lifecycle.UUIDKey(community))
 	require.Error(t, err, "nothing listens on port 1")
 	require.NoError(t, cache.Close())
 }

@@ -100,7 +100,7 @@ func child() int {
 	}
 	runner, err := executor.New(executor.Config{
 		Engine: engine, Objects: executor.NewFileObjectStore(os.Getenv(envObjects)), Cache: cache,
-		Owner: fmt.Sprintf("crash-%d", os.Getpid()), Prefixes: fixture.ObjectPrefixes,
+		Owner: fmt.Sprintf("crash-%d", os.Getpid()), Prefixes: func(k lifecycle.TenantKey) []string { return fixture.ObjectPrefixesOf(k.String()) },
 		LeaseDuration: 2 * time.Second, HeartbeatInterval: 300 * time.Millisecond,
 		ChunkSize: 10, RetryBase: time.Millisecond, RetryMax: 20 * time.Millisecond,
 		Purge: lifecycle.PurgeOptions{MaxRowsPerTx: 150, TxBudget: 5 * time.Millisecond},

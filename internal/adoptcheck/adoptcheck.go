@@ -54,10 +54,11 @@ type Sources struct {
 // driftHints says, per drift class of community_deletion_catalog_drift(),
 // what a service does about it.
 var driftHints = map[string]string{
-	"unregistered":          "holds tenant data but is not registered; register it with community_deletion.attach_community_write_fence (purge action 'delete', or 'nullify' for rows kept after a deletion; name its tenant key column if it is not community_id), or exclude it with community_deletion.exclude_table and a reason",
+	"unregistered":          "holds tenant data but is not registered; register it with community_deletion.attach_community_write_fence (purge action 'delete', or 'nullify' for rows kept after a deletion; name its tenant key column if it is not community_id) or, without a tenant key column, community_deletion.attach_child_table, or exclude it with community_deletion.exclude_table and a reason",
 	"unfenced":              "is registered but lacks its write fence ('delete') or kept-row fence ('nullify'); run community_deletion.attach_community_write_fence on it again",
-	"missing":               "is registered but does not exist or has no uuid column named by its tenant key; restore it or unregister it",
-	"shape":                 "has the wrong tenant key nullability for its purge action: NOT NULL for 'delete', nullable for 'nullify'",
+	"missing":               "is registered but does not exist or has no column of the tenant key's kind named by its tenant key; restore it or unregister it",
+	"shape":                 "is a 'nullify' table whose tenant key is NOT NULL, so the deletion could not clear it; make it nullable",
+	"parents_changed":       "is attached through its parents, but its references to registered tables changed since",
 	"stray_fence":           "carries a write or kept-row fence but is not registered with that purge action; register it or drop the trigger",
 	"guard_changed":         "is a guard trigger that differs from the one the migrations created; re-create it as the migrations did",
 	"trigger_planted":       "is a trigger on a control table that the migrations did not create; drop it",
@@ -66,6 +67,18 @@ var driftHints = map[string]string{
 	"operator_planted":      "is an operator in schema community_deletion, where the project installs none; drop it",
 	"schema_create_granted": "lets a role other than its owner create objects in schema community_deletion; revoke CREATE from it",
 	"schema_usage_missing":  "holds registered tables that a deletion role may not use; grant USAGE on it as the row says",
+}
+
+// nextStep marks the drift classes whose detail, when there is one, is the
+// next step itself (the exact call to make), which then replaces the
+// class's generic hint.
+var nextStep = map[string]bool{"unregistered": true, "parents_changed": true}
+
+// shortHints are the generic hints of nextStep's classes, cut to what the
+// detail does not say.
+var shortHints = map[string]string{
+	"unregistered":    "holds tenant data but is not registered",
+	"parents_changed": "is attached through its parents, but its references to registered tables changed since",
 }
 
 // Run runs the checks in order: drift, then the purge order (skipped while
@@ -112,6 +125,9 @@ func driftResult(drift []lifecycle.DriftFinding) Result {
 		switch {
 		case !ok:
 			hint = "drifted: " + d.Problem
+		case nextStep[kind] && detail != "":
+			// The detail is the one next step: the call that fixes it.
+			hint = shortHints[kind] + ": " + detail
 		case detail != "":
 			hint += " (" + detail + ")"
 		}

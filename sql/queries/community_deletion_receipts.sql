@@ -8,7 +8,7 @@ FROM community_deletion.community_deletion_receipt_chain_head() h;
 -- name: ReceiptFacts :one
 -- What a completed request's receipt states from its request, approval,
 -- community (the tombstone) and the deployment's settings.
-SELECT r.community_id, c.host, c.deleted_at, r.requested_by, coalesce(r.requested_by_role::text, '')::text AS requested_by_role,
+SELECT r.community_id, c.host, c.tenant_key, c.deleted_at, r.requested_by, coalesce(r.requested_by_role::text, '')::text AS requested_by_role,
        r.inventory_digest, r.destructive_storage_manifest, r.created_at, r.inventory_frozen_at, r.completed_at,
        a.approved_by, coalesce(a.approved_by_role::text, '')::text AS approved_by_role, a.approved_at,
        community_deletion.community_deletion_operators_share_role()::boolean AS operators_share_role
