@@ -296,4 +296,3 @@ func (k *Kit) delete(ctx context.Context, p DeleteParams) ([]string, error) {
 	}
 	return fenced, nil
 }
-

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-
 )
 
 // ObjectStore is the object storage (S3 or compatible) a community's files

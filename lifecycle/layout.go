@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-
 	dbgen "github.com/tombstoneworks/communitydeletion/db/gen"
 )
 

@@ -18,11 +18,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tombstoneworks/communitydeletion/executor"
-	"github.com/tombstoneworks/communitydeletion/lifecycle"
 	"github.com/tombstoneworks/communitydeletion/executor/storeurl"
 	"github.com/tombstoneworks/communitydeletion/internal/testserver"
 	"github.com/tombstoneworks/communitydeletion/internal/testserver/redisserver"
 	"github.com/tombstoneworks/communitydeletion/internal/testserver/s3server"
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
 )
 
 // Which stores the demo uses (its -stores flag).

@@ -6,7 +6,6 @@ import (
 	"github.com/tombstoneworks/communitydeletion/lifecycle"
 	"strings"
 	"unicode/utf8"
-
 )
 
 // Placeholders of a key pattern.
