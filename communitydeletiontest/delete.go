@@ -83,6 +83,10 @@ func (k *Kit) DeleteAndCheck(ctx context.Context, p DeleteParams) ([]string, err
 	if err != nil {
 		return nil, err
 	}
+	listed, err := k.listedObjectKeys(ctx, p)
+	if err != nil {
+		return nil, err
+	}
 	problems, err := k.delete(ctx, p)
 	if err != nil {
 		return nil, err
@@ -115,6 +119,26 @@ func (k *Kit) DeleteAndCheck(ctx context.Context, p DeleteParams) ([]string, err
 			shown := keys[:min(len(keys), maxKeysShown)]
 			problems = append(problems, fmt.Sprintf("%d object(s) left under %s: %s", len(keys), prefix, strings.Join(shown, ", ")))
 		}
+	}
+	for _, key := range listed {
+		var found bool
+		err := p.Objects.List(ctx, key, func(got string, _ int64) error {
+			found = found || got == key
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("communitydeletiontest: look for object %s: %w", key, err)
+		}
+		if found {
+			problems = append(problems, fmt.Sprintf("object %s, listed in the tenant's rows before the deletion, is left", key))
+		}
+	}
+	objectsAfter, err := k.tenantObjects(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range objectsAfter {
+		problems = append(problems, fmt.Sprintf("per-tenant object %s is left", name))
 	}
 	empty, err := p.Cache.Empty(ctx, p.Tenant)
 	if err != nil {
@@ -219,6 +243,8 @@ func (k *Kit) prefixes(ctx context.Context, p DeleteParams) ([]string, error) {
 	declared := layout.ExpandLayout(p.Tenant).ObjectPrefixes
 	given := slices.Sorted(slices.Values(p.Prefixes))
 	switch {
+	case len(declared) == 0 && len(given) == 0 && len(layout.ObjectKeys) > 0:
+		return nil, nil // the tenant's objects are the keys its rows list
 	case len(declared) == 0 && len(given) == 0:
 		return nil, fmt.Errorf("communitydeletiontest: no object prefixes: %w", layout.RequireObjects())
 	case len(declared) == 0:
@@ -243,6 +269,9 @@ func (k *Kit) delete(ctx context.Context, p DeleteParams) ([]string, error) {
 	storage, err := executor.SummarizeStorage(ctx, p.Objects, p.Prefixes)
 	if err != nil {
 		return nil, fmt.Errorf("communitydeletiontest: list the prefixes: %w", err)
+	}
+	if storage.KeySources, err = k.Operator.InventoryKeySources(ctx, p.CommunityID); err != nil {
+		return nil, fmt.Errorf("communitydeletiontest: inventory the key sources: %w", err)
 	}
 	request, err := k.Operator.Submit(ctx, host, requester, "DeleteAndVerify")
 	if err != nil {

@@ -327,3 +327,63 @@ func (k *Kit) fingerprint(ctx context.Context, p DeleteParams) (map[string]strin
 	}
 	return sums, nil
 }
+
+// listedObjectKeys reads, before the deletion, every object key the
+// declared key sources (storage layout kind object_keys) list in the
+// tenant's rows.
+func (k *Kit) listedObjectKeys(ctx context.Context, p DeleteParams) ([]string, error) {
+	rows, err := k.owner.Query(ctx, `SELECT parts.p[1], parts.p[2], parts.p[3],
+	       community_deletion.community_deletion_tenant_filter(parts.p[1]::name, parts.p[2]::name, NULL)
+	FROM community_deletion.community_deletion_storage_layout l
+	CROSS JOIN LATERAL (SELECT parse_ident(l.template) AS p) parts
+	WHERE l.kind = 'object_keys' AND l.action = 'declare'
+	  AND NOT EXISTS (SELECT 1 FROM community_deletion.community_deletion_storage_layout later
+	                  WHERE later.kind = l.kind AND later.template = l.template AND later.sequence > l.sequence)
+	ORDER BY l.template`)
+	if err != nil {
+		return nil, fmt.Errorf("communitydeletiontest: list the key sources: %w", err)
+	}
+	type source struct{ schema, table, column, filter string }
+	sources, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (source, error) {
+		var s source
+		return s, r.Scan(&s.schema, &s.table, &s.column, &s.filter)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("communitydeletiontest: list the key sources: %w", err)
+	}
+	var keys []string
+	for _, s := range sources {
+		col := pgx.Identifier{s.column}.Sanitize()
+		rows, err := k.owner.Query(ctx, "SELECT DISTINCT "+col+" FROM "+pgx.Identifier{s.schema, s.table}.Sanitize()+
+			" WHERE ("+s.filter+") AND "+col+" <> ''", p.Tenant.String())
+		if err != nil {
+			return nil, fmt.Errorf("communitydeletiontest: read the keys of %s.%s.%s: %w", s.schema, s.table, s.column, err)
+		}
+		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return nil, fmt.Errorf("communitydeletiontest: read the keys of %s.%s.%s: %w", s.schema, s.table, s.column, err)
+		}
+		keys = append(keys, got...)
+	}
+	return keys, nil
+}
+
+// tenantObjects names the tenant's declared per-tenant objects (storage
+// layout kind sequence) that exist.
+func (k *Kit) tenantObjects(ctx context.Context, p DeleteParams) ([]string, error) {
+	rows, err := k.owner.Query(ctx, `SELECT community_deletion.community_deletion_tenant_object_name(l.template, $1)
+	FROM community_deletion.community_deletion_storage_layout l
+	WHERE l.kind = 'sequence' AND l.action = 'declare'
+	  AND NOT EXISTS (SELECT 1 FROM community_deletion.community_deletion_storage_layout later
+	                  WHERE later.kind = l.kind AND later.template = l.template AND later.sequence > l.sequence)
+	  AND to_regclass(community_deletion.community_deletion_tenant_object_name(l.template, $1)) IS NOT NULL
+	ORDER BY 1`, p.Tenant.String())
+	if err != nil {
+		return nil, fmt.Errorf("communitydeletiontest: list the per-tenant objects: %w", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("communitydeletiontest: list the per-tenant objects: %w", err)
+	}
+	return names, nil
+}

@@ -139,7 +139,8 @@ func (r *Runner) execute(ctx context.Context, claim *lifecycle.ClaimedDeletion) 
 	j := &job{r: r, req: claim.Request, stage: claim.Request.Stage, stageName: claim.Request.Stage, token: token,
 		manifest: claim.Request.DestructiveStorage,
 		log: r.log.With(slog.String("request_id", claim.Request.ID.String()),
-			slog.String("community_id", claim.Request.CommunityID.String()), slog.Int64("lease_generation", token.Generation))}
+			slog.String("community_id", claim.Request.CommunityID.String()), slog.String("tenant_key", claim.Request.TenantKey.String()),
+			slog.Int64("lease_generation", token.Generation))}
 	defer r.track(j)()
 	r.metrics.claims.Inc()
 	j.event(slog.LevelInfo, Event{Message: fmt.Sprintf("claimed at %s (lease generation %d)", j.stage, token.Generation)},
@@ -436,7 +437,7 @@ func (j *job) prefixes() ([]string, error) {
 	}
 	sort.Strings(prefixes)
 	if len(prefixes) == 0 {
-		return nil, refusedf("community %s has no storage prefixes", j.req.CommunityID)
+		return nil, refusedf("community %s has no storage prefixes", j.req.TenantKey)
 	}
 	for i, p := range prefixes {
 		switch {
@@ -521,6 +522,9 @@ func (j *job) enumerate(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if err := j.enumerateKeySources(ctx, token, &manifest, &chunkNo); err != nil {
+			return err
+		}
 		j.unit = "freeze_manifest"
 		if err := store.FreezeDestructiveManifest(ctx, token, manifest); err != nil {
 			return err
@@ -529,6 +533,9 @@ func (j *job) enumerate(ctx context.Context) error {
 		var objects uint64
 		for _, p := range manifest.Prefixes {
 			objects += p.ObjectCount
+		}
+		for _, k := range manifest.KeySources {
+			objects += k.ObjectCount
 		}
 		j.event(slog.LevelInfo, Event{Message: fmt.Sprintf("destructive manifest frozen: %d chunks", chunkNo), ChunksTotal: chunkNo},
 			slog.Int64("chunks_total", chunkNo), slog.Uint64("objects", objects))
@@ -543,6 +550,55 @@ func (j *job) enumerate(ctx context.Context) error {
 	}
 	j.setStage(lifecycle.StageDrained)
 	j.event(slog.LevelInfo, Event{Message: "drained", ChunksTotal: total}, slog.Int64("chunks_total", total))
+	return nil
+}
+
+// enumerateKeySources lists, after the prefixes, the keys of every key
+// source of the approved inventory (storage layout kind object_keys) from
+// the fenced tenant's rows into persisted key chunks, numbered on from
+// *chunkNo, and adds their summaries to manifest. The sources must be the
+// declared layout's.
+func (j *job) enumerateKeySources(ctx context.Context, token lifecycle.LeaseToken, manifest *lifecycle.StorageManifest, chunkNo *int64) error {
+	store := j.r.cfg.Engine
+	var approved []string
+	if j.req.Inventory != nil {
+		for _, k := range j.req.Inventory.Storage.KeySources {
+			approved = append(approved, k.Source)
+		}
+	}
+	layout, err := store.StorageLayout(ctx)
+	if err != nil {
+		return err
+	}
+	if declared := layout.KeySources(); strings.Join(declared, "\x00") != strings.Join(approved, "\x00") {
+		j.unit = "key_sources"
+		return refusedf("key sources %q differ from the approved inventory's %q", declared, approved)
+	}
+	for _, source := range approved {
+		j.unit = "enumerate:" + source
+		var digest lifecycle.KeyStreamDigest
+		err := store.KeySourceKeys(ctx, token, source, j.r.cfg.ChunkSize, func(keys []string) error {
+			for _, k := range keys {
+				if err := digest.Fold(k); err != nil {
+					return err
+				}
+			}
+			if err := j.awaitHeadroom(ctx, activityListing); err != nil {
+				return err
+			}
+			chunk := lifecycle.ManifestKeyChunk{ChunkNo: *chunkNo, Prefix: source, Keys: keys}
+			if err := store.AppendManifestChunk(ctx, token, chunk); err != nil {
+				return err
+			}
+			*chunkNo++
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		sum, count := digest.Sum()
+		manifest.KeySources = append(manifest.KeySources, lifecycle.KeySourceManifest{Source: source, ObjectCount: count, KeysDigest: sum})
+	}
 	return nil
 }
 
@@ -616,15 +672,19 @@ func (j *job) deleteObjects(ctx context.Context) error {
 		return refusedf("deletion %s is drained without a destructive storage manifest", j.req.ID)
 	}
 	allowed := make(map[string]bool, len(j.manifest.Prefixes))
-	id := j.req.CommunityID.String()
+	sources := make(map[string]bool, len(j.manifest.KeySources))
 	var objects, bytes uint64
 	for _, p := range j.manifest.Prefixes {
-		if !strings.Contains(p.Prefix, id) {
-			return refusedf("destructive manifest prefix %q does not name community %s", p.Prefix, id)
+		if !prefixNamesTenant(p.Prefix, j.req.TenantKey) {
+			return refusedf("destructive manifest prefix %q does not name community %s", p.Prefix, j.req.TenantKey)
 		}
 		allowed[p.Prefix] = true
 		objects += p.ObjectCount
 		bytes += p.TotalBytes
+	}
+	for _, k := range j.manifest.KeySources {
+		sources[k.Source] = true
+		objects += k.ObjectCount
 	}
 	total, done, err := store.ChunkProgress(ctx, j.req.ID)
 	if err != nil {
@@ -640,12 +700,16 @@ func (j *job) deleteObjects(ctx context.Context) error {
 			break
 		}
 		j.unit = "chunk:" + strconv.FormatInt(chunk.ChunkNo, 10)
-		if !allowed[chunk.Prefix] {
+		switch {
+		case sources[chunk.Prefix]:
+			// Keys listed in the tenant's rows: exactly these, wherever they are.
+		case !allowed[chunk.Prefix]:
 			return refusedf("manifest chunk %d prefix %q is not in the destructive manifest", chunk.ChunkNo, chunk.Prefix)
-		}
-		for _, key := range chunk.Keys {
-			if key == chunk.Prefix || !strings.HasPrefix(key, chunk.Prefix) {
-				return refusedf("manifest chunk %d key %q is outside its prefix %q", chunk.ChunkNo, key, chunk.Prefix)
+		default:
+			for _, key := range chunk.Keys {
+				if key == chunk.Prefix || !strings.HasPrefix(key, chunk.Prefix) {
+					return refusedf("manifest chunk %d key %q is outside its prefix %q", chunk.ChunkNo, key, chunk.Prefix)
+				}
 			}
 		}
 		if err := j.awaitHeadroom(ctx, activityObjectDeletion); err != nil {
@@ -825,6 +889,44 @@ func (j *job) purgeCache(ctx context.Context) error {
 	return nil
 }
 
+// keysLeft returns the first key of the frozen chunks of sources that the
+// object store still holds, by an exact listing of each key, or "".
+func (j *job) keysLeft(ctx context.Context, sources []string) (string, error) {
+	chunks, err := j.r.cfg.Engine.ManifestChunks(ctx, j.req.ID)
+	if err != nil {
+		return "", err
+	}
+	want := make(map[string]bool, len(sources))
+	for _, s := range sources {
+		want[s] = true
+	}
+	for _, chunk := range chunks {
+		if !want[chunk.Prefix] {
+			continue
+		}
+		for _, key := range chunk.Keys {
+			found := false
+			err := j.r.cfg.Objects.List(ctx, key, func(listed string, _ int64) error {
+				if listed == key {
+					found = true
+					return errStopList
+				}
+				return nil
+			})
+			if err != nil && !errors.Is(err, errStopList) {
+				return "", err
+			}
+			if found {
+				return key, nil
+			}
+		}
+	}
+	return "", nil
+}
+
+// errStopList ends a listing that found what it looked for.
+var errStopList = errors.New("stop listing")
+
 func (j *job) verify(ctx context.Context) error {
 	store := j.r.cfg.Engine
 	token, _ := j.currentToken()
@@ -844,7 +946,21 @@ func (j *job) verify(ctx context.Context) error {
 			return err
 		}
 		if left {
-			return fmt.Errorf("objects remain under prefix %q of community %s", p.Prefix, j.req.CommunityID)
+			return fmt.Errorf("objects remain under prefix %q of community %s", p.Prefix, j.req.TenantKey)
+		}
+	}
+	var sources []string
+	for _, k := range j.manifest.KeySources {
+		sources = append(sources, k.Source)
+	}
+	if len(sources) > 0 {
+		j.unit = "verify_object_keys"
+		left, err := j.keysLeft(ctx, sources)
+		if err != nil {
+			return err
+		}
+		if left != "" {
+			return fmt.Errorf("object %q listed for community %s remains", left, j.req.TenantKey)
 		}
 	}
 	j.unit = "verify_cache"
@@ -853,10 +969,14 @@ func (j *job) verify(ctx context.Context) error {
 		return err
 	}
 	if !empty {
-		return fmt.Errorf("cache entries remain for community %s", j.req.CommunityID)
+		return fmt.Errorf("cache entries remain for community %s", j.req.TenantKey)
 	}
 	j.unit = "logically_verified"
-	if err := store.EnterLogicallyVerified(ctx, token, map[string]any{"postgres": true, "objects": prefixes, "cache": true}); err != nil {
+	detail := map[string]any{"postgres": true, "objects": prefixes, "cache": true}
+	if len(sources) > 0 {
+		detail["object_keys"] = sources
+	}
+	if err := store.EnterLogicallyVerified(ctx, token, detail); err != nil {
 		return err
 	}
 	j.advance(lifecycle.StageLogicallyVerified, "absence verified in postgres, object store and cache")

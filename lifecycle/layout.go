@@ -23,6 +23,14 @@ const (
 	LayoutObjects LayoutKind = "objects"
 	// LayoutCache templates are cache key patterns, such as "ws:{tenant}:*".
 	LayoutCache LayoutKind = "cache"
+	// LayoutObjectKeys templates name, as schema.table.column, a text column
+	// of a registered table whose values are object keys
+	// ("public.active_storage_blobs.key"): a tenant's objects are the keys
+	// its rows list there, under names no prefix describes.
+	LayoutObjectKeys LayoutKind = "object_keys"
+	// LayoutSequence templates name a per-tenant sequence as schema.name
+	// ("public.conv_dpid_seq_{tenant}"), which the purge drops.
+	LayoutSequence LayoutKind = "sequence"
 )
 
 // LayoutTemplate is one declared template of the storage layout.
@@ -43,6 +51,10 @@ type StorageLayout struct {
 	Objects []LayoutTemplate
 	// Cache are the declared cache-pattern templates, sorted.
 	Cache []LayoutTemplate
+	// ObjectKeys are the declared key sources (schema.table.column), sorted.
+	ObjectKeys []LayoutTemplate
+	// Sequences are the declared per-tenant sequence templates, sorted.
+	Sequences []LayoutTemplate
 }
 
 // ExpandedLayout is a storage layout expanded for one community.
@@ -98,20 +110,35 @@ func readStorageLayout(ctx context.Context, q *dbgen.Queries) (*StorageLayout, e
 			layout.Objects = append(layout.Objects, t)
 		case LayoutCache:
 			layout.Cache = append(layout.Cache, t)
+		case LayoutObjectKeys:
+			layout.ObjectKeys = append(layout.ObjectKeys, t)
+		case LayoutSequence:
+			layout.Sequences = append(layout.Sequences, t)
 		}
 	}
 	return layout, nil
 }
 
-// RequireObjects refuses (ErrRefused) a layout that declares no object
-// prefix, naming how the deployment declares one.
+// RequireObjects refuses (ErrRefused) a layout that declares neither an
+// object prefix nor a key source, naming how the deployment declares one.
 func (l *StorageLayout) RequireObjects() error {
-	if len(l.Objects) == 0 {
-		return refusef("no storage layout is declared: the deployment declares it as the schema owner with " +
-			"INSERT INTO community_deletion.community_deletion_storage_layout (kind, template, reason) VALUES ('objects', 'uploads/{tenant}/', '...') " +
-			"(docs/vendoring.md, \"Declaring your storage layout\")")
+	if len(l.Objects) == 0 && len(l.ObjectKeys) == 0 {
+		return refusef("no storage layout is declared: the deployment declares, as the schema owner, where a tenant's objects are: " +
+			"under a per-tenant prefix, INSERT INTO community_deletion.community_deletion_storage_layout (kind, template, reason) VALUES ('objects', 'uploads/{tenant}/', '...'), " +
+			"or as keys listed in a column of a registered table, VALUES ('object_keys', 'public.blobs.key', '...') " +
+			"(docs/adopting.md, \"Files listed in tables\")")
 	}
 	return nil
+}
+
+// KeySources returns the declared key sources' templates (schema.table.column), sorted.
+func (l *StorageLayout) KeySources() []string {
+	out := make([]string, 0, len(l.ObjectKeys))
+	for _, t := range l.ObjectKeys {
+		out = append(out, t.Template)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // ExpandLayout expands every template of l for the tenant whose key is
@@ -139,7 +166,7 @@ func ExpandTemplate(template string, tenant TenantKey) string {
 // declared object layout it checks nothing: the library never assumes one
 // (deletionctl inventory refuses instead).
 func checkDeclaredPrefixes(layout *StorageLayout, tenant TenantKey, m StorageManifest) error {
-	if len(layout.Objects) == 0 {
+	if len(layout.Objects) == 0 && len(layout.ObjectKeys) == 0 {
 		return nil
 	}
 	want := layout.ExpandLayout(tenant).ObjectPrefixes
@@ -148,9 +175,17 @@ func checkDeclaredPrefixes(layout *StorageLayout, tenant TenantKey, m StorageMan
 		got = append(got, p.Prefix)
 	}
 	slices.Sort(got)
-	if slices.Equal(got, want) {
-		return nil
+	if !slices.Equal(got, want) {
+		return refusef("the inventory's storage prefixes %q are not the declared layout's %q for community %s; "+
+			"inventory exactly the declared prefixes (deletionctl inventory lists them)", got, want, tenant)
 	}
-	return refusef("the inventory's storage prefixes %q are not the declared layout's %q for community %s; "+
-		"inventory exactly the declared prefixes (deletionctl inventory lists them)", got, want, tenant)
+	sources := make([]string, 0, len(m.KeySources))
+	for _, k := range m.KeySources {
+		sources = append(sources, k.Source)
+	}
+	if want := layout.KeySources(); !slices.Equal(sources, want) {
+		return refusef("the inventory's key sources %q are not the declared layout's %q for community %s; "+
+			"inventory exactly the declared key sources (deletionctl inventory lists them)", sources, want, tenant)
+	}
+	return nil
 }

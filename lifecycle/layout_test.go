@@ -59,7 +59,15 @@ func TestStorageLayoutDeclarationRefusals(t *testing.T) {
 		{"cache", "ws*:{tenant}:*", "r", "23514", []string{"glob character before {tenant}", "'ws:{tenant}:*'"}},
 		{"cache", `w\s:{tenant}:*`, "r", "23514", []string{"glob character before {tenant}"}},
 		{"cache", "ws:{tenant}*", "r", "23514", []string{"literal delimiter", "write 'ws:{tenant}:*'"}},
-		{"cache", "ws:{tenant}", "r", "23514", []string{"literal delimiter", "write 'ws:{tenant}:*'"}},
+		{"object_keys", "blobs.key", "r", "22023", []string{"schema.table.column"}},
+		{"object_keys", "public.no_such_table.key", "r", "22023", []string{"is not a registered 'delete' table"}},
+		{"object_keys", "public.fixture_members.no_such_column", "r", "22023", []string{"has no text or varchar column"}},
+		{"object_keys", "public.fixture_members.community_id", "r", "22023", []string{"has no text or varchar column"}},
+		{"sequence", "seq_{tenant}", "r", "22023", []string{"schema.name with {tenant} in the name"}},
+		{"sequence", "{tenant}.seq", "r", "22023", []string{"schema.name with {tenant} in the name"}},
+		{"sequence", "public.seq_{tenant}_{tenant}", "r", "22023", []string{"{tenant} 2 times"}},
+		{"sequence", "no_such_schema.seq_{tenant}", "r", "22023", []string{"is not a schema of the service"}},
+		{"sequence", "community_deletion.seq_{tenant}", "r", "22023", []string{"is not a schema of the service"}},
 		{"cache", "ws:{tenant}-x:*", "r", "23514", []string{"literal delimiter"}},
 		{"blobs", "b/{tenant}/", "r", "22023", []string{"write 'objects'"}},
 		{"objects", "media/{tenant}/", " ", "22023", []string{"give a reason"}},
@@ -98,7 +106,7 @@ func TestStorageLayoutExpandAndRetire(t *testing.T) {
 	layout, err := b.Operator.StorageLayout(ctx)
 	require.NoError(t, err)
 	require.ErrorIs(t, layout.RequireObjects(), lifecycle.ErrRefused)
-	require.Contains(t, layout.RequireObjects().Error(), "no storage layout is declared: the deployment declares it")
+	require.Contains(t, layout.RequireObjects().Error(), "no storage layout is declared: the deployment declares")
 
 	require.NoError(t, fixture.DeclareLayout(ctx, b.Pool))
 	_, err = b.Pool.Exec(ctx, declare, "cache", "ws:{tenant}:*", "sessions")

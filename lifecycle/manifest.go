@@ -56,6 +56,24 @@ type StorageManifest struct {
 	Version int `json:"version"`
 	// Prefixes are the per-prefix summaries, strictly sorted by Prefix.
 	Prefixes []PrefixManifest `json:"prefixes"`
+	// KeySources are the summaries of the object keys listed in a column of
+	// the tenant's rows (storage layout kind object_keys), strictly sorted
+	// by Source. Omitted when there are none, so that inventories frozen
+	// before key sources existed keep their digests.
+	KeySources []KeySourceManifest `json:"key_sources,omitempty"`
+}
+
+// KeySourceManifest is the frozen summary of the object keys one declared
+// key source (schema.table.column) lists for a tenant: its rows' distinct,
+// non-empty values of the column.
+type KeySourceManifest struct {
+	// Source is the layout's template, schema.table.column.
+	Source string `json:"source"`
+	// ObjectCount is the number of distinct keys listed.
+	ObjectCount uint64 `json:"object_count"`
+	// KeysDigest is the lowercase hex SHA-256 of the keys in strictly
+	// ascending byte order, as KeyStreamDigest computes it.
+	KeysDigest string `json:"keys_digest"`
 }
 
 // FrozenInventory is the whole inventory an operator approves before any
@@ -129,6 +147,11 @@ func (inv FrozenInventory) checkUTF8() error {
 	for _, p := range inv.Storage.Prefixes {
 		if !utf8.ValidString(p.Prefix) || !utf8.ValidString(p.KeysDigest) {
 			return invalidf("frozen inventory prefix %q is not valid UTF-8", boundText(p.Prefix, 64))
+		}
+	}
+	for _, k := range inv.Storage.KeySources {
+		if !utf8.ValidString(k.Source) || !utf8.ValidString(k.KeysDigest) {
+			return invalidf("frozen inventory key source %q is not valid UTF-8", boundText(k.Source, 64))
 		}
 	}
 	return nil
@@ -215,8 +238,21 @@ func ValidateStorageManifest(m StorageManifest) error {
 	if m.Version != StorageManifestVersion {
 		return invalidf("unsupported storage manifest version %d (want %d)", m.Version, StorageManifestVersion)
 	}
-	if len(m.Prefixes) == 0 {
-		return invalidf("storage manifest has no tenant prefixes")
+	if len(m.Prefixes) == 0 && len(m.KeySources) == 0 {
+		return invalidf("storage manifest has no tenant prefixes and no key sources")
+	}
+	for i, k := range m.KeySources {
+		name := boundText(k.Source, 256)
+		switch {
+		case k.Source == "" || !utf8.ValidString(k.Source) || strings.HasSuffix(k.Source, "/"):
+			return invalidf("storage manifest key source #%d %q is not schema.table.column", i, name)
+		case i > 0 && k.Source <= m.KeySources[i-1].Source:
+			return invalidf("storage manifest key sources are not strictly sorted: %q follows %q", name, boundText(m.KeySources[i-1].Source, 256))
+		case !isLowerHexSHA256(k.KeysDigest):
+			return invalidf("storage manifest keys digest for key source %q is not lowercase hex SHA-256", name)
+		case (k.ObjectCount == 0) != (k.KeysDigest == EmptyKeysDigest):
+			return invalidf("storage manifest summary for key source %q is inconsistent: %d keys, keys digest %s", name, k.ObjectCount, k.KeysDigest)
+		}
 	}
 	for i, p := range m.Prefixes {
 		name := boundText(p.Prefix, 256)
@@ -264,49 +300,50 @@ func isLowerHexSHA256(s string) bool {
 
 // ValidateManifestKeyChunks checks that persisted key chunks are exactly the
 // enumeration m summarizes. Chunk numbers must run 0, 1, 2, … without gaps;
-// chunks must come grouped by prefix in the manifest's prefix order; no
-// chunk may be empty; every key must lie under its chunk's prefix; and for
-// every prefix the keys of its chunks, in order, must reproduce the
-// manifest's keys digest and object count, so a prefix without chunks must
-// be summarized as empty. The manifest itself must pass
+// chunks must come grouped by prefix in the manifest's prefix order, then
+// by key source (a chunk's Prefix is the source's name) in source order; no
+// chunk may be empty; every key of a prefix's chunk must lie under the
+// prefix; and for every prefix and source the keys of its chunks, in order,
+// must reproduce the manifest's keys digest and object count, so one without
+// chunks must be summarized as empty. The manifest itself must pass
 // ValidateStorageManifest. Failures match ErrRefused.
 func ValidateManifestKeyChunks(m StorageManifest, chunks []ManifestKeyChunk) error {
 	if err := ValidateStorageManifest(m); err != nil {
 		return refusef("destructive storage manifest is malformed: %w", err)
 	}
+	entries := manifestEntries(m)
 
-	// next is the index of the manifest prefix the next chunk may open;
-	// current is the prefix being folded, or nil before the first chunk.
+	// next is the index of the entry the next chunk may open; current is the
+	// entry being folded, or nil before the first chunk.
 	next := 0
-	var current *PrefixManifest
+	var current *manifestEntry
 	var digest KeyStreamDigest
 
 	for i, chunk := range chunks {
 		if chunk.ChunkNo != int64(i) {
 			return refusef("frozen key chunk sequence has a gap: chunk #%d is numbered %d", i, chunk.ChunkNo)
 		}
-		if current == nil || chunk.Prefix != current.Prefix {
+		if current == nil || chunk.Prefix != current.name {
 			if current != nil {
-				if err := closePrefix(current, &digest); err != nil {
+				if err := current.close(&digest); err != nil {
 					return err
 				}
 			}
-			// The chunk must open a manifest prefix not yet visited: one
-			// outside the manifest, or revisiting an earlier prefix, is out
-			// of order.
-			j := slices.IndexFunc(m.Prefixes[next:], func(p PrefixManifest) bool { return p.Prefix == chunk.Prefix })
+			// The chunk must open an entry not yet visited: one outside the
+			// manifest, or revisiting an earlier one, is out of order.
+			j := slices.IndexFunc(entries[next:], func(e manifestEntry) bool { return e.name == chunk.Prefix })
 			if j < 0 {
-				return refusef("frozen key chunk %d has prefix %q, which is not a later prefix of the destructive manifest",
+				return refusef("frozen key chunk %d has prefix %q, which is not a later prefix or key source of the destructive manifest",
 					chunk.ChunkNo, boundText(chunk.Prefix, 256))
 			}
-			// Manifest prefixes skipped over have no chunks; each must be empty.
+			// Entries skipped over have no chunks; each must be empty.
 			for ; j > 0; j-- {
-				if err := closePrefix(&m.Prefixes[next], &KeyStreamDigest{}); err != nil {
+				if err := entries[next].close(&KeyStreamDigest{}); err != nil {
 					return err
 				}
 				next++
 			}
-			current = &m.Prefixes[next]
+			current = &entries[next]
 			next++
 			digest = KeyStreamDigest{}
 		}
@@ -314,7 +351,7 @@ func ValidateManifestKeyChunks(m StorageManifest, chunks []ManifestKeyChunk) err
 			return refusef("frozen key chunk %d is empty", chunk.ChunkNo)
 		}
 		for _, key := range chunk.Keys {
-			if !strings.HasPrefix(key, chunk.Prefix) {
+			if current.prefix && !strings.HasPrefix(key, chunk.Prefix) {
 				return refusef("frozen key %q in chunk %d is outside its prefix %q",
 					boundText(key, 256), chunk.ChunkNo, boundText(chunk.Prefix, 256))
 			}
@@ -324,24 +361,49 @@ func ValidateManifestKeyChunks(m StorageManifest, chunks []ManifestKeyChunk) err
 		}
 	}
 	if current != nil {
-		if err := closePrefix(current, &digest); err != nil {
+		if err := current.close(&digest); err != nil {
 			return err
 		}
 	}
-	for ; next < len(m.Prefixes); next++ {
-		if err := closePrefix(&m.Prefixes[next], &KeyStreamDigest{}); err != nil {
+	for ; next < len(entries); next++ {
+		if err := entries[next].close(&KeyStreamDigest{}); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// closePrefix refuses unless digest reproduces summary's digest and count.
-func closePrefix(summary *PrefixManifest, digest *KeyStreamDigest) error {
+// manifestEntry is one prefix or key source of a storage manifest, in the
+// order of its chunks.
+type manifestEntry struct {
+	name   string
+	prefix bool
+	count  uint64
+	digest string
+}
+
+// manifestEntries lists m's prefixes, then its key sources.
+func manifestEntries(m StorageManifest) []manifestEntry {
+	entries := make([]manifestEntry, 0, len(m.Prefixes)+len(m.KeySources))
+	for _, p := range m.Prefixes {
+		entries = append(entries, manifestEntry{name: p.Prefix, prefix: true, count: p.ObjectCount, digest: p.KeysDigest})
+	}
+	for _, k := range m.KeySources {
+		entries = append(entries, manifestEntry{name: k.Source, count: k.ObjectCount, digest: k.KeysDigest})
+	}
+	return entries
+}
+
+// close refuses unless digest reproduces the entry's digest and count.
+func (e *manifestEntry) close(digest *KeyStreamDigest) error {
 	hexDigest, count := digest.Sum()
-	if hexDigest != summary.KeysDigest || count != summary.ObjectCount {
-		return refusef("frozen key chunks for prefix %q do not match the destructive manifest: %d keys hashing to %s, manifest has %d keys hashing to %s",
-			boundText(summary.Prefix, 256), count, hexDigest, summary.ObjectCount, summary.KeysDigest)
+	if hexDigest != e.digest || count != e.count {
+		what := "key source"
+		if e.prefix {
+			what = "prefix"
+		}
+		return refusef("frozen key chunks for %s %q do not match the destructive manifest: %d keys hashing to %s, manifest has %d keys hashing to %s",
+			what, boundText(e.name, 256), count, hexDigest, e.count, e.digest)
 	}
 	return nil
 }

@@ -190,6 +190,10 @@ type PurgeResult struct {
 	// Nullified is the rows whose community_id was cleared per registered
 	// 'nullify' table, across every run.
 	Nullified map[string]int64
+	// Dropped are the per-tenant sequences the storage layout declares that
+	// the final transaction dropped, qualified (storage layout kind
+	// sequence).
+	Dropped []string
 	// Batches is the batch transactions this call committed.
 	Batches int
 	// LongestTx is the longest transaction this call ran, the final one
@@ -370,6 +374,10 @@ type purgeTable struct {
 	selfRefs []dbgen.PurgeForeignKeysRow
 	// partitions hold exactly this community.
 	partitions []dbgen.PurgeCommunityPartitionsRow
+	// dependents are the tables attached through the rows of this one that
+	// reference them: each batch deletes their rows that no other row
+	// references any more, in the same statement.
+	dependents []purgeDependent
 
 	// rows so far, from the checkpoint, then counted on.
 	rows int64
@@ -388,6 +396,19 @@ func (t *purgeTable) ident() string { return pgx.Identifier{t.schema, t.name}.Sa
 
 // tenantCol is the table's tenant key column, quoted as an identifier.
 func (t *purgeTable) tenantCol() string { return pgx.Identifier{t.tenant}.Sanitize() }
+
+// purgeDependent is a table attached through the rows of another that
+// reference it (attach_child_table(..., referenced_by)).
+type purgeDependent struct {
+	table *purgeTable
+	// column is its referenced column; via is the referencing column of
+	// the table whose batch deletes it.
+	column, via string
+	// referrers are every registered table and column that reference it
+	// (the batch's own table among them): a row any of them still
+	// references stays.
+	referrers []dbgen.PurgeReverseReferencesRow
+}
 
 // purgeCheckpoint is the detail of a per-table purge checkpoint.
 type purgeCheckpoint struct {
@@ -519,6 +540,29 @@ func (r *purgeRun) plan(ctx context.Context, recheck bool) (*purgePlan, error) {
 			if t := tables[p.TableName]; t != nil {
 				t.partitions = append(t.partitions, p)
 			}
+		}
+		reverse, err := q.PurgeReverseReferences(ctx)
+		if err != nil {
+			return fmt.Errorf("list the references into tables attached through them: %w", err)
+		}
+		for _, ref := range reverse {
+			referrer, dependent := tables[ref.ReferrerTable], tables[ref.TableName]
+			if referrer == nil || dependent == nil {
+				continue
+			}
+			d := purgeDependent{table: dependent, column: ref.TableColumn, via: ref.ReferrerColumn}
+			for _, other := range reverse {
+				if other.TableName == ref.TableName && other.TableColumn == ref.TableColumn {
+					d.referrers = append(d.referrers, other)
+				}
+			}
+			referrer.dependents = append(referrer.dependents, d)
+			// A partition of it dropped whole would leave the rows only its
+			// rows referenced: they go in batches too.
+			referrer.partitions = nil
+			// Its batches are picked by address under the tenant's filter,
+			// the one statement shape that returns what it deleted.
+			referrer.method = PurgeMethodCommunityCTID
 		}
 		order, err := purgeOrder(deleteNames, edges)
 		if err != nil {
@@ -1005,6 +1049,9 @@ func (b *purgeBatcher) statement(ctx context.Context, tx pgx.Tx) (int64, bool, e
 
 	case PurgeMethodCommunityCTID:
 		where := tenantRows + " AND ctid = ANY (ARRAY(SELECT ctid FROM " + table + " WHERE " + rowFilter + " LIMIT $2))"
+		if len(t.dependents) > 0 && !b.clear && t.action == purgeActionDelete {
+			return b.deleteWithDependents(ctx, tx, where, community, n)
+		}
 		tag, err := tx.Exec(ctx, action(table, where), community, n)
 		if err != nil {
 			return 0, false, fmt.Errorf("purge batch of %s: %w", t.name, err)
@@ -1052,6 +1099,55 @@ func (b *purgeBatcher) statement(ctx context.Context, tx pgx.Tx) (int64, bool, e
 		return rows, done, nil
 	}
 	return 0, false, fmt.Errorf("purge of %s: no batch method %q", t.name, t.method)
+}
+
+// deleteWithDependents deletes a batch of b's table (the rows where
+// selects) and, in the same statement, the rows of each dependent table
+// that those rows referenced and that no row of any of its referrers
+// references any more (the batch's rows excluded, which the statement's
+// snapshot still sees), then records the dependents' rows so far in the
+// batch's transaction. A row another tenant's row references stays.
+func (b *purgeBatcher) deleteWithDependents(ctx context.Context, tx pgx.Tx, where string, community string, n int) (int64, bool, error) {
+	t := b.table
+	table := t.ident()
+	returning := []string{"tableoid AS purge_tableoid", "ctid AS purge_ctid"}
+	var ctes, counts []string
+	for i, d := range t.dependents {
+		via := fmt.Sprintf("purge_ref_%d", i)
+		returning = append(returning, pgx.Identifier{d.via}.Sanitize()+" AS "+via)
+		column := pgx.Identifier{d.column}.Sanitize()
+		kept := make([]string, 0, len(d.referrers))
+		for _, r := range d.referrers {
+			ref := "SELECT 1 FROM " + pgx.Identifier{r.ReferrerSchema, r.ReferrerTable}.Sanitize() + " r WHERE r." +
+				pgx.Identifier{r.ReferrerColumn}.Sanitize() + " = d." + column
+			if r.ReferrerSchema == t.schema && r.ReferrerTable == t.name {
+				ref += " AND (r.tableoid, r.ctid) NOT IN (SELECT purge_tableoid, purge_ctid FROM batch)"
+			}
+			kept = append(kept, "NOT EXISTS ("+ref+")")
+		}
+		ctes = append(ctes, fmt.Sprintf("dependent_%d AS (DELETE FROM %s d WHERE d.%s IN (SELECT %s FROM batch) AND %s RETURNING 1)",
+			i, d.table.ident(), column, via, strings.Join(kept, " AND ")))
+		counts = append(counts, fmt.Sprintf("(SELECT count(*) FROM dependent_%d)", i))
+	}
+	sql := "WITH batch AS (DELETE FROM " + table + " WHERE " + where + " RETURNING " + strings.Join(returning, ", ") + "), " +
+		strings.Join(ctes, ", ") + " SELECT (SELECT count(*) FROM batch), ARRAY[" + strings.Join(counts, ", ") + "]::bigint[]"
+	var rows int64
+	var removed []int64
+	if err := tx.QueryRow(ctx, sql, community, n).Scan(&rows, &removed); err != nil {
+		return 0, false, fmt.Errorf("purge batch of %s with the rows only it referenced: %w", t.name, err)
+	}
+	q := dbgen.New(tx)
+	for i, d := range t.dependents {
+		if removed[i] == 0 {
+			continue
+		}
+		d.table.rows += removed[i]
+		if err := b.run.recordProgress(ctx, q, d.table, purgeCheckpoint{Rows: d.table.rows}); err != nil {
+			return 0, false, err
+		}
+		b.run.record(d.table)
+	}
+	return rows, rows < int64(n), nil
 }
 
 // dropPartition removes a partition of t that holds exactly this community:
@@ -1244,13 +1340,16 @@ func purgeRowsRemain(ctx context.Context, tx pgx.Tx, shape dbgen.PurgeTableShape
 type purgeTombstoneDetail struct {
 	Deleted   map[string]int64 `json:"deleted"`
 	Nullified map[string]int64 `json:"nullified"`
+	// Dropped are the per-tenant objects (sequences) the final transaction
+	// dropped, qualified.
+	Dropped []string `json:"dropped,omitempty"`
 }
 
 // finish runs the final transaction. It returns the 'delete' tables that
 // still hold rows of the community (and then commits nothing), or nil once
 // the tombstone is committed.
 func (r *purgeRun) finish(ctx context.Context) ([]string, error) {
-	var remaining []string
+	var remaining, dropped []string
 	deleted := map[string]int64{}
 	nullified := map[string]int64{}
 	_, err := r.tx(ctx, "final proof", true, func(tx pgx.Tx, q *dbgen.Queries) error {
@@ -1305,6 +1404,12 @@ func (r *purgeRun) finish(ctx context.Context) ([]string, error) {
 		if err := q.PurgeSeqScanSet(ctx, seqscan); err != nil {
 			return fmt.Errorf("restore enable_seqscan: %w", err)
 		}
+		// The declared per-tenant sequences go in the same transaction as
+		// the tombstone, whose proof refuses while one exists.
+		dropped, err = q.PurgeDropTenantObjects(ctx, r.token.CommunityID)
+		if err != nil {
+			return fmt.Errorf("drop the per-tenant objects of community %s: %w", r.token.tenantKey(), err)
+		}
 		tombstoned, err := q.PurgeCommunityTombstone(ctx, dbgen.PurgeCommunityTombstoneParams{
 			ID: r.token.CommunityID, FenceGeneration: r.generation,
 		})
@@ -1319,7 +1424,7 @@ func (r *purgeRun) finish(ctx context.Context) ([]string, error) {
 			return err
 		}
 		return checkpointCompleted(ctx, q, r.token, StageBindingsRemoved, purgeTombstoneUnit,
-			purgeTombstoneDetail{Deleted: deleted, Nullified: nullified})
+			purgeTombstoneDetail{Deleted: deleted, Nullified: nullified, Dropped: dropped})
 	})
 	if errors.Is(err, errPurgeRowsRemain) {
 		return remaining, nil
@@ -1329,6 +1434,7 @@ func (r *purgeRun) finish(ctx context.Context) ([]string, error) {
 	}
 	r.result.Deleted = deleted
 	r.result.Nullified = nullified
+	r.result.Dropped = dropped
 	return nil, nil
 }
 

@@ -221,9 +221,13 @@ var legacyProbes = map[int64][]check{
 		table("community_deletion_references"),
 	},
 	26: { // 00026_community_deletion_real_schemas.sql
-		function("attach_child_table(regclass,regclass[])"),
+		function("attach_child_table(regclass,regclass[],regclass[])"),
 		function("community_deletion_tenant_uuid(text)"),
 		trigger("communities", "communities_tenant_key_guard"),
+	},
+	27: { // 00027_community_deletion_keys_in_tables.sql
+		function("community_deletion_drop_tenant_objects(uuid)"),
+		trigger("communities", "communities_tenant_objects_proof"),
 	},
 }
 

@@ -143,7 +143,7 @@ func inventory(ctx context.Context, store *lifecycle.Operator, cfg config, stdou
 	if err := checkPrefixFlags(cfg.prefixes, prefixes); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	if cfg.objects == "" && !cfg.storeEmpty {
+	if cfg.objects == "" && !cfg.storeEmpty && len(prefixes) > 0 {
 		return fmt.Errorf("%s: %w: no object store to list the declared prefixes %q in; "+
 			"give --objects URL or --objects-dir DIR, or --store-empty if the store holds nothing under them",
 			op, lifecycle.ErrRefused, prefixes)
@@ -166,6 +166,10 @@ func inventory(ctx context.Context, store *lifecycle.Operator, cfg config, stdou
 		for _, p := range prefixes {
 			storage.Prefixes = append(storage.Prefixes, lifecycle.PrefixManifest{Prefix: p, KeysDigest: lifecycle.EmptyKeysDigest})
 		}
+	}
+	// Keys listed in the tenant's rows are read from the database, store or not.
+	if storage.KeySources, err = store.InventoryKeySources(ctx, r.CommunityID); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
 	}
 	r, err = store.FreezeInventory(ctx, cfg.requestID, lifecycle.FrozenInventory{Schema: *schema, Storage: storage})
 	if err != nil {

@@ -110,6 +110,20 @@ func (q *Queries) PurgeCommunityTombstoned(ctx context.Context, arg PurgeCommuni
 	return tombstoned, err
 }
 
+const purgeDropTenantObjects = `-- name: PurgeDropTenantObjects :one
+SELECT coalesce(community_deletion.community_deletion_drop_tenant_objects($1::uuid), '{}')::text[] AS dropped
+`
+
+// Drops the tenant's declared per-tenant sequences (storage layout kind
+// sequence) as the schema's owner and returns their names; the caller is
+// the authorized executor at bindings_removed.
+func (q *Queries) PurgeDropTenantObjects(ctx context.Context, communityID uuid.UUID) ([]string, error) {
+	row := q.db.QueryRow(ctx, purgeDropTenantObjects, communityID)
+	var dropped []string
+	err := row.Scan(&dropped)
+	return dropped, err
+}
+
 const purgeForeignKeys = `-- name: PurgeForeignKeys :many
 SELECT child.relname::text AS child_table,
        parent.relname::text AS parent_table,
@@ -138,14 +152,16 @@ WHERE con.contype = 'f' AND con.conparentid = 0
       JOIN pg_catalog.pg_namespace rn ON rn.nspname = r.table_schema
       WHERE r.purge_action = 'delete' AND r.table_name = parent.relname AND rn.oid = parent.relnamespace)
 UNION
-SELECT registered.table_name::text AS child_table,
-       (p.value -> 'hops' -> 0 ->> 'table')::text AS parent_table,
+SELECT CASE WHEN reverse THEN step_table ELSE registered.table_name::text END AS child_table,
+       CASE WHEN reverse THEN registered.table_name::text ELSE step_table END AS parent_table,
        'reference of '::text || registered.table_name::text AS constraint_name,
        false AS soft,
        false AS nullable,
        ARRAY(SELECT c.value FROM jsonb_array_elements_text(p.value -> 'hops' -> 0 -> 'columns') c)::text[] AS columns
 FROM community_deletion.community_scoped_tables registered
 CROSS JOIN LATERAL jsonb_array_elements(registered.parents) p
+CROSS JOIN LATERAL (SELECT (p.value -> 'hops' -> 0 ->> 'table')::text AS step_table,
+                           coalesce((p.value -> 'hops' -> 0 ->> 'reverse')::boolean, false) AS reverse) step
 WHERE registered.parents IS NOT NULL
 ORDER BY 1, 2, 3
 `
@@ -165,7 +181,8 @@ type PurgeForeignKeysRow struct {
 // NULL, SET DEFAULT), whether every referencing column is nullable, and the
 // referencing columns in key order.
 // A table attached through its parents goes before each of them, whether
-// a foreign key or a declared reference leads there.
+// a foreign key or a declared reference leads there; one attached through
+// the rows that reference it goes after their table.
 func (q *Queries) PurgeForeignKeys(ctx context.Context) ([]PurgeForeignKeysRow, error) {
 	rows, err := q.db.Query(ctx, purgeForeignKeys)
 	if err != nil {
@@ -349,6 +366,58 @@ func (q *Queries) PurgeProgressRecord(ctx context.Context, arg PurgeProgressReco
 		arg.LeaseGeneration,
 	)
 	return err
+}
+
+const purgeReverseReferences = `-- name: PurgeReverseReferences :many
+SELECT registered.table_name::text AS table_name,
+       (p.value -> 'hops' -> 0 -> 'columns' ->> 0)::text AS table_column,
+       (p.value -> 'hops' -> 0 ->> 'schema')::text AS referrer_schema,
+       (p.value -> 'hops' -> 0 ->> 'table')::text AS referrer_table,
+       (p.value -> 'hops' -> 0 -> 'parent_columns' ->> 0)::text AS referrer_column
+FROM community_deletion.community_scoped_tables registered
+CROSS JOIN LATERAL jsonb_array_elements(registered.parents) p
+WHERE registered.parents IS NOT NULL
+  AND coalesce((p.value -> 'hops' -> 0 ->> 'reverse')::boolean, false)
+GROUP BY 1, 2, 3, 4, 5
+ORDER BY 1, 3, 4, 5
+`
+
+type PurgeReverseReferencesRow struct {
+	TableName      string
+	TableColumn    string
+	ReferrerSchema string
+	ReferrerTable  string
+	ReferrerColumn string
+}
+
+// The registered tables attached through the rows that reference them
+// (attach_child_table(..., referenced_by)): per table, each referencing
+// registered table and the one column on each side. The purge deletes such
+// a table's rows with the last row of its tenant that references them.
+func (q *Queries) PurgeReverseReferences(ctx context.Context) ([]PurgeReverseReferencesRow, error) {
+	rows, err := q.db.Query(ctx, purgeReverseReferences)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []PurgeReverseReferencesRow{}
+	for rows.Next() {
+		var i PurgeReverseReferencesRow
+		if err := rows.Scan(
+			&i.TableName,
+			&i.TableColumn,
+			&i.ReferrerSchema,
+			&i.ReferrerTable,
+			&i.ReferrerColumn,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const purgeSeqScanGet = `-- name: PurgeSeqScanGet :one

@@ -233,6 +233,11 @@ type Querier interface {
 	// (sqlc does not see the RETURNS TABLE columns, sqlc-dev/sqlc#3391: the
 	// alias list names them and the casts type them.)
 	HealthFindings(ctx context.Context) ([]HealthFindingsRow, error)
+	// A declared key source (storage layout kind object_keys, not retired) as
+	// the parts of its schema.table.column and its table's tenant row filter
+	// (community_deletion_tenant_filter(), $1 the tenant key as text). No row:
+	// source is not a declared key source.
+	KeySourceSpec(ctx context.Context, source string) (KeySourceSpecRow, error)
 	// The sessions and prepared transactions that hold an advisory lock key, for
 	// a lifecycle step whose lock wait timed out to name them.
 	LockHoldersList(ctx context.Context, lockKey int64) ([]LockHoldersListRow, error)
@@ -264,13 +269,18 @@ type Querier interface {
 	PurgeCommunityTombstone(ctx context.Context, arg PurgeCommunityTombstoneParams) (int64, error)
 	// Whether the community is the tombstone of a fence generation.
 	PurgeCommunityTombstoned(ctx context.Context, arg PurgeCommunityTombstonedParams) (bool, error)
+	// Drops the tenant's declared per-tenant sequences (storage layout kind
+	// sequence) as the schema's owner and returns their names; the caller is
+	// the authorized executor at bindings_removed.
+	PurgeDropTenantObjects(ctx context.Context, communityID uuid.UUID) ([]string, error)
 	// The foreign keys between registered 'delete' tables (partitions mapped to
 	// their partitioned root; the per-partition clones skipped), with whether the
 	// ON DELETE action removes or clears the child rows itself (CASCADE, SET
 	// NULL, SET DEFAULT), whether every referencing column is nullable, and the
 	// referencing columns in key order.
 	// A table attached through its parents goes before each of them, whether
-	// a foreign key or a declared reference leads there.
+	// a foreign key or a declared reference leads there; one attached through
+	// the rows that reference it goes after their table.
 	PurgeForeignKeys(ctx context.Context) ([]PurgeForeignKeysRow, error)
 	// The tables that hold the rows of a registered table: the table itself, or
 	// the leaf partitions of a partitioned one, with their size in blocks and
@@ -287,6 +297,11 @@ type Querier interface {
 	PurgeProgressList(ctx context.Context, requestID uuid.UUID) ([]PurgeProgressListRow, error)
 	// Records a table's rows so far after a committed batch.
 	PurgeProgressRecord(ctx context.Context, arg PurgeProgressRecordParams) error
+	// The registered tables attached through the rows that reference them
+	// (attach_child_table(..., referenced_by)): per table, each referencing
+	// registered table and the one column on each side. The purge deletes such
+	// a table's rows with the last row of its tenant that references them.
+	PurgeReverseReferences(ctx context.Context) ([]PurgeReverseReferencesRow, error)
 	// The transaction's enable_seqscan, to restore after the proofs.
 	PurgeSeqScanGet(ctx context.Context) (string, error)
 	// Sets enable_seqscan for the rest of the transaction: the absence proofs

@@ -91,15 +91,18 @@ WHERE con.contype = 'f' AND con.conparentid = 0
       WHERE r.purge_action = 'delete' AND r.table_name = parent.relname AND rn.oid = parent.relnamespace)
 UNION
 -- A table attached through its parents goes before each of them, whether
--- a foreign key or a declared reference leads there.
-SELECT registered.table_name::text AS child_table,
-       (p.value -> 'hops' -> 0 ->> 'table')::text AS parent_table,
+-- a foreign key or a declared reference leads there; one attached through
+-- the rows that reference it goes after their table.
+SELECT CASE WHEN reverse THEN step_table ELSE registered.table_name::text END AS child_table,
+       CASE WHEN reverse THEN registered.table_name::text ELSE step_table END AS parent_table,
        'reference of '::text || registered.table_name::text AS constraint_name,
        false AS soft,
        false AS nullable,
        ARRAY(SELECT c.value FROM jsonb_array_elements_text(p.value -> 'hops' -> 0 -> 'columns') c)::text[] AS columns
 FROM community_deletion.community_scoped_tables registered
 CROSS JOIN LATERAL jsonb_array_elements(registered.parents) p
+CROSS JOIN LATERAL (SELECT (p.value -> 'hops' -> 0 ->> 'table')::text AS step_table,
+                           coalesce((p.value -> 'hops' -> 0 ->> 'reverse')::boolean, false) AS reverse) step
 WHERE registered.parents IS NOT NULL
 ORDER BY 1, 2, 3;
 
@@ -216,3 +219,26 @@ FROM community_deletion.community_deletion_purge_pressure() AS pressure (replica
 -- The declared tenant table's name, registered like any 'delete' table; ''
 -- when none is declared. The purge deletes it last.
 SELECT coalesce((SELECT d.table_name::text FROM community_deletion.community_deletion_tenant_table d), '')::text AS table_name;
+
+-- name: PurgeReverseReferences :many
+-- The registered tables attached through the rows that reference them
+-- (attach_child_table(..., referenced_by)): per table, each referencing
+-- registered table and the one column on each side. The purge deletes such
+-- a table's rows with the last row of its tenant that references them.
+SELECT registered.table_name::text AS table_name,
+       (p.value -> 'hops' -> 0 -> 'columns' ->> 0)::text AS table_column,
+       (p.value -> 'hops' -> 0 ->> 'schema')::text AS referrer_schema,
+       (p.value -> 'hops' -> 0 ->> 'table')::text AS referrer_table,
+       (p.value -> 'hops' -> 0 -> 'parent_columns' ->> 0)::text AS referrer_column
+FROM community_deletion.community_scoped_tables registered
+CROSS JOIN LATERAL jsonb_array_elements(registered.parents) p
+WHERE registered.parents IS NOT NULL
+  AND coalesce((p.value -> 'hops' -> 0 ->> 'reverse')::boolean, false)
+GROUP BY 1, 2, 3, 4, 5
+ORDER BY 1, 3, 4, 5;
+
+-- name: PurgeDropTenantObjects :one
+-- Drops the tenant's declared per-tenant sequences (storage layout kind
+-- sequence) as the schema's owner and returns their names; the caller is
+-- the authorized executor at bindings_removed.
+SELECT coalesce(community_deletion.community_deletion_drop_tenant_objects(@community_id::uuid), '{}')::text[] AS dropped;

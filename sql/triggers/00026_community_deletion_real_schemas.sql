@@ -239,6 +239,34 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- The query a fence runs, for a statement of operation op (INSERT, UPDATE;
+-- ROW with the new row as $2) on a table attached through its parents whose
+-- fence arguments are args, to find a new row whose declared reference
+-- names no row: it returns the referenced table of the first such row, or
+-- nothing. NULL when no path starts with a declared reference. A declared
+-- reference holds like a foreign key for the rows the fence sees, so that a
+-- late write cannot point at a row the deletion removed.
+CREATE FUNCTION community_deletion.community_deletion_dangling_query(op text, args text[]) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    SET search_path = pg_catalog, community_deletion, pg_temp
+    AS $$
+        SELECT string_agg(format('SELECT %L FROM %s w WHERE (%s) IS NOT NULL AND NOT EXISTS (SELECT 1 FROM %I.%I p WHERE %s)',
+                                 format('%I.%I', hop ->> 'schema', hop ->> 'table'),
+                                 CASE op WHEN 'ROW' THEN '(SELECT ($2).*)' ELSE 'community_fence_new' END,
+                                 (SELECT string_agg(format('w.%I', c.value), ', ') FROM jsonb_array_elements_text(hop -> 'columns') c),
+                                 hop ->> 'schema', hop ->> 'table',
+                                 (SELECT string_agg(format('p.%I OPERATOR(pg_catalog.=) w.%I', pc.value, cc.value), ' AND ')
+                                  FROM jsonb_array_elements_text(hop -> 'columns') WITH ORDINALITY cc
+                                  JOIN jsonb_array_elements_text(hop -> 'parent_columns') WITH ORDINALITY pc ON pc.ordinality = cc.ordinality)),
+                          ' UNION ALL ') || ' LIMIT 1'
+        FROM (SELECT DISTINCT p.value -> 'hops' -> 0 AS hop
+              FROM jsonb_array_elements((args[array_lower(args, 1) + 1])::jsonb -> 'paths') p
+              WHERE args[array_lower(args, 1)] = 'through' AND op <> 'DELETE') first_steps
+        WHERE coalesce((hop ->> 'declared')::boolean, false) AND NOT coalesce((hop ->> 'reverse')::boolean, false)
+    $$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- The write fence of a registered table, statement level. Without
 -- arguments it reads community_id; with one argument, the uuid key column
 -- it names (both by the paths of migration 00023); with two, a key column
@@ -257,6 +285,8 @@ DECLARE
     touched pg_catalog.uuid[];
     community pg_catalog.uuid;
     label pg_catalog.text;
+    dangling_sql pg_catalog.text;
+    dangling pg_catalog.text;
 BEGIN
     IF TG_NARGS OPERATOR(pg_catalog.=) 0 THEN
         -- Path 1: one community, its lock free, active, READ COMMITTED.
@@ -314,6 +344,17 @@ BEGIN
             touched := pg_catalog.array_remove(touched, NULL);
         ELSE
             EXECUTE community_deletion.community_deletion_fence_query(TG_OP, TG_ARGV) INTO touched;
+            dangling_sql := community_deletion.community_deletion_dangling_query(TG_OP, TG_ARGV);
+            IF dangling_sql IS NOT NULL THEN
+                EXECUTE dangling_sql INTO dangling;
+                IF dangling IS NOT NULL THEN
+                    RAISE EXCEPTION USING
+                        ERRCODE = '55000',
+                        MESSAGE = pg_catalog.format('community write to %I refused: a row''s declared reference to %s names no row there; write the row it references first',
+                                                    TG_TABLE_NAME, dangling),
+                        CONSTRAINT = 'community_write_fence';
+                END IF;
+            END IF;
         END IF;
         IF touched IS NULL OR pg_catalog.cardinality(touched) OPERATOR(pg_catalog.=) 0 THEN
             RETURN NULL; -- no row of any tenant
@@ -435,6 +476,8 @@ CREATE FUNCTION community_deletion.enforce_community_write_fence_row() RETURNS t
 DECLARE
     args pg_catalog.text[];
     touched pg_catalog.uuid[];
+    dangling_sql pg_catalog.text;
+    dangling pg_catalog.text;
 BEGIN
     args := CASE TG_NARGS WHEN 0 THEN ARRAY['community_id', 'uuid']
                           WHEN 1 THEN ARRAY[TG_ARGV[0], 'uuid']
@@ -445,6 +488,17 @@ BEGIN
         EXECUTE community_deletion.community_deletion_fence_query('ROW', args) INTO touched USING OLD, NEW;
     ELSE
         EXECUTE community_deletion.community_deletion_fence_query('ROW', args) INTO touched USING OLD, OLD;
+    END IF;
+    dangling_sql := community_deletion.community_deletion_dangling_query(CASE TG_OP WHEN 'DELETE' THEN 'DELETE' ELSE 'ROW' END, args);
+    IF dangling_sql IS NOT NULL THEN
+        EXECUTE dangling_sql INTO dangling USING NEW, NEW;
+        IF dangling IS NOT NULL THEN
+            RAISE EXCEPTION USING
+                ERRCODE = '55000',
+                MESSAGE = pg_catalog.format('community write to %I refused: a row''s declared reference to %s names no row there; write the row it references first',
+                                            TG_TABLE_NAME, dangling),
+                CONSTRAINT = 'community_write_fence';
+        END IF;
     END IF;
     IF touched IS NOT NULL THEN
         PERFORM community_deletion.community_deletion_fence_admit(touched, TG_TABLE_NAME::pg_catalog.text);
@@ -649,16 +703,20 @@ CREATE FUNCTION community_deletion.community_deletion_row_fenced(relation oid, f
 -- +goose StatementEnd
 
 -- +goose StatementBegin
--- The references of relation target to other tables that the schema
--- declares (its foreign keys, on the table itself, not a partition's
--- clones) or that its owner declared (community_deletion_references), each
--- with its columns and the referenced table's, in key order.
+-- The references between relation target and other tables that the schema
+-- declares (foreign keys, on the tables themselves, not a partition's
+-- clones) or that a table's owner declared (community_deletion_references),
+-- in key order: target's own references to other tables (reverse false:
+-- columns are target's, parent_columns the referenced table's), and the
+-- references of other tables to target (reverse true: columns are
+-- target's referenced columns, parent the referencing table, parent_columns
+-- its referencing columns).
 CREATE FUNCTION community_deletion.community_deletion_table_references(target oid)
-    RETURNS TABLE(via text, columns name[], parent oid, parent_schema name, parent_table name, parent_columns name[])
+    RETURNS TABLE(via text, reverse boolean, columns name[], parent oid, parent_schema name, parent_table name, parent_columns name[])
     LANGUAGE sql STABLE
     SET search_path = pg_catalog, community_deletion, pg_temp
     AS $$
-        SELECT 'foreign key ' || f.conname::text,
+        SELECT 'foreign key ' || f.conname::text, false,
                ARRAY(SELECT a.attname FROM unnest(f.conkey) WITH ORDINALITY k (attnum, ordinality)
                      JOIN pg_attribute a ON a.attrelid = f.conrelid AND a.attnum = k.attnum ORDER BY k.ordinality),
                f.confrelid, pn.nspname, pc.relname,
@@ -669,36 +727,62 @@ CREATE FUNCTION community_deletion.community_deletion_table_references(target oi
         JOIN pg_namespace pn ON pn.oid = pc.relnamespace
         WHERE f.contype = 'f' AND f.conrelid = target AND f.conparentid = 0
         UNION ALL
-        SELECT 'declared reference', r.child_columns, pc.oid, r.parent_schema, r.parent_table, r.parent_columns
+        SELECT 'foreign key ' || f.conname::text, true,
+               ARRAY(SELECT a.attname FROM unnest(f.confkey) WITH ORDINALITY k (attnum, ordinality)
+                     JOIN pg_attribute a ON a.attrelid = f.confrelid AND a.attnum = k.attnum ORDER BY k.ordinality),
+               f.conrelid, pn.nspname, pc.relname,
+               ARRAY(SELECT a.attname FROM unnest(f.conkey) WITH ORDINALITY k (attnum, ordinality)
+                     JOIN pg_attribute a ON a.attrelid = f.conrelid AND a.attnum = k.attnum ORDER BY k.ordinality)
+        FROM pg_constraint f
+        JOIN pg_class pc ON pc.oid = f.conrelid
+        JOIN pg_namespace pn ON pn.oid = pc.relnamespace
+        WHERE f.contype = 'f' AND f.confrelid = target AND f.conparentid = 0 AND f.conrelid <> target
+        UNION ALL
+        SELECT 'declared reference', false, r.child_columns, pc.oid, r.parent_schema, r.parent_table, r.parent_columns
         FROM community_deletion_references r
         JOIN pg_class c ON c.oid = target
         JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = r.child_schema
         LEFT JOIN pg_namespace pn ON pn.nspname = r.parent_schema
         LEFT JOIN pg_class pc ON pc.relnamespace = pn.oid AND pc.relname = r.parent_table AND pc.relkind IN ('r', 'p')
         WHERE r.child_table = c.relname
+        UNION ALL
+        SELECT 'declared reference', true, r.parent_columns, cc.oid, r.child_schema, r.child_table, r.child_columns
+        FROM community_deletion_references r
+        JOIN pg_class c ON c.oid = target
+        JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = r.parent_schema
+        LEFT JOIN pg_namespace cn ON cn.nspname = r.child_schema
+        LEFT JOIN pg_class cc ON cc.relnamespace = cn.oid AND cc.relname = r.child_table AND cc.relkind IN ('r', 'p')
+        WHERE r.parent_table = c.relname AND (r.child_schema, r.child_table) IS DISTINCT FROM (n.nspname, c.relname)
     $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
--- The paths by which relation target reaches its tenant: for each of its
+-- The paths by which relation target reaches its tenant. For each of its
 -- references to a registered 'delete' table other than itself (restricted
--- to the tables only, when only is not NULL), the reference followed by
--- the parent's own key, or by each of the parent's paths when the parent
--- is itself attached through its parents. {"kind": the root key's kind,
--- "paths": [...]} in a canonical order, or NULL when there is none.
-CREATE FUNCTION community_deletion.community_deletion_child_paths(target oid, only_parents oid[] DEFAULT NULL) RETURNS jsonb
+-- to parent_tables, when that is not NULL) and, only for referrer_tables,
+-- each reference of such a table to target (target's rows
+-- then belong to the tenants of the rows that reference them): the
+-- reference followed by the other table's own key, or by each of its paths
+-- when it is itself attached through its parents. A step through a
+-- declared reference says so ("declared"), one against a reference's
+-- direction too ("reverse"). {"kind": the root key's kind, "paths": [...]}
+-- in a canonical order, or NULL when there is none.
+CREATE FUNCTION community_deletion.community_deletion_child_paths(target oid, parent_tables oid[] DEFAULT NULL, referrer_tables oid[] DEFAULT NULL) RETURNS jsonb
     LANGUAGE sql STABLE
     SET search_path = pg_catalog, community_deletion, pg_temp
     AS $$
         WITH hops AS (
             SELECT ref.parent, jsonb_build_object('schema', ref.parent_schema, 'table', ref.parent_table,
                                                   'columns', to_jsonb(ref.columns::text[]),
-                                                  'parent_columns', to_jsonb(ref.parent_columns::text[])) AS hop,
+                                                  'parent_columns', to_jsonb(ref.parent_columns::text[]))
+                               || CASE WHEN ref.via = 'declared reference' THEN '{"declared": true}'::jsonb ELSE '{}' END
+                               || CASE WHEN ref.reverse THEN '{"reverse": true}'::jsonb ELSE '{}' END AS hop,
                    r.tenant_key, coalesce(r.key_kind, 'uuid') AS kind, r.parents
             FROM community_deletion_table_references(target) ref
             JOIN community_scoped_tables r ON r.table_schema = ref.parent_schema AND r.table_name = ref.parent_table
             WHERE ref.parent IS NOT NULL AND ref.parent <> target AND r.purge_action = 'delete'
-              AND (only_parents IS NULL OR ref.parent = ANY (only_parents))
+              AND CASE WHEN ref.reverse THEN ref.parent = ANY (coalesce(referrer_tables, '{}'))
+                       ELSE parent_tables IS NULL OR ref.parent = ANY (parent_tables) END
         ), paths AS (
             SELECT hops.kind, jsonb_build_object('hops', jsonb_build_array(hops.hop), 'key', hops.tenant_key) AS path
             FROM hops WHERE hops.parents IS NULL
@@ -866,11 +950,12 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
--- The paths of attach_child_table(target, parents), for target's owner, who
--- may read nothing of the deletion's: every listed parent (by default every
--- registered 'delete' table target references) must be one target
--- references (22023).
-CREATE FUNCTION community_deletion.community_deletion_child_spec(target regclass, parents regclass[]) RETURNS jsonb
+-- The paths of attach_child_table(target, parents, referenced_by), for
+-- target's owner, who may read nothing of the deletion's: every listed
+-- parent must be a registered 'delete' table target references, and every
+-- table of referenced_by one that references target, by one column
+-- (22023).
+CREATE FUNCTION community_deletion.community_deletion_child_spec(target regclass, parents regclass[], referenced_by regclass[]) RETURNS jsonb
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path = pg_catalog, community_deletion, pg_temp
     AS $$
@@ -884,22 +969,28 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '42501',
             MESSAGE = format('attach of %s refused: role %s does not own it', target, session_user);
     END IF;
-    IF parents IS NOT NULL THEN
-        SELECT string_agg(p::text, ', ') INTO missing
-        FROM unnest(parents) p
-        WHERE NOT EXISTS (SELECT 1 FROM community_deletion_table_references(target) ref
-                          JOIN community_scoped_tables r ON r.table_schema = ref.parent_schema AND r.table_name = ref.parent_table
-                          WHERE ref.parent = p AND r.purge_action = 'delete');
-        IF missing IS NOT NULL THEN
-            RAISE EXCEPTION USING ERRCODE = '22023',
-                MESSAGE = format('attach of %s refused: it has no foreign key or declared reference to %s as a registered ''delete'' table; attach the parent first, or declare the reference with community_deletion.declare_reference()',
-                                 target, missing);
-        END IF;
+    SELECT string_agg(p.table_oid::regclass::text, ', ') INTO missing
+    FROM (SELECT unnest(parents) AS table_oid, false AS reverse UNION ALL SELECT unnest(referenced_by), true) p
+    WHERE NOT EXISTS (SELECT 1 FROM community_deletion_table_references(target) ref
+                      JOIN community_scoped_tables r ON r.table_schema = ref.parent_schema AND r.table_name = ref.parent_table
+                      WHERE ref.parent = p.table_oid AND ref.reverse = p.reverse AND r.purge_action = 'delete');
+    IF missing IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('attach of %s refused: %s is not a registered ''delete'' table that it references (parents) or that references it (referenced_by), by a foreign key or a declared reference; attach that table first, or declare the reference with community_deletion.declare_reference()',
+                             target, missing);
     END IF;
-    spec := community_deletion_child_paths(target, parents::oid[]);
+    SELECT string_agg(format('%I.%I', ref.parent_schema, ref.parent_table), ', ') INTO missing
+    FROM community_deletion_table_references(target) ref
+    WHERE ref.reverse AND ref.parent = ANY (referenced_by::oid[]) AND cardinality(ref.columns) <> 1;
+    IF missing IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('attach of %s refused: %s references it by more than one column; a table is attached through the rows that reference it by a single-column reference only',
+                             target, missing);
+    END IF;
+    spec := community_deletion_child_paths(target, parents::oid[], referenced_by::oid[]);
     IF spec IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = format('attach of %s refused: it has no foreign key or declared reference to a registered ''delete'' table; attach its parent first, declare the reference with community_deletion.declare_reference(), or attach it by a tenant key column with community_deletion.attach_community_write_fence()',
+            MESSAGE = format('attach of %s refused: it has no foreign key or declared reference to a registered ''delete'' table; attach its parent first, declare the reference with community_deletion.declare_reference(), name the registered tables that reference it (referenced_by), or attach it by a tenant key column with community_deletion.attach_community_write_fence()',
                              target);
     END IF;
     RETURN spec;
@@ -913,11 +1004,14 @@ $$;
 -- registered 'delete' tables, through its foreign keys or the references
 -- declared for it (declare_reference()), to any depth. parents restricts
 -- the references followed to those tables; by default every reference to
--- a registered table is. It gets the write fence, which resolves each
+-- a registered table is. referenced_by names registered tables whose rows
+-- reference target's (a blobs table under an attachments table): target's
+-- rows then belong to the tenants of the rows that reference them, and go
+-- with the last of those. It gets the write fence, which resolves each
 -- written row's tenants through those references (a row that reaches none
 -- belongs to no tenant), and is purged before its parents. Only the
 -- table's owner may attach it; its parents must be attached first.
-CREATE FUNCTION community_deletion.attach_child_table(target regclass, parents regclass[] DEFAULT NULL) RETURNS void
+CREATE FUNCTION community_deletion.attach_child_table(target regclass, parents regclass[] DEFAULT NULL, referenced_by regclass[] DEFAULT NULL) RETURNS void
     LANGUAGE plpgsql
     SET search_path = pg_catalog, community_deletion, pg_temp
     AS $$
@@ -951,7 +1045,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '42501',
             MESSAGE = format('attach of %s refused: only its owner (%s) may register it', target, pg_get_userbyid(rel.relowner));
     END IF;
-    spec := community_deletion_child_spec(target, parents);
+    spec := community_deletion_child_spec(target, parents, referenced_by);
     -- Every role that counts, purges or proves the table's rows follows its
     -- paths: the operator reads each parent's referenced columns.
     FOR hop IN SELECT DISTINCT h.value - 'columns' FROM jsonb_array_elements(spec -> 'paths') p, jsonb_array_elements(p.value -> 'hops') h LOOP
@@ -1214,6 +1308,21 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- The tables the first steps of paths lead to, against a reference's
+-- direction (reverse) or along it; NULL when there are none.
+CREATE FUNCTION community_deletion.community_deletion_first_steps(paths jsonb, reverse boolean) RETURNS oid[]
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, community_deletion, pg_temp
+    AS $$
+        SELECT array_agg(DISTINCT c.oid ORDER BY c.oid)
+        FROM jsonb_array_elements(paths) p
+        JOIN pg_namespace n ON n.nspname = p.value -> 'hops' -> 0 ->> 'schema'
+        JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = p.value -> 'hops' -> 0 ->> 'table'
+        WHERE coalesce((p.value -> 'hops' -> 0 ->> 'reverse')::boolean, false) = reverse
+    $$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- Records a table attach_child_table() fenced through its parents; its
 -- paths are recomputed from the catalog here, as the schema's owner, and
 -- must be those the fence was given.
@@ -1237,12 +1346,12 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '42501',
             MESSAGE = format('registration of %s refused: role %s does not own it', target, session_user);
     END IF;
-    -- The paths given must be those of some set of the table's parents.
-    SELECT array_agg(DISTINCT c.oid) INTO parent_tables
-    FROM jsonb_array_elements(spec -> 'paths') p
-    JOIN pg_namespace n ON n.nspname = p.value -> 'hops' -> 0 ->> 'schema'
-    JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = p.value -> 'hops' -> 0 ->> 'table';
-    IF parent_tables IS NULL OR community_deletion_child_paths(target, parent_tables) IS DISTINCT FROM spec THEN
+    -- The paths given must be those of some sets of the table's parents and
+    -- referrers.
+    parent_tables := community_deletion_first_steps(spec -> 'paths', false);
+    IF (parent_tables IS NULL AND community_deletion_first_steps(spec -> 'paths', true) IS NULL)
+       OR community_deletion_child_paths(target, coalesce(parent_tables, '{}'), community_deletion_first_steps(spec -> 'paths', true))
+          IS DISTINCT FROM spec THEN
         RAISE EXCEPTION USING ERRCODE = '42501',
             MESSAGE = format('registration of %s refused: its paths are not those of its references to registered tables', target);
     END IF;
@@ -1431,6 +1540,20 @@ BEGIN
     IF dependent IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = '55000',
             MESSAGE = format('detach of %I.%I refused: %s is attached through it; detach that first', table_schema, table_name, dependent);
+    END IF;
+    -- The storage layout may list a tenant's object keys in one of its
+    -- columns (kind 'object_keys', migration 00027): its rows must stay a
+    -- tenant's.
+    SELECT string_agg(l.template, ', ') INTO dependent
+    FROM community_deletion_storage_layout l
+    WHERE l.kind = 'object_keys' AND l.action = 'declare'
+      AND NOT EXISTS (SELECT 1 FROM community_deletion_storage_layout later
+                      WHERE later.kind = l.kind AND later.template = l.template AND later.sequence > l.sequence)
+      AND (parse_ident(l.template))[1] = community_deletion_unregister_table.table_schema
+      AND (parse_ident(l.template))[2] = community_deletion_unregister_table.table_name;
+    IF dependent IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '55000',
+            MESSAGE = format('detach of %I.%I refused: the storage layout lists object keys in it (%s); retire that template first', table_schema, table_name, dependent);
     END IF;
     DELETE FROM community_scoped_tables r
     WHERE r.table_schema = community_deletion_unregister_table.table_schema
@@ -1942,9 +2065,8 @@ CREATE OR REPLACE FUNCTION community_deletion.community_deletion_catalog_drift()
     FROM registered
     WHERE registered.oid IS NOT NULL AND registered.parents IS NOT NULL
       AND community_deletion_child_paths(registered.oid,
-              ARRAY(SELECT c.oid FROM jsonb_array_elements(registered.parents) p
-                    JOIN pg_namespace n ON n.nspname = p.value -> 'hops' -> 0 ->> 'schema'
-                    JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = p.value -> 'hops' -> 0 ->> 'table'))
+              coalesce(community_deletion_first_steps(registered.parents, false), '{}'),
+              community_deletion_first_steps(registered.parents, true))
           IS DISTINCT FROM jsonb_build_object('kind', registered.key_kind, 'paths', registered.parents)
     UNION ALL
     SELECT DISTINCT fencing.table_name, 'unfenced'
@@ -2214,18 +2336,20 @@ CREATE OR REPLACE FUNCTION community_deletion.community_deletion_installed_funct
         SELECT ARRAY[
             'assert_community_write_allowed(uuid)',
             'assert_tenant_write_allowed(text)',
-            'attach_child_table(regclass,regclass[])',
+            'attach_child_table(regclass,regclass[],regclass[])',
             'attach_community_write_fence(regclass,text,name)',
             'community_deletion_attach_row_fence(regclass,text,text[])',
             'community_deletion_catalog_drift()',
             'community_deletion_catalog_notes()',
-            'community_deletion_child_paths(oid,oid[])',
-            'community_deletion_child_spec(regclass,regclass[])',
+            'community_deletion_child_paths(oid,oid[],oid[])',
+            'community_deletion_first_steps(jsonb,boolean)',
+            'community_deletion_child_spec(regclass,regclass[],regclass[])',
             'community_deletion_control_digest(text)',
             'community_deletion_control_table(text)',
             'community_deletion_default_grace_period()',
             'community_deletion_fence_admit(uuid[],text)',
             'community_deletion_fence_args(name,text,jsonb)',
+            'community_deletion_dangling_query(text,text[])',
             'community_deletion_fence_query(text,text[])',
             'community_deletion_fenced(oid,name)',
             'community_deletion_function_digest(oid)',
@@ -2322,12 +2446,12 @@ BEGIN
         IF fn IN ('attach_community_write_fence(regclass,text,name)', 'detach_community_write_fence(regclass)',
                   'community_deletion_register_table(regclass,text,name)', 'community_deletion_unregister_table(name,name)',
                   'declare_tenant_table(regclass,name)', 'community_deletion_record_tenant_table(regclass,name,text[])',
-                  'attach_child_table(regclass,regclass[])', 'community_deletion_register_child_table(regclass,jsonb)',
+                  'attach_child_table(regclass,regclass[],regclass[])', 'community_deletion_register_child_table(regclass,jsonb)',
                   'declare_reference(regclass,name[],regclass,name[],text)', 'drop_reference(regclass,name[])',
                   'enforce_community_write_fence_row()', 'enforce_community_kept_row_fence_row()',
                   'community_deletion_attach_row_fence(regclass,text,text[])', 'community_deletion_key_kind(regtype)',
                   'community_deletion_tenant_key_kind()', 'community_deletion_fence_args(name,text,jsonb)',
-                  'community_deletion_kept_row_args(name,text)', 'community_deletion_child_spec(regclass,regclass[])',
+                  'community_deletion_kept_row_args(name,text)', 'community_deletion_child_spec(regclass,regclass[],regclass[])',
                   'exclude_table(regclass,text)', 'include_table(regclass)',
                   'enforce_community_kept_row_fence()', 'enforce_community_tenant_created()',
                   'enforce_community_write_fence()', 'enforce_community_truncate_fence()',
@@ -2368,12 +2492,14 @@ GRANT EXECUTE ON FUNCTION
     community_deletion.community_deletion_key_cast(text),
     community_deletion.community_deletion_tenant_filter(name, name, text),
     community_deletion.community_deletion_fence_query(text, text[]),
+    community_deletion.community_deletion_dangling_query(text, text[]),
     community_deletion.community_deletion_fence_admit(uuid[], text),
     community_deletion.community_deletion_trigger_args(text[]),
     community_deletion.community_deletion_statement_fenced(oid, regprocedure, text[]),
     community_deletion.community_deletion_row_fenced(oid, regprocedure, text[], boolean),
     community_deletion.community_deletion_catalog_notes(),
-    community_deletion.community_deletion_child_paths(oid, oid[]),
+    community_deletion.community_deletion_child_paths(oid, oid[], oid[]),
+    community_deletion.community_deletion_first_steps(jsonb, boolean),
     community_deletion.community_deletion_table_references(oid)
     TO community_deletion_serving, community_deletion_operator, community_deletion_executor;
 GRANT EXECUTE ON FUNCTION community_deletion.assert_tenant_write_allowed(text)
@@ -3546,13 +3672,14 @@ DROP FUNCTION community_deletion.enforce_community_tenant_key_guard();
 DROP FUNCTION community_deletion.enforce_community_deletion_reference_guard();
 DROP FUNCTION community_deletion.assert_tenant_write_allowed(text);
 DROP FUNCTION community_deletion.community_deletion_catalog_notes();
-DROP FUNCTION community_deletion.attach_child_table(regclass, regclass[]);
-DROP FUNCTION community_deletion.community_deletion_child_spec(regclass, regclass[]);
+DROP FUNCTION community_deletion.attach_child_table(regclass, regclass[], regclass[]);
+DROP FUNCTION community_deletion.community_deletion_child_spec(regclass, regclass[], regclass[]);
 DROP FUNCTION community_deletion.community_deletion_register_child_table(regclass, jsonb);
 DROP FUNCTION community_deletion.declare_reference(regclass, name[], regclass, name[], text);
 DROP FUNCTION community_deletion.drop_reference(regclass, name[]);
 DROP FUNCTION community_deletion.community_deletion_attach_row_fence(regclass, text, text[]);
-DROP FUNCTION community_deletion.community_deletion_child_paths(oid, oid[]);
+DROP FUNCTION community_deletion.community_deletion_child_paths(oid, oid[], oid[]);
+DROP FUNCTION community_deletion.community_deletion_first_steps(jsonb, boolean);
 DROP FUNCTION community_deletion.community_deletion_table_references(oid);
 DROP FUNCTION community_deletion.community_deletion_row_fenced(oid, regprocedure, text[], boolean);
 DROP FUNCTION community_deletion.community_deletion_statement_fenced(oid, regprocedure, text[]);
@@ -3561,6 +3688,7 @@ DROP FUNCTION community_deletion.community_deletion_kept_row_args(name, text);
 DROP FUNCTION community_deletion.community_deletion_fence_args(name, text, jsonb);
 DROP FUNCTION community_deletion.community_deletion_fence_admit(uuid[], text);
 DROP FUNCTION community_deletion.community_deletion_fence_query(text, text[]);
+DROP FUNCTION community_deletion.community_deletion_dangling_query(text, text[]);
 DROP FUNCTION community_deletion.community_deletion_tenant_filter(name, name, text);
 DROP FUNCTION community_deletion.community_deletion_key_cast(text);
 DROP FUNCTION community_deletion.community_deletion_tenant_id(text);
