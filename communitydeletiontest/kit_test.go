@@ -2,13 +2,15 @@ package communitydeletiontest_test
 
 import (
 	"context"
-	"github.com/tombstoneworks/communitydeletion/lifecycle"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/tombstoneworks/communitydeletion/communitydeletiontest"
 	"github.com/tombstoneworks/communitydeletion/executor"
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
 )
 
 func TestRequireCoverageCatchesAForgottenTable(t *testing.T) {
@@ -187,4 +189,64 @@ func TestRequireCoverageReportsAPurgeOrderCycle(t *testing.T) {
 		!strings.Contains(got.lines[0], "boards") || !strings.Contains(got.lines[0], "cards") {
 		t.Fatalf("RequireCoverage reported %q, want the boards/cards cycle", got.lines)
 	}
+}
+
+// A table the service forgot, with neither a tenant column nor a foreign
+// key (links to notes by id), keeps rows pointing at the deleted tenant's
+// notes: the drift report cannot see it, the deletion leaves it, and
+// DeleteAndCheck names the table, the column and the keys.
+func TestDeleteAndVerifyFindsARowPointingAtADeletedRow(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	kit := communitydeletiontest.Start(t, communitydeletiontest.WithServiceMigrations(sqlMigration(serviceSchema+attachReminders+`
+		CREATE TABLE note_links (note_id bigint NOT NULL, url text NOT NULL);`)))
+	svc := service{url: kit.URL(communitydeletiontest.RoleOwner)}
+	doomed, err := svc.createCommunity(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bystander, err := svc.createCommunity(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.exec(ctx, `INSERT INTO note_links (note_id, url) SELECT id, 'https://example.test/' || id FROM notes`); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	if err := pgxCollect(ctx, kit.URL(communitydeletiontest.RoleOwner),
+		"SELECT id::text FROM notes WHERE community_id = $1 ORDER BY id", &keys, doomed); err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	problems, err := kit.DeleteAndCheck(ctx, communitydeletiontest.DeleteParams{
+		CommunityID: doomed, Objects: executor.NewFileObjectStore(root), Prefixes: []string{"uploads/" + doomed.String() + "/"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"table public.note_links: rows still point at deleted rows of public.notes: column note_id holds 3 of their keys (" +
+		strings.Join(keys, ", ") + ")"}
+	if !slices.Equal(problems, want) {
+		t.Fatalf("DeleteAndCheck reported\n%s\nwant\n%s", strings.Join(problems, "\n"), strings.Join(want, "\n"))
+	}
+	var left []string // the bystander's links stay
+	if err := pgxCollect(ctx, kit.URL(communitydeletiontest.RoleOwner),
+		"SELECT l.url FROM note_links l JOIN notes n ON n.id = l.note_id WHERE n.community_id = $1", &left, bystander); err != nil || len(left) != 3 {
+		t.Fatalf("the bystander's links: %q (%v)", left, err)
+	}
+}
+
+// pgxCollect reads one text column of every row of sql into out.
+func pgxCollect(ctx context.Context, url, sql string, out *[]string, args ...any) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	rows, err := conn.Query(ctx, sql, args...)
+	if err != nil {
+		return err
+	}
+	*out, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	return err
 }

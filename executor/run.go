@@ -436,7 +436,8 @@ func (j *job) prefixes() ([]string, error) {
 		prefixes = append(prefixes, approved...)
 	}
 	sort.Strings(prefixes)
-	if len(prefixes) == 0 {
+	if len(prefixes) == 0 && (j.req.Inventory == nil || len(j.req.Inventory.Storage.KeySources) == 0) {
+		// A tenant whose objects are the keys its rows list needs no prefix.
 		return nil, refusedf("community %s has no storage prefixes", j.req.TenantKey)
 	}
 	for i, p := range prefixes {

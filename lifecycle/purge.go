@@ -843,6 +843,15 @@ func (b *purgeBatcher) batch(ctx context.Context) (bool, error) {
 		if err := b.loadLeaves(ctx); err != nil {
 			return false, err
 		}
+		for _, leaf := range b.leaves {
+			if !leaf.Writable {
+				// A leaf the executor has no grant on (a partition created
+				// after attach) is reached through its partitioned table.
+				t.method = PurgeMethodCommunityCTID
+				b.leaves = nil
+				break
+			}
+		}
 	}
 	var rows int64
 	var done bool

@@ -324,6 +324,23 @@ func (s *Serving) GuardTransaction(ctx context.Context, tx pgx.Tx, community uui
 	return nil
 }
 
+// GuardTenantTransaction is GuardTransaction for a tenant named by its key
+// in the service's tenant table (IntKey, TextKey, UUIDKey): it runs
+// assert_tenant_write_allowed in tx, with the same refusals. Call it before
+// the transaction's first write; after a refusal tx must be rolled back.
+func (s *Serving) GuardTenantTransaction(ctx context.Context, tx pgx.Tx, tenant TenantKey) error {
+	if tx == nil {
+		return invalidf("guard transaction needs a transaction")
+	}
+	if tenant == "" {
+		return invalidf("guard transaction needs a tenant key")
+	}
+	if err := dbgen.New(tx).TenantWriteAssertAllowed(ctx, tenant.String()); err != nil {
+		return translate(fmt.Errorf("admit write to community %s: %w", tenant, err))
+	}
+	return nil
+}
+
 // GuardTransactionWithLease admits the caller's own transaction tx to
 // make the final writes of the side effect lease admitted. In tx it refuses
 // any isolation level but READ COMMITTED (ErrRefused), takes the shared

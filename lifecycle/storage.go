@@ -150,6 +150,14 @@ func (e *Engine) AppendManifestChunk(ctx context.Context, token LeaseToken, chun
 		if err := verifyLeaseAndFence(ctx, q, token, StageFenced); err != nil {
 			return err
 		}
+		if isKeySourceChunk(chunk) {
+			if _, err := q.KeySourceSpec(ctx, chunk.Prefix); errors.Is(err, pgx.ErrNoRows) {
+				return refusef("manifest key chunk %d names %q, which is neither an object prefix (ending in \"/\") nor a declared key source",
+					chunk.ChunkNo, boundText(chunk.Prefix, 256))
+			} else if err != nil {
+				return fmt.Errorf("read key source %q: %w", boundText(chunk.Prefix, 256), err)
+			}
+		}
 		inserted, err := q.DeletionManifestKeyInsert(ctx, dbgen.DeletionManifestKeyInsertParams{
 			RequestID: token.RequestID, ChunkNo: chunk.ChunkNo, Prefix: chunk.Prefix, Keys: keys,
 		})
@@ -366,6 +374,11 @@ func (o *Operator) LatestTaxonomySweep(ctx context.Context) (*TaxonomySweep, err
 	return sweep, nil
 }
 
+// isKeySourceChunk reports whether chunk holds keys of a key source (its
+// Prefix names the source, schema.table.column) rather than keys under an
+// object prefix, which always ends in "/".
+func isKeySourceChunk(chunk ManifestKeyChunk) bool { return !strings.HasSuffix(chunk.Prefix, "/") }
+
 // checkManifestChunk refuses a chunk that could not be part of a valid key
 // list, before anything is written.
 func checkManifestChunk(chunk ManifestKeyChunk) error {
@@ -384,7 +397,7 @@ func checkManifestChunk(chunk ManifestKeyChunk) error {
 	}
 	var stream KeyStreamDigest
 	for _, key := range chunk.Keys {
-		if !strings.HasPrefix(key, chunk.Prefix) {
+		if !isKeySourceChunk(chunk) && !strings.HasPrefix(key, chunk.Prefix) {
 			return invalidf("manifest key %q in chunk %d is outside its prefix %q", boundText(key, 256), chunk.ChunkNo, prefix)
 		}
 		if err := stream.Fold(key); err != nil {

@@ -429,7 +429,7 @@ func TestInventoryWithoutALayout(t *testing.T) {
 		{"inventory", "--request", id, "--objects-dir", dir},
 	} {
 		db.requireRefusedAs(t, fixture.RoleOperator, id, "submitted", args,
-			"no storage layout is declared: the deployment declares it as the schema owner with INSERT INTO community_deletion.community_deletion_storage_layout")
+			"no storage layout is declared: the deployment declares, as the schema owner, where a tenant's objects are")
 	}
 }
 

@@ -268,6 +268,17 @@ func (q *Queries) ServingWriteLeaseSet(ctx context.Context, arg ServingWriteLeas
 	return err
 }
 
+const tenantWriteAssertAllowed = `-- name: TenantWriteAssertAllowed :exec
+SELECT community_deletion.assert_tenant_write_allowed($1::pg_catalog.text)
+`
+
+// assert_tenant_write_allowed() in the caller's own transaction, whose
+// search_path is the service's: every name is qualified.
+func (q *Queries) TenantWriteAssertAllowed(ctx context.Context, tenantKey interface{}) error {
+	_, err := q.db.Exec(ctx, tenantWriteAssertAllowed, tenantKey)
+	return err
+}
+
 const transactionIsolationGet = `-- name: TransactionIsolationGet :one
 SELECT pg_catalog.current_setting('transaction_isolation') AS isolation
 `

@@ -214,7 +214,9 @@ const purgeLeafRelations = `-- name: PurgeLeafRelations :many
 SELECT n.nspname::text AS schema_name,
        c.relname::text AS relation_name,
        (pg_relation_size(c.oid) / current_setting('block_size')::bigint)::bigint AS blocks,
-       ((current_setting('block_size')::bigint - 24) / 28)::bigint AS slots_per_block
+       ((current_setting('block_size')::bigint - 24) / 28)::bigint AS slots_per_block,
+       (has_table_privilege(c.oid, 'DELETE') AND has_table_privilege(c.oid, 'UPDATE')
+        AND has_table_privilege(c.oid, 'SELECT'))::boolean AS writable
 FROM pg_catalog.pg_class root
 JOIN pg_catalog.pg_class c ON c.oid = root.oid
     OR c.oid IN (SELECT tree.relid FROM pg_partition_tree(root.oid) tree WHERE tree.isleaf)
@@ -233,12 +235,16 @@ type PurgeLeafRelationsRow struct {
 	RelationName  string
 	Blocks        int64
 	SlotsPerBlock int64
+	Writable      bool
 }
 
 // The tables that hold the rows of a registered table: the table itself, or
 // the leaf partitions of a partitioned one, with their size in blocks and
 // the most line pointers a block holds (MaxHeapTuplesPerPage), for TID range
-// batches.
+// batches, and whether the purging role may delete from and update it
+// directly (a partition created after attach has none of the grants attach
+// gave the others; through its partitioned table it is reached all the
+// same).
 func (q *Queries) PurgeLeafRelations(ctx context.Context, tableName string) ([]PurgeLeafRelationsRow, error) {
 	rows, err := q.db.Query(ctx, purgeLeafRelations, tableName)
 	if err != nil {
@@ -253,6 +259,7 @@ func (q *Queries) PurgeLeafRelations(ctx context.Context, tableName string) ([]P
 			&i.RelationName,
 			&i.Blocks,
 			&i.SlotsPerBlock,
+			&i.Writable,
 		); err != nil {
 			return nil, err
 		}

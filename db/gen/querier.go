@@ -285,7 +285,10 @@ type Querier interface {
 	// The tables that hold the rows of a registered table: the table itself, or
 	// the leaf partitions of a partitioned one, with their size in blocks and
 	// the most line pointers a block holds (MaxHeapTuplesPerPage), for TID range
-	// batches.
+	// batches, and whether the purging role may delete from and update it
+	// directly (a partition created after attach has none of the grants attach
+	// gave the others; through its partitioned table it is reached all the
+	// same).
 	PurgeLeafRelations(ctx context.Context, tableName string) ([]PurgeLeafRelationsRow, error)
 	// Bounds how long the transaction's DDL waits for a table lock.
 	PurgeLockTimeoutSet(ctx context.Context, timeout string) error
@@ -392,6 +395,9 @@ type Querier interface {
 	// five minutes in the database's future is clamped to it, a later one
 	// inserts nothing.
 	StorageTaxonomySweepInsert(ctx context.Context, arg StorageTaxonomySweepInsertParams) (StorageTaxonomySweep, error)
+	// assert_tenant_write_allowed() in the caller's own transaction, whose
+	// search_path is the service's: every name is qualified.
+	TenantWriteAssertAllowed(ctx context.Context, tenantKey interface{}) error
 	// The transaction's isolation level, as PostgreSQL names it ('read committed').
 	// It runs in a service's own transaction, under the service's search_path,
 	// so it qualifies every name.

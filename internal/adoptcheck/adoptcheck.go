@@ -99,6 +99,13 @@ func Run(ctx context.Context, src Sources) ([]Result, error) {
 		order.Problems = []string{fmt.Sprintf("the purge order cannot be computed: %v", err)}
 	} else if err != nil {
 		return nil, fmt.Errorf("compute the purge order: %w", err)
+	} else if len(tables) == 0 {
+		// Nothing registered: the drift report had nothing to compare with,
+		// so its silence says nothing either.
+		results[0] = Result{Name: CheckDrift, Status: StatusProblem, Problems: []string{
+			"no table is registered, so nothing would be deleted and the drift report has nothing to compare with: " +
+				"declare the service's tenant table with community_deletion.declare_tenant_table('your_tenants'), then attach each table that holds a tenant's rows"}}
+		order.Status, order.Detail = StatusSkipped, "nothing is registered"
 	} else {
 		order.Status = StatusOK
 		order.Detail = "the purge order is computable: " + strings.Join(tables, ", ")

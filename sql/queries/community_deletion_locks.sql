@@ -94,3 +94,8 @@ LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
 LEFT JOIN pg_catalog.pg_prepared_xacts p ON p.transaction = l.transactionid
 WHERE r.ctid = CAST(@tuple::text AS tid)
 ORDER BY 1, 5;
+
+-- name: TenantWriteAssertAllowed :exec
+-- assert_tenant_write_allowed() in the caller's own transaction, whose
+-- search_path is the service's: every name is qualified.
+SELECT community_deletion.assert_tenant_write_allowed(@tenant_key::pg_catalog.text);

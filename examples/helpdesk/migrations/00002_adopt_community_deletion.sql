@@ -51,13 +51,15 @@ SELECT community_deletion.attach_child_table('contact_inboxes');
 -- lists the account's objects (the layout below).
 SELECT community_deletion.declare_reference('active_storage_attachments', ARRAY['record_id'], 'attachments', ARRAY['id']);
 SELECT community_deletion.attach_child_table('active_storage_attachments');
-SELECT community_deletion.attach_child_table('active_storage_blobs');
+SELECT community_deletion.attach_child_table('active_storage_blobs', referenced_by => ARRAY['active_storage_attachments'::regclass]);
 
 -- Where an account's data lives outside its rows. Its files are the blobs
 -- its rows list (random keys at the bucket's root, no prefix to declare);
 -- its two display-id sequences are named after its id and created by
 -- accounts_after_insert_row_tr as the migrating role, which owns this
 -- schema too; its presence sets in Redis are keyed by its id.
+-- The inventory (as an operator) and the executor read the keys.
+GRANT SELECT (key) ON active_storage_blobs TO community_deletion_operator, community_deletion_executor;
 INSERT INTO community_deletion.community_deletion_storage_layout (kind, template, reason) VALUES
     ('object_keys', 'public.active_storage_blobs.key', 'ActiveStorage files: random object keys listed in active_storage_blobs.key, reached through active_storage_attachments (Service.AttachFile)'),
     ('sequence', 'public.conv_dpid_seq_{tenant}', 'per-account conversation display ids (accounts_after_insert_row_tr)'),
