@@ -217,6 +217,11 @@ var legacyProbes = map[int64][]check{
 	24: { // 00024_community_deletion_schema_usage_drift.sql
 		functionBody("community_deletion_catalog_drift()", "schema_usage_missing"),
 	},
+	31: { // 00031_community_deletion_receipt_anchors.sql
+		table("community_deletion_receipt_keys"),
+		trigger("community_deletion_receipt_keys", "community_deletion_receipt_keys_guard"),
+		functionBody("enforce_community_deletion_receipt_guard()", "communitydeletion.key-rotation/v1"),
+	},
 }
 
 // querier is what probes and the version-table reads run on: a *sql.DB,
