@@ -38,7 +38,7 @@ var (
 	// LayoutCache (the in-process cache, a cache without patterns), cannot
 	// list the declared cache templates at all: the runner refuses to run
 	// rather than miss a tenant's keys or claim a check it did not make.
-	ErrLayoutMismatch = errors.New("executor: cache patterns differ from the declared storage layout")
+	ErrLayoutMismatch = errors.New("executor: the cache does not match the declared storage layout")
 	// ErrReceiptKey reports that the runner's receipt signing key is not
 	// what the deployment requires (lifecycle.Engine.CheckReceiptKey): the
 	// runner refuses to run rather than write receipts the chain refuses
