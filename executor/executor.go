@@ -33,21 +33,33 @@ var (
 	// ErrBlocked reports that a run durably blocked the request after a
 	// fail-closed refusal; an operator must Unblock it.
 	ErrBlocked = errors.New("executor: blocked")
-	// ErrLayoutMismatch reports that the cache (a LayoutCache) purges other
-	// key patterns than the storage layout the deployment declared: the
-	// runner refuses to run rather than miss a tenant's keys.
-	ErrLayoutMismatch = errors.New("executor: cache patterns differ from the declared storage layout")
+	// ErrLayoutMismatch reports that the cache purges other key patterns
+	// than the storage layout the deployment declared, or, not being a
+	// LayoutCache (the in-process cache, a cache without patterns), cannot
+	// list the declared cache templates at all: the runner refuses to run
+	// rather than miss a tenant's keys or claim a check it did not make.
+	ErrLayoutMismatch = errors.New("executor: the cache does not match the declared storage layout")
+	// ErrReceiptKey reports that the runner's receipt signing key is not
+	// what the deployment requires (lifecycle.Engine.CheckReceiptKey): the
+	// runner refuses to run rather than write receipts the chain refuses
+	// or an unsigned receipt after signed ones.
+	ErrReceiptKey = errors.New("executor: the receipt signing key is not the deployment's")
 )
 
 // Config configures a Runner.
 type Config struct {
 	// Engine is the lifecycle engine, over a pool whose login is a member of
 	// community_deletion_executor. Required. Give it lifecycle.Opts.ReceiptKey
-	// to sign the receipt each completed deletion writes (else unsigned).
+	// to sign the receipt each completed deletion writes (else unsigned):
+	// where the deployment registered a key, the runner refuses to run
+	// without it (ErrReceiptKey).
 	Engine *lifecycle.Engine
 	// Objects is the object store holding the communities' files. Required.
 	Objects ObjectStore
-	// Cache is the cache holding the communities' entries. Required.
+	// Cache is the cache holding the communities' entries. Required. Only a
+	// LayoutCache (one that names its key patterns) counts as verified in a
+	// receipt; where the deployment declares cache templates, the runner
+	// refuses any other (ErrLayoutMismatch).
 	Cache Cache
 	// Owner is the executor identity claims and heartbeats are recorded
 	// under. Required; at most lifecycle.MaxOperatorBytes after trimming.
@@ -122,6 +134,8 @@ type Runner struct {
 
 	mu   sync.Mutex
 	jobs map[*job]struct{} // the claims in flight
+
+	signingLogged sync.Once // the receipt signing note is logged once
 }
 
 // New validates cfg, fills in its defaults and returns a Runner.
@@ -203,7 +217,7 @@ func New(cfg Config) (*Runner, error) {
 // through Progress and do not stop it. When ctx is done it releases any claim
 // it holds, records the executor stopped and returns ctx.Err().
 func (r *Runner) Run(ctx context.Context) error {
-	if err := r.CheckLayout(ctx); err != nil {
+	if err := r.preflight(ctx); err != nil {
 		return err
 	}
 	defer func() {
@@ -263,13 +277,11 @@ func (r *Runner) RunRequest(ctx context.Context, id uuid.UUID) (bool, error) {
 // CheckLayout compares the key patterns of a cache that names them (a
 // LayoutCache) with the cache templates of the declared storage layout, and
 // returns an error matching ErrLayoutMismatch when the layout declares cache
-// templates and they differ. Run calls it before it starts, and RunNext and
-// RunRequest before each claim, so a mismatch deletes nothing.
+// templates and they differ, or when the cache names no patterns (the
+// in-process cache, a cache that is not a LayoutCache) and so cannot list
+// them. Run calls it before it starts, and RunNext and RunRequest before
+// each claim, so a mismatch deletes nothing.
 func (r *Runner) CheckLayout(ctx context.Context) error {
-	cache, ok := r.cfg.Cache.(LayoutCache)
-	if !ok {
-		return nil
-	}
 	layout, err := r.cfg.Engine.StorageLayout(ctx)
 	if err != nil {
 		return fmt.Errorf("executor: check the cache against the storage layout: %w", err)
@@ -281,8 +293,13 @@ func (r *Runner) CheckLayout(ctx context.Context) error {
 	if len(declared) == 0 {
 		return nil // no cache layout declared: nothing to compare
 	}
-	configured := slices.Sorted(slices.Values(cache.LayoutTemplates()))
 	slices.Sort(declared)
+	cache, ok := r.cfg.Cache.(LayoutCache)
+	if !ok {
+		return fmt.Errorf("%w: the cache (%s) names no key patterns, so it cannot list the declared cache templates %q, and no receipt may claim them checked; give the executor a Redis cache with a pattern= for each template (--cache redis://HOST:PORT?pattern=…)",
+			ErrLayoutMismatch, describeCache(r.cfg.Cache), declared)
+	}
+	configured := slices.Sorted(slices.Values(cache.LayoutTemplates()))
 	if !slices.Equal(slices.Compact(configured), slices.Compact(declared)) {
 		return fmt.Errorf("%w: the cache purges %q, the declared layout names %q; configure the cache with the declared templates, or declare the templates the service uses (community_deletion_storage_layout)",
 			ErrLayoutMismatch, configured, declared)
@@ -290,12 +307,56 @@ func (r *Runner) CheckLayout(ctx context.Context) error {
 	return nil
 }
 
+// describeCache names a cache in a refusal: the in-process cache by its
+// URL, another by its kind.
+func describeCache(c Cache) string {
+	kind := storeKind(c)
+	if kind == "memory" {
+		return "the in-process cache memory:"
+	}
+	return "kind " + kind
+}
+
+// CheckReceiptKey checks the runner's receipt signing key against the
+// deployment (lifecycle.Engine.CheckReceiptKey) and returns an error
+// matching ErrReceiptKey and lifecycle.ErrRefused when it is not the one
+// the deployment requires. Run calls it before it starts, and RunNext and
+// RunRequest before each claim; the first call logs how receipts are
+// signed, at Warn when they are unsigned.
+func (r *Runner) CheckReceiptKey(ctx context.Context) error {
+	check, err := r.cfg.Engine.CheckReceiptKey(ctx)
+	if errors.Is(err, lifecycle.ErrRefused) {
+		return fmt.Errorf("%w: %w", ErrReceiptKey, err)
+	}
+	if err != nil {
+		return fmt.Errorf("executor: check the receipt signing key: %w", err)
+	}
+	r.signingLogged.Do(func() {
+		level := slog.LevelInfo
+		if !check.Signed {
+			level = slog.LevelWarn
+		}
+		r.log.LogAttrs(ctx, level, check.Note, slog.Bool("receipts_signed", check.Signed),
+			slog.String("receipt_key", check.KeyID), slog.Bool("receipt_key_registered", check.Registered))
+	})
+	return nil
+}
+
+// preflight is what every run checks before it claims: the cache against
+// the declared layout, the receipt key against the deployment.
+func (r *Runner) preflight(ctx context.Context) error {
+	if err := r.CheckLayout(ctx); err != nil {
+		return err
+	}
+	return r.CheckReceiptKey(ctx)
+}
+
 // run claims with claim and executes what it claimed.
 func (r *Runner) run(ctx context.Context, claim func() (*lifecycle.ClaimedDeletion, error)) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	if err := r.CheckLayout(ctx); err != nil {
+	if err := r.preflight(ctx); err != nil {
 		return false, err
 	}
 	claimed, err := claim()

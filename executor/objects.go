@@ -54,6 +54,21 @@ type LayoutCache interface {
 	LayoutTemplates() []string
 }
 
+// KindedStore is an ObjectStore or a Cache that names its kind ("s3",
+// "file", "redis", "memory"…): the receipt states it for each store it
+// checked. A store that does not name one is stated by its Go type.
+type KindedStore interface {
+	StoreKind() string
+}
+
+// storeKind is the kind a receipt states for store.
+func storeKind(store any) string {
+	if k, ok := store.(KindedStore); ok && strings.TrimSpace(k.StoreKind()) != "" {
+		return strings.TrimSpace(k.StoreKind())
+	}
+	return fmt.Sprintf("go:%T", store)
+}
+
 // FileObjectStore is an ObjectStore over the regular files under a root
 // directory: a key is a file's slash-separated path relative to the root.
 // Symbolic links and other non-regular files are ignored.
@@ -65,6 +80,9 @@ type FileObjectStore struct {
 func NewFileObjectStore(root string) *FileObjectStore {
 	return &FileObjectStore{root: root}
 }
+
+// StoreKind implements KindedStore: "file".
+func (f *FileObjectStore) StoreKind() string { return "file" }
 
 // errStopWalk ends a walk early.
 var errStopWalk = errors.New("stop walk")
@@ -240,7 +258,9 @@ func (f *FileObjectStore) Any(ctx context.Context, prefix string) (bool, error) 
 }
 
 // MemoryCache is an in-process Cache: a set of keys per tenant. It is safe
-// for concurrent use.
+// for concurrent use. It lists nothing of a deployment's real cache, so a
+// receipt never calls the cache verified by it, and a runner refuses it
+// where the deployment declares cache templates.
 type MemoryCache struct {
 	mu      sync.Mutex
 	entries map[lifecycle.TenantKey]map[string]struct{}
@@ -264,6 +284,9 @@ func (c *MemoryCache) Put(tenant lifecycle.TenantKey, keys ...string) {
 		set[k] = struct{}{}
 	}
 }
+
+// StoreKind implements KindedStore: "memory" (receipt.KindMemory).
+func (c *MemoryCache) StoreKind() string { return "memory" }
 
 // Len returns how many keys tenant's namespace holds.
 func (c *MemoryCache) Len(tenant lifecycle.TenantKey) int {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -375,9 +376,16 @@ func TestEveryLogRecordCarriesTheClaim(t *testing.T) {
 
 	records := logRecords(t, &out.buf)
 	require.NotEmpty(t, records)
+	// The first record is about the process, not the claim: how its
+	// receipts are signed (here unsigned, so at Warn).
+	signing := records[0]
+	require.Equal(t, "WARN", signing["level"], signing)
+	require.True(t, strings.HasPrefix(signing["msg"].(string), "receipts are unsigned: "), signing)
+	require.Equal(t, "executor-1", signing["executor"], signing)
+	require.NotContains(t, signing, "request_id")
 	levels := map[string]map[string]bool{}
 	stages := map[string]bool{}
-	for _, rec := range records {
+	for _, rec := range records[1:] {
 		require.Equal(t, id.String(), rec["request_id"], rec)
 		require.Equal(t, target.id.String(), rec["community_id"], rec)
 		require.Equal(t, float64(request.LeaseGeneration), rec["lease_generation"], rec)

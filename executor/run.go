@@ -939,9 +939,8 @@ func (j *job) verify(ctx context.Context) error {
 	if j.manifest == nil {
 		return refusedf("deletion %s has no destructive storage manifest to verify", j.req.ID)
 	}
-	var prefixes []string
+	objects := lifecycle.StoreCheck{Kind: storeKind(j.r.cfg.Objects), Checked: []string{}}
 	for _, p := range j.manifest.Prefixes {
-		prefixes = append(prefixes, p.Prefix)
 		left, err := j.r.cfg.Objects.Any(ctx, p.Prefix)
 		if err != nil {
 			return err
@@ -949,6 +948,7 @@ func (j *job) verify(ctx context.Context) error {
 		if left {
 			return fmt.Errorf("objects remain under prefix %q of community %s", p.Prefix, j.req.TenantKey)
 		}
+		objects.Checked = append(objects.Checked, p.Prefix)
 	}
 	var sources []string
 	for _, k := range j.manifest.KeySources {
@@ -963,6 +963,11 @@ func (j *job) verify(ctx context.Context) error {
 		if left != "" {
 			return fmt.Errorf("object %q listed for community %s remains", left, j.req.TenantKey)
 		}
+		// Each key the source listed, by an exact listing of it.
+		objects.Checked = append(objects.Checked, sources...)
+	}
+	if len(objects.Checked) == 0 {
+		objects.NotChecked = "the destructive manifest has no prefix to list and no key source"
 	}
 	j.unit = "verify_cache"
 	empty, err := j.r.cfg.Cache.Empty(ctx, j.req.TenantKey)
@@ -972,14 +977,36 @@ func (j *job) verify(ctx context.Context) error {
 	if !empty {
 		return fmt.Errorf("cache entries remain for community %s", j.req.TenantKey)
 	}
+	cache := cacheCheck(j.r.cfg.Cache)
 	j.unit = "logically_verified"
-	detail := map[string]any{"postgres": true, "objects": prefixes, "cache": true}
-	if len(sources) > 0 {
-		detail["object_keys"] = sources
-	}
-	if err := store.EnterLogicallyVerified(ctx, token, detail); err != nil {
+	proof := lifecycle.AbsenceProof{Postgres: true, Stores: &lifecycle.AbsenceStores{Objects: objects, Cache: cache}}
+	if err := store.EnterLogicallyVerified(ctx, token, proof); err != nil {
 		return err
 	}
-	j.advance(lifecycle.StageLogicallyVerified, "absence verified in postgres, object store and cache")
+	how := "verified"
+	if cache.NotChecked != "" {
+		how = "not checked (" + cache.Kind + ")"
+	}
+	j.advance(lifecycle.StageLogicallyVerified, "absence verified in postgres and the object store; cache "+how)
 	return nil
+}
+
+// cacheCheck is what a cache's Empty proved: the key templates of a
+// LayoutCache, walked; nothing for a cache that names none (the in-process
+// cache, a cache that is not a LayoutCache), which the receipt then says.
+func cacheCheck(c Cache) lifecycle.StoreCheck {
+	check := lifecycle.StoreCheck{Kind: storeKind(c), Checked: []string{}}
+	lc, ok := c.(LayoutCache)
+	switch {
+	case check.Kind == "memory":
+		check.NotChecked = "the in-process cache (memory:) lists nothing of the deployment's cache"
+	case !ok:
+		check.NotChecked = "the cache names no key patterns (it is not an executor.LayoutCache), so what its check covered is unknown"
+	default:
+		check.Checked = slices.Compact(slices.Sorted(slices.Values(lc.LayoutTemplates())))
+		if len(check.Checked) == 0 {
+			check.NotChecked = "the cache names no key patterns"
+		}
+	}
+	return check
 }

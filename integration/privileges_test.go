@@ -854,6 +854,9 @@ func TestEveryInstalledFunctionIsSealed(t *testing.T) {
 			require.Empty(t, f.config, f.signature)
 		case rowSecurityOff[f.signature]:
 			require.Equal(t, "row_security=off,search_path=pg_catalog, community_deletion, pg_temp", f.config, f.signature)
+		case f.signature == "community_deletion_drop_tenant_objects(uuid)":
+			// Its DROP SEQUENCE waits at most this long for the sequence.
+			require.Equal(t, "search_path=pg_catalog, community_deletion, pg_temp,lock_timeout=2s", f.config, f.signature)
 		case f.signature == "community_deletion_catalog_drift()":
 			// JIT compiled this catalog query for seconds; it is off.
 			require.Equal(t, "jit=off,search_path=pg_catalog, community_deletion, pg_temp", f.config, f.signature)

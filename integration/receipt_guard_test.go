@@ -38,7 +38,7 @@ type receiptRow struct {
 // receiptBody is a body with the fields the guard compares.
 func receiptBody(request, community uuid.UUID, sequence int64, previous, signer string) string {
 	b, err := json.Marshal(map[string]any{
-		"format": "communitydeletion.receipt/v1", "request_id": request.String(),
+		"format": "communitydeletion.receipt/v2", "request_id": request.String(),
 		"community": map[string]any{"id": community.String()}, "sequence": sequence,
 		"previous_hash": previous, "signer": signer,
 	})

@@ -30,7 +30,10 @@ type Opts struct {
 	LockWait time.Duration
 	// ReceiptKey signs the receipt an Engine writes as each deletion
 	// completes (docs/receipts.md); nil writes unsigned receipts, which say
-	// so. Only an Engine uses it; it must be an Ed25519 private key.
+	// so. Only an Engine uses it; it must be an Ed25519 private key. The
+	// database refuses a receipt that is not signed as the deployment's
+	// receipt key registry says, or by the key the chain is at:
+	// Engine.CheckReceiptKey says so before anything is claimed.
 	ReceiptKey ed25519.PrivateKey
 }
 

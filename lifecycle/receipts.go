@@ -10,7 +10,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -213,7 +215,7 @@ func receiptBody(request uuid.UUID, f *dbgen.ReceiptFactsRow, checkpoints []dbge
 		r.Cache = append(r.Cache, receipt.Cache{Pattern: cache.Pattern, Deleted: cache.Keys})
 	}
 
-	r.Absence = absence(details[receipt.StageLogicallyVerified], len(manifest.Prefixes))
+	r.Absence = absence(details[receipt.StageLogicallyVerified], manifest, r.Tables)
 	return r, nil
 }
 
@@ -224,32 +226,158 @@ func CacheNamespacePattern(tenant TenantKey) string {
 	return "namespace of community " + tenant.String()
 }
 
-// absence is the absence proof per store from the detail of the
-// verify_cross_store_absence checkpoint, as the executor writes it
-// ({"postgres": true, "objects": [prefixes], "cache": true}). PostgreSQL is
-// always proven: the purge's final transaction refuses to tombstone the
-// community while any registered 'delete' table holds one of its rows. The
-// object store and the cache are listed when the detail says they were
-// checked.
-func absence(detail []byte, prefixes int) []receipt.Absence {
-	var checked struct {
-		Objects []string `json:"objects"`
-		Cache   bool     `json:"cache"`
+// KindPostgreSQL is the Kind of a receipt's postgres absence proof, and
+// KindUnrecorded the Kind of a store whose check the executor did not
+// record (an executor before receipt format 2, or a caller of
+// EnterLogicallyVerified that passed no AbsenceProof).
+const (
+	KindPostgreSQL = "postgresql"
+	KindUnrecorded = "unrecorded"
+)
+
+// StoreCheck is what an executor listed in one store to prove that no
+// entry of a community is left: the store's Kind (its adapter: "s3",
+// "file", "redis", "memory"…) and what it Checked (the object prefixes it
+// listed, the cache key templates it walked), or, when it listed nothing
+// that counts, NotChecked saying why. A receipt calls the store verified
+// only for a non-empty Checked by a store that is not the in-process cache.
+type StoreCheck struct {
+	Kind       string   `json:"kind"`
+	Checked    []string `json:"checked"`
+	NotChecked string   `json:"not_checked,omitempty"`
+}
+
+// verified reports whether c is a listing that counts as verified.
+func (c StoreCheck) verified() bool {
+	return c.NotChecked == "" && len(c.Checked) > 0 && c.Kind != receipt.KindMemory && strings.TrimSpace(c.Kind) != ""
+}
+
+// AbsenceStores is what was checked in each store besides PostgreSQL.
+type AbsenceStores struct {
+	Objects StoreCheck `json:"objects"`
+	Cache   StoreCheck `json:"cache"`
+}
+
+// AbsenceProof is the detail an executor gives EnterLogicallyVerified:
+// PostgreSQL checked (the purge's final transaction proves it in any case)
+// and, per store, what was listed. The receipt states it store by store.
+type AbsenceProof struct {
+	Postgres bool           `json:"postgres"`
+	Stores   *AbsenceStores `json:"stores,omitempty"`
+}
+
+// readAbsenceProof reads the detail of a verify_cross_store_absence
+// checkpoint; a detail in another shape (an executor before receipt
+// format 2) has no Stores.
+func readAbsenceProof(detail []byte) AbsenceProof {
+	var proof AbsenceProof
+	if json.Unmarshal(detail, &proof) != nil {
+		return AbsenceProof{}
 	}
-	// A detail in another shape proves nothing beyond PostgreSQL.
-	_ = json.Unmarshal(detail, &checked)
-	out := []receipt.Absence{}
-	if checked.Cache {
-		out = append(out, receipt.Absence{Store: receipt.StoreCache, Verified: true,
-			Detail: "no entry of the community left in the cache"})
+	return proof
+}
+
+// checkAbsenceCovers refuses an absence proof that does not cover what the
+// deployment declared: with cache templates declared, the cache check must
+// be a listing of every one of them; an objects check that lists anything
+// must list every prefix of the destructive manifest.
+func checkAbsenceCovers(proof AbsenceProof, declaredCache []string, manifest *StorageManifest) error {
+	if len(declaredCache) > 0 {
+		var c StoreCheck
+		if proof.Stores != nil {
+			c = proof.Stores.Cache
+		}
+		if !c.verified() || !containsAll(c.Checked, declaredCache) {
+			why := c.NotChecked
+			if why == "" && c.Kind == "" {
+				why = "no cache check was recorded"
+			} else if why == "" {
+				why = fmt.Sprintf("the %s cache checked %q", c.Kind, c.Checked)
+			}
+			return refusef("the deployment declares the cache templates %q, but %s: the cache cannot be verified against the declared layout; give the executor a cache that lists those templates (redis://…?pattern=… for each)",
+				declaredCache, boundText(why, 200))
+		}
 	}
-	if checked.Objects != nil {
-		out = append(out, receipt.Absence{Store: receipt.StoreObjects, Verified: true,
-			Detail: fmt.Sprintf("%d of %d manifest prefixes listed empty", len(checked.Objects), prefixes)})
+	if proof.Stores != nil && len(proof.Stores.Objects.Checked) > 0 && manifest != nil {
+		var prefixes []string
+		for _, p := range manifest.Prefixes {
+			prefixes = append(prefixes, p.Prefix)
+		}
+		if !containsAll(proof.Stores.Objects.Checked, prefixes) {
+			return refusef("the objects check lists %d prefixes, not every one of the destructive manifest's %d", len(proof.Stores.Objects.Checked), len(prefixes))
+		}
 	}
-	out = append(out, receipt.Absence{Store: receipt.StorePostgres, Verified: true,
-		Detail: "no row of the community in any registered delete table; every nullify table cleared"})
-	return out
+	return nil
+}
+
+func containsAll(have, want []string) bool {
+	for _, w := range want {
+		if !slices.Contains(have, w) {
+			return false
+		}
+	}
+	return true
+}
+
+// absence is the receipt's absence proof per store, from the
+// verify_cross_store_absence checkpoint's detail, the destructive
+// manifest and the purge's tables. PostgreSQL is proven by the purge's
+// final transaction, which refuses to tombstone the community while any
+// registered 'delete' table holds one of its rows: the receipt names those
+// tables. The object store and the cache are verified only as the detail's
+// StoreCheck says, and otherwise not checked, saying why.
+func absence(detail []byte, manifest StorageManifest, tables []receipt.Table) []receipt.Absence {
+	proof := readAbsenceProof(detail)
+	var deleteTables []string
+	nullified := 0
+	for _, t := range tables {
+		if t.Mode == receipt.ModeDelete {
+			deleteTables = append(deleteTables, t.Table)
+		} else {
+			nullified++
+		}
+	}
+	postgres := receipt.Absence{Store: receipt.StorePostgres, Kind: KindPostgreSQL, Checked: deleteTables, Status: receipt.StatusVerified,
+		Detail: fmt.Sprintf("no row of the community in any registered delete table; %d nullify tables cleared", nullified)}
+	if len(deleteTables) == 0 {
+		postgres = receipt.Absence{Store: receipt.StorePostgres, Kind: KindPostgreSQL, Status: receipt.StatusNotChecked,
+			Detail: fmt.Sprintf("no registered delete table to prove empty; %d nullify tables cleared", nullified)}
+	}
+	unrecorded := StoreCheck{Kind: KindUnrecorded,
+		NotChecked: "the executor did not record what it listed (an executor before receipt format 2)"}
+	objects, cache := unrecorded, unrecorded
+	if proof.Stores != nil {
+		objects, cache = proof.Stores.Objects, proof.Stores.Cache
+	}
+	if len(manifest.Prefixes) == 0 && objects.NotChecked == "" {
+		objects = StoreCheck{Kind: objects.Kind, NotChecked: "the destructive manifest has no prefix to list"}
+	}
+	return []receipt.Absence{
+		storeAbsence(receipt.StoreCache, cache, "no key of the community matches any checked template, on every node"),
+		storeAbsence(receipt.StoreObjects, objects, "every checked prefix of the destructive manifest listed empty"),
+		postgres,
+	}
+}
+
+// storeAbsence is one store's absence proof as c records it.
+func storeAbsence(store string, c StoreCheck, verifiedDetail string) receipt.Absence {
+	kind := boundText(strings.TrimSpace(c.Kind), 64)
+	if kind == "" {
+		kind = KindUnrecorded
+	}
+	if c.verified() {
+		checked := slices.DeleteFunc(slices.Compact(slices.Sorted(slices.Values(c.Checked))), func(s string) bool { return s == "" })
+		return receipt.Absence{Store: store, Kind: kind, Checked: checked, Status: receipt.StatusVerified, Detail: verifiedDetail}
+	}
+	why := strings.TrimSpace(c.NotChecked)
+	switch {
+	case why != "":
+	case kind == receipt.KindMemory:
+		why = "the in-process cache lists nothing of the deployment's cache"
+	default:
+		why = "nothing was listed"
+	}
+	return receipt.Absence{Store: store, Kind: kind, Checked: []string{}, Status: receipt.StatusNotChecked, Detail: boundText(why, 512)}
 }
 
 func orUnrecorded(login, who string) string {

@@ -58,7 +58,7 @@ func TestReceiptWrittenWithCompletion(t *testing.T) {
 	require.NoError(t, engine.EnterRetentionPending(ctx, token, nil))
 	env, err := b.Operator.Receipt(ctx, request.ID)
 	require.NoError(t, err)
-	rep, err := receipt.Verify([]receipt.Envelope{env}, pub, receipt.VerifyOpts{FromGenesis: true})
+	rep, err := receipt.Verify([]receipt.Envelope{env}, pub, receipt.VerifyOpts{})
 	require.NoError(t, err)
 	require.Equal(t, 1, rep.Signed)
 
@@ -113,9 +113,10 @@ func TestReceiptWrittenWithCompletion(t *testing.T) {
 }
 
 // Every completion yields exactly one receipt, chained after the one
-// before: a signed Engine's, then an unsigned Engine's, which says so and
-// verifies only when unsigned receipts are allowed. Two completions racing
-// queue on the chain head and both commit, as receipts 1 and 2 or 2 and 3.
+// before: an unsigned Engine's, which says so and verifies only when
+// unsigned receipts are allowed, then a signed Engine's. After a signed
+// receipt an unsigned one is refused. Two completions racing queue on the
+// chain head and both commit, as receipts 2 and 3 or 3 and 2.
 func TestReceiptChainAcrossCompletions(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -123,9 +124,9 @@ func TestReceiptChainAcrossCompletions(t *testing.T) {
 	signed, pub := signedEngine(t, b)
 
 	first, token := testfactory.Request(ctx, t, b.DB, &testfactory.RequestOpts{Stage: lifecycle.StageLogicallyVerified, Claimed: true})
-	require.NoError(t, signed.EnterRetentionPending(ctx, token, nil))
-	second, token := testfactory.Request(ctx, t, b.DB, &testfactory.RequestOpts{Stage: lifecycle.StageLogicallyVerified, Claimed: true})
 	require.NoError(t, b.Engine.EnterRetentionPending(ctx, token, nil), "the factory's Engine has no key")
+	second, token := testfactory.Request(ctx, t, b.DB, &testfactory.RequestOpts{Stage: lifecycle.StageLogicallyVerified, Claimed: true})
+	require.NoError(t, signed.EnterRetentionPending(ctx, token, nil))
 
 	envs, err := b.Operator.Receipts(ctx, lifecycle.ReceiptsParams{})
 	require.NoError(t, err)
@@ -138,15 +139,16 @@ func TestReceiptChainAcrossCompletions(t *testing.T) {
 	require.Equal(t, second.ID, two.RequestID)
 	require.Equal(t, int64(2), two.Sequence)
 	require.Equal(t, envs[0].Hash(), two.PreviousHash)
-	require.Equal(t, receipt.SignerUnsigned, two.Signer)
-	require.Empty(t, envs[1].Signature)
+	require.Equal(t, receipt.SignerUnsigned, one.Signer)
+	require.Empty(t, envs[0].Signature)
+	require.Equal(t, receipt.KeyID(pub), two.Signer)
 
-	_, err = receipt.Verify(envs, pub, receipt.VerifyOpts{FromGenesis: true})
+	_, err = receipt.Verify(envs, pub, receipt.VerifyOpts{})
 	require.ErrorIs(t, err, receipt.ErrUnsigned)
 	var ve *receipt.VerifyError
 	require.ErrorAs(t, err, &ve)
-	require.Equal(t, int64(2), ve.Sequence)
-	rep, err := receipt.Verify(envs, pub, receipt.VerifyOpts{FromGenesis: true, AllowUnsigned: true})
+	require.Equal(t, int64(1), ve.Sequence)
+	rep, err := receipt.Verify(envs, pub, receipt.VerifyOpts{AllowUnsigned: true})
 	require.NoError(t, err)
 	require.Equal(t, 1, rep.Signed)
 	require.Equal(t, 1, rep.Unsigned)
@@ -155,6 +157,16 @@ func TestReceiptChainAcrossCompletions(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, page, 1)
 	require.Equal(t, envs[1].Body, page[0].Body)
+
+	// An unsigned receipt after the signed one is refused, and the
+	// completion with it: the deletion stays logically verified.
+	third, token := testfactory.Request(ctx, t, b.DB, &testfactory.RequestOpts{Stage: lifecycle.StageLogicallyVerified, Claimed: true})
+	err = b.Engine.EnterRetentionPending(ctx, token, nil)
+	require.ErrorIs(t, err, lifecycle.ErrRefused)
+	require.ErrorContains(t, err, "but the chain is signed by key "+receipt.KeyID(pub)+" up to receipt 2")
+	got, err := b.Operator.Get(ctx, third.ID)
+	require.NoError(t, err)
+	require.Equal(t, lifecycle.StageLogicallyVerified, got.Stage)
 
 	// Two completions at once.
 	var tokens []lifecycle.LeaseToken
@@ -172,7 +184,7 @@ func TestReceiptChainAcrossCompletions(t *testing.T) {
 	envs, err = b.Operator.Receipts(ctx, lifecycle.ReceiptsParams{})
 	require.NoError(t, err)
 	require.Len(t, envs, 4)
-	_, err = receipt.Verify(envs, pub, receipt.VerifyOpts{FromGenesis: true, AllowUnsigned: true})
+	_, err = receipt.Verify(envs, pub, receipt.VerifyOpts{AllowUnsigned: true})
 	require.NoError(t, err)
 	require.Equal(t, 4, receiptCount(t, b))
 }

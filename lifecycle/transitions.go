@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -166,8 +167,20 @@ func (e *Engine) EnterCachePurged(ctx context.Context, token LeaseToken, detail 
 // moves the cache_purged request token holds to logically_verified. In the
 // same transaction it deletes the request's destructive key chunks: they are
 // working data, and the raw key list of a deleted community is not kept.
+// The receipt states per store what detail, an AbsenceProof, says was
+// listed; where the deployment declares cache templates, it refuses
+// (ErrRefused) a detail whose cache check does not list every one of them,
+// and a detail whose objects check misses a prefix of the destructive
+// manifest.
 func (e *Engine) EnterLogicallyVerified(ctx context.Context, token LeaseToken, detail any) error {
+	raw, err := marshalDetail(detail)
+	if err != nil {
+		return err
+	}
 	dropChunks := func(q *dbgen.Queries) error {
+		if err := checkAbsenceDetail(ctx, q, token, raw); err != nil {
+			return err
+		}
 		if _, err := q.DeletionManifestKeyDeleteByRequest(ctx, token.RequestID); err != nil {
 			return fmt.Errorf("delete manifest key chunks: %w", err)
 		}
@@ -211,6 +224,34 @@ func (e *Engine) EnterRetentionPending(ctx context.Context, token LeaseToken, de
 	})
 	if err != nil {
 		return fmt.Errorf("mark deletion %s retention pending: %w", token.RequestID, err)
+	}
+	return nil
+}
+
+// checkAbsenceDetail refuses an absence proof that does not cover the
+// deployment's declared cache layout or the destructive manifest.
+func checkAbsenceDetail(ctx context.Context, q *dbgen.Queries, token LeaseToken, detail []byte) error {
+	layout, err := readStorageLayout(ctx, q)
+	if err != nil {
+		return err
+	}
+	var declared []string
+	for _, t := range layout.Cache {
+		declared = append(declared, t.Template)
+	}
+	row, err := q.DeletionRequestGetForUpdate(ctx, token.RequestID)
+	if err != nil {
+		return fmt.Errorf("read deletion %s: %w", token.RequestID, err)
+	}
+	var manifest *StorageManifest
+	if row.DestructiveStorageManifest != nil {
+		manifest = &StorageManifest{}
+		if err := json.Unmarshal(row.DestructiveStorageManifest, manifest); err != nil {
+			return refusef("the destructive storage manifest of deletion %s is unreadable: %w", token.RequestID, err)
+		}
+	}
+	if err := checkAbsenceCovers(readAbsenceProof(detail), declared, manifest); err != nil {
+		return fmt.Errorf("verification of deletion %s: %w", token.RequestID, err)
 	}
 	return nil
 }

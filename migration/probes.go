@@ -229,6 +229,11 @@ var legacyProbes = map[int64][]check{
 		function("community_deletion_drop_tenant_objects(uuid)"),
 		trigger("communities", "communities_tenant_objects_proof"),
 	},
+	28: { // 00028_community_deletion_receipt_anchors.sql
+		table("community_deletion_receipt_keys"),
+		trigger("community_deletion_receipt_keys", "community_deletion_receipt_keys_guard"),
+		functionBody("enforce_community_deletion_receipt_guard()", "communitydeletion.key-rotation/v1"),
+	},
 }
 
 // querier is what probes and the version-table reads run on: a *sql.DB,

@@ -38,6 +38,11 @@ func Normalize(r Receipt) Receipt {
 	r.Cache = slices.Clone(r.Cache)
 	slices.SortStableFunc(r.Cache, func(a, b Cache) int { return cmp.Compare(a.Pattern, b.Pattern) })
 	r.Absence = slices.Clone(r.Absence)
+	for i := range r.Absence {
+		if r.Absence[i].Checked != nil {
+			r.Absence[i].Checked = slices.Sorted(slices.Values(r.Absence[i].Checked))
+		}
+	}
 	slices.SortStableFunc(r.Absence, func(a, b Absence) int { return cmp.Compare(a.Store, b.Store) })
 	r.Stages = slices.Clone(r.Stages)
 	for i := range r.Stages {
@@ -144,7 +149,15 @@ func tree(r Receipt) map[string]any {
 	}
 	absence := make([]any, 0, len(r.Absence))
 	for _, a := range r.Absence {
-		absence = append(absence, map[string]any{"store": a.Store, "verified": a.Verified, "detail": a.Detail})
+		if r.Format == FormatV1 {
+			absence = append(absence, map[string]any{"store": a.Store, "verified": a.Verified(), "detail": a.Detail})
+			continue
+		}
+		checked := make([]any, 0, len(a.Checked))
+		for _, c := range a.Checked {
+			checked = append(checked, c)
+		}
+		absence = append(absence, map[string]any{"store": a.Store, "kind": a.Kind, "checked": checked, "status": a.Status, "detail": a.Detail})
 	}
 	stages := make([]any, 0, len(r.Stages))
 	for _, s := range r.Stages {
@@ -328,10 +341,15 @@ type wireCache struct {
 	Deleted int64  `json:"deleted"`
 }
 
+// wireAbsence holds the keys of both formats; the canonical re-encoding
+// refuses a body with the other format's keys.
 type wireAbsence struct {
-	Store    string `json:"store"`
-	Verified bool   `json:"verified"`
-	Detail   string `json:"detail"`
+	Store    string   `json:"store"`
+	Verified bool     `json:"verified"`
+	Kind     string   `json:"kind"`
+	Checked  []string `json:"checked"`
+	Status   string   `json:"status"`
+	Detail   string   `json:"detail"`
 }
 
 type wireOperator struct {
@@ -387,7 +405,19 @@ func decode(b []byte) (Receipt, error) {
 		r.Cache = append(r.Cache, Cache(c))
 	}
 	for _, a := range w.Absence {
-		r.Absence = append(r.Absence, Absence(a))
+		if w.Format == FormatV1 {
+			status := ""
+			if a.Verified {
+				status = StatusVerified
+			}
+			r.Absence = append(r.Absence, Absence{Store: a.Store, Status: status, Detail: a.Detail})
+			continue
+		}
+		checked := a.Checked
+		if checked == nil {
+			checked = []string{}
+		}
+		r.Absence = append(r.Absence, Absence{Store: a.Store, Kind: a.Kind, Checked: checked, Status: a.Status, Detail: a.Detail})
 	}
 	for _, s := range w.Stages {
 		at, err := parseTime("stage "+quote(s.Stage)+" time", s.At)

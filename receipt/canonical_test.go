@@ -2,6 +2,7 @@ package receipt
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -11,12 +12,13 @@ import (
 	"github.com/google/uuid"
 )
 
-// goldenReceipt is the receipt of the test vector in docs/receipts.md: its
-// strings exercise every escaping rule.
-func goldenReceipt() Receipt {
+// goldenReceiptV1 is the receipt of the format 1 test vector (docs/receipts.md
+// before format 2): its strings exercise every escaping rule. A receipt of
+// that format must still parse and verify.
+func goldenReceiptV1() Receipt {
 	at := func(sec int, nsec int) time.Time { return time.Date(2025, 3, 1, 9, 0, sec, nsec, time.UTC) }
 	return Receipt{
-		Format:    Format,
+		Format:    FormatV1,
 		RequestID: uuid.MustParse("0b9e3f1c-5a7d-4c2e-9f10-2d3c4b5a6978"),
 		Community: Tenant{
 			ID:        uuid.MustParse("7d1e2f3a-4b5c-4d6e-8f70-81a2b3c4d5e6"),
@@ -32,8 +34,8 @@ func goldenReceipt() Receipt {
 		Objects: []Objects{{Prefix: "communities/7d1e2f3a/", Deleted: 9}},
 		Cache:   []Cache{{Pattern: "community:7d1e2f3a:*", Deleted: 0}},
 		Absence: []Absence{
-			{Store: StorePostgres, Verified: true, Detail: "0 rows; \"quoted\" \\ tab\t nl\n bell\x07 <&> \u2028"},
-			{Store: StoreCache, Verified: true, Detail: ""},
+			{Store: StorePostgres, Status: StatusVerified, Detail: "0 rows; \"quoted\" \\ tab\t nl\n bell\x07 <&> \u2028"},
+			{Store: StoreCache, Status: StatusVerified, Detail: ""},
 		},
 		SubmittedBy: Operator{Name: "Alice", Login: "ops_alice"},
 		ApprovedBy:  Operator{Name: "Bob", Login: "ops_bob"},
@@ -46,8 +48,24 @@ func goldenReceipt() Receipt {
 	}
 }
 
-// The test vector docs/receipts.md publishes: goldenReceipt chained first
-// and signed with the key whose seed is SHA-256("golden").
+// goldenReceipt is the receipt of the test vector in docs/receipts.md, in
+// the current format: goldenReceiptV1 with the format 2 absence proofs (a
+// verified listing of the object prefix, the in-process cache not checked,
+// the registered tables).
+func goldenReceipt() Receipt {
+	r := goldenReceiptV1()
+	r.Format = Format
+	r.Absence = []Absence{
+		{Store: StorePostgres, Kind: "postgresql", Checked: []string{"messages"}, Status: StatusVerified,
+			Detail: "0 rows; \"quoted\" \\ tab\t nl\n bell\x07 <&> \u2028"},
+		{Store: StoreCache, Kind: KindMemory, Status: StatusNotChecked, Detail: "the in-process cache lists nothing of the deployment's cache"},
+		{Store: StoreObjects, Kind: "s3", Checked: []string{"communities/7d1e2f3a/"}, Status: StatusVerified},
+	}
+	return r
+}
+
+// The format 1 test vector: goldenReceiptV1 chained first and signed with
+// the key whose seed is SHA-256("golden").
 const (
 	goldenBody      = `{"absence":[{"detail":"","store":"cache","verified":true},{"detail":"0 rows; \"quoted\" \\ tab\t nl\n bell\u0007 <&>  ","store":"postgres","verified":true}],"approved_by":{"login":"ops_bob","name":"Bob"},"cache":[{"deleted":0,"pattern":"community:7d1e2f3a:*"}],"community":{"deleted_at":"2025-03-01T09:00:06.500000000Z","host":"bücher.example","id":"7d1e2f3a-4b5c-4d6e-8f70-81a2b3c4d5e6"},"format":"communitydeletion.receipt/v1","inventory_digest":"abababababababababababababababababababababababababababababababab","manifest_digest":"cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd","objects":[{"deleted":9,"prefix":"communities/7d1e2f3a/"}],"operators_share_role":false,"previous_hash":"","request_id":"0b9e3f1c-5a7d-4c2e-9f10-2d3c4b5a6978","schema_version":14,"sequence":1,"signer":"2d70204d1a412912","stages":[{"at":"2025-03-01T09:00:00.000001000Z","stage":"submitted"},{"at":"2025-03-01T09:00:02.000000000Z","stage":"approved"},{"at":"2025-03-01T09:00:09.999999999Z","stage":"retention_pending"}],"submitted_by":{"login":"ops_alice","name":"Alice"},"tables":[{"mode":"nullify","rows":3,"table":"audit_log"},{"mode":"delete","rows":120,"table":"messages"}]}`
 	goldenHash      = "84646325dd7d98330a47cdc4db1f824e3f11f242e1e4b4f2fbf71cae9e7add02"
@@ -58,9 +76,62 @@ MCowBQYDK2VwAyEAZtFEC/R8I/g6l3Yto1qliR2Ac0lH37rC97wWlKRhFpA=
 `
 )
 
+// The test vector docs/receipts.md publishes, in the current format:
+// goldenReceipt chained first and signed with the golden key.
+const (
+	goldenV2Body      = `{"absence":[{"checked":[],"detail":"the in-process cache lists nothing of the deployment's cache","kind":"memory","status":"not_checked","store":"cache"},{"checked":["communities/7d1e2f3a/"],"detail":"","kind":"s3","status":"verified","store":"objects"},{"checked":["messages"],"detail":"0 rows; \"quoted\" \\ tab\t nl\n bell\u0007 <&>  ","kind":"postgresql","status":"verified","store":"postgres"}],"approved_by":{"login":"ops_bob","name":"Bob"},"cache":[{"deleted":0,"pattern":"community:7d1e2f3a:*"}],"community":{"deleted_at":"2025-03-01T09:00:06.500000000Z","host":"bücher.example","id":"7d1e2f3a-4b5c-4d6e-8f70-81a2b3c4d5e6"},"format":"communitydeletion.receipt/v2","inventory_digest":"abababababababababababababababababababababababababababababababab","manifest_digest":"cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd","objects":[{"deleted":9,"prefix":"communities/7d1e2f3a/"}],"operators_share_role":false,"previous_hash":"","request_id":"0b9e3f1c-5a7d-4c2e-9f10-2d3c4b5a6978","schema_version":14,"sequence":1,"signer":"2d70204d1a412912","stages":[{"at":"2025-03-01T09:00:00.000001000Z","stage":"submitted"},{"at":"2025-03-01T09:00:02.000000000Z","stage":"approved"},{"at":"2025-03-01T09:00:09.999999999Z","stage":"retention_pending"}],"submitted_by":{"login":"ops_alice","name":"Alice"},"tables":[{"mode":"nullify","rows":3,"table":"audit_log"},{"mode":"delete","rows":120,"table":"messages"}]}`
+	goldenV2Hash      = "6ffce35d41afacd37e8155c7266380564a0885962ba91804b3252758b34c190d"
+	goldenV2Signature = "EHbUOmMetu1UXlY8fn56Ah1eK8iiS86iJAG1dg+i3QY4pQevcOgSsTpccCmAV/bB5aRrDUThdVC/VIfGoGm7AA=="
+)
+
 func TestCanonicalGolden(t *testing.T) {
 	_, priv := testKey("golden")
 	r, err := Chain(nil, goldenReceipt())
+	must(t, err)
+	env, err := Sign(r, priv)
+	must(t, err)
+	if string(env.Body) != goldenV2Body {
+		t.Fatalf("canonical encoding changed:\n got %s\nwant %s", env.Body, goldenV2Body)
+	}
+	if env.Hash() != goldenV2Hash {
+		t.Fatalf("hash = %s, want %s", env.Hash(), goldenV2Hash)
+	}
+	if got := base64.StdEncoding.EncodeToString(env.Signature); got != goldenV2Signature {
+		t.Fatalf("signature = %s, want %s", got, goldenV2Signature)
+	}
+	pub, err := ParsePublicKey([]byte(goldenPublicKey))
+	must(t, err)
+	if _, err := Verify([]Envelope{env}, pub, VerifyOpts{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Parse(env.Body)
+	must(t, err)
+	again, err := Canonical(got)
+	must(t, err)
+	if !bytes.Equal(again, env.Body) {
+		t.Fatal("Parse then Canonical changed the bytes")
+	}
+	if got.Absence[0].Store != StoreCache || got.Absence[0].Verified() || got.Absence[1].Checked[0] != "communities/7d1e2f3a/" {
+		t.Fatalf("Parse read the absence proofs as %+v", got.Absence)
+	}
+	// A format 2 body with a format 1 key, or the other way round, is not
+	// canonical: each format has exactly its own keys.
+	for name, in := range map[string]string{
+		"v2 with verified": strings.Replace(goldenV2Body, `"status":"verified","store":"objects"`, `"status":"verified","store":"objects","verified":true`, 1),
+		"v1 with status":   strings.Replace(goldenBody, `"store":"cache","verified":true`, `"status":"verified","store":"cache","verified":true`, 1),
+		"v1 as v2":         strings.Replace(goldenBody, FormatV1, FormatV2, 1),
+	} {
+		if _, err := Parse([]byte(in)); !errors.Is(err, ErrNotCanonical) && !errors.Is(err, ErrInconsistent) {
+			t.Errorf("%s: Parse = %v, want a refusal", name, err)
+		}
+	}
+}
+
+// The format 1 vector still encodes byte for byte and verifies: receipts
+// written before format 2 stay evidence.
+func TestCanonicalGoldenV1(t *testing.T) {
+	_, priv := testKey("golden")
+	r, err := Chain(nil, goldenReceiptV1())
 	must(t, err)
 	env, err := Sign(r, priv)
 	must(t, err)
@@ -77,6 +148,11 @@ func TestCanonicalGolden(t *testing.T) {
 	must(t, err)
 	if !pub.Equal(priv.Public()) {
 		t.Fatal("the published public key is not the golden key's")
+	}
+	sig, err := base64.StdEncoding.DecodeString(goldenSignature)
+	must(t, err)
+	if _, err := Verify([]Envelope{{Body: []byte(goldenBody), Signature: sig}}, pub, VerifyOpts{}); err != nil {
+		t.Fatalf("the format 1 vector no longer verifies: %v", err)
 	}
 	// encoding/json, which knows nothing of this package, reads the same
 	// receipt: the body is standard JSON.
@@ -157,7 +233,7 @@ func TestParseRefusesNonCanonical(t *testing.T) {
 
 func TestUnmarshalEnvelopeIsStrict(t *testing.T) {
 	_, priv := testKey("golden")
-	r, err := Chain(nil, goldenReceipt())
+	r, err := Chain(nil, goldenReceiptV1())
 	must(t, err)
 	env, err := Sign(r, priv)
 	must(t, err)

@@ -21,8 +21,8 @@ func FileName(r Receipt) string {
 	return fmt.Sprintf("%010d-%s%s", r.Sequence, r.RequestID, FileSuffix)
 }
 
-// WriteDir writes each envelope to dir (created if missing) as FileName
-// names it, in the form Marshal writes. A file already there with the same
+// WriteDir writes each envelope (a receipt or a key rotation) to dir
+// (created if missing) as Entry.FileName names it, in the form Marshal writes. A file already there with the same
 // bytes is left alone; one with other bytes is refused, never overwritten,
 // since it is someone's evidence. Each file is written whole or not at all.
 func WriteDir(dir string, envelopes []Envelope) error {
@@ -30,11 +30,11 @@ func WriteDir(dir string, envelopes []Envelope) error {
 		return fmt.Errorf("export receipts: %w", err)
 	}
 	for i, env := range envelopes {
-		r, err := env.Receipt()
+		e, err := env.Entry()
 		if err != nil {
 			return fmt.Errorf("export receipts: %s: %w", describe(env.Source, 0, "", i), err)
 		}
-		name := FileName(r)
+		name := e.FileName()
 		path := filepath.Join(dir, name)
 		data := env.Marshal()
 		switch old, err := os.ReadFile(path); {

@@ -24,7 +24,8 @@ type Envelope struct {
 	Source string
 }
 
-// Receipt parses the envelope's body (see Parse).
+// Receipt parses the envelope's body as a deletion receipt (see Parse); a
+// key rotation's body is refused.
 func (e Envelope) Receipt() (Receipt, error) { return Parse(e.Body) }
 
 // Hash returns HashBytes(e.Body): the next receipt's PreviousHash. The
@@ -62,20 +63,20 @@ func Unsigned(r Receipt) (Envelope, error) {
 	return Envelope{Body: body}, nil
 }
 
-// Chain returns r placed after prev in the chain: Sequence one more than
-// prev's and PreviousHash prev's Hash. With prev nil, r becomes the first
-// receipt: Sequence 1 and no PreviousHash. It fails if prev's body does not
-// parse.
+// Chain returns r placed after prev in the chain (a receipt or a key
+// rotation): Sequence one more than prev's and PreviousHash prev's Hash.
+// With prev nil, r becomes the first receipt: Sequence 1 and no
+// PreviousHash. It fails if prev's body does not parse.
 func Chain(prev *Envelope, r Receipt) (Receipt, error) {
 	if prev == nil {
 		r.Sequence, r.PreviousHash = 1, ""
 		return r, nil
 	}
-	p, err := prev.Receipt()
+	p, err := prev.Entry()
 	if err != nil {
-		return Receipt{}, fmt.Errorf("chain receipt: the previous receipt does not parse: %w", err)
+		return Receipt{}, fmt.Errorf("chain receipt: the previous entry does not parse: %w", err)
 	}
-	r.Sequence, r.PreviousHash = p.Sequence+1, prev.Hash()
+	r.Sequence, r.PreviousHash = p.Sequence()+1, prev.Hash()
 	return r, nil
 }
 

@@ -33,9 +33,12 @@ func completed(n int) receipt.Receipt {
 		InventoryDigest: digest("inventory"),
 		ManifestDigest:  digest("manifest"),
 		Tables:          []receipt.Table{{Table: "messages", Mode: receipt.ModeDelete, Rows: 42}},
-		Absence:         []receipt.Absence{{Store: receipt.StorePostgres, Verified: true}},
-		SubmittedBy:     receipt.Operator{Name: "alice", Login: "ops_alice"},
-		ApprovedBy:      receipt.Operator{Name: "bob", Login: "ops_bob"},
+		Absence: []receipt.Absence{
+			{Store: receipt.StorePostgres, Kind: "postgresql", Checked: []string{"messages"}, Status: receipt.StatusVerified},
+			{Store: receipt.StoreCache, Kind: receipt.KindMemory, Status: receipt.StatusNotChecked, Detail: "the in-process cache lists nothing"},
+		},
+		SubmittedBy: receipt.Operator{Name: "alice", Login: "ops_alice"},
+		ApprovedBy:  receipt.Operator{Name: "bob", Login: "ops_bob"},
 		Stages: []receipt.StageTime{
 			{Stage: receipt.StageSubmitted, At: at(0)},
 			{Stage: receipt.StageApproved, At: at(2)},
@@ -88,7 +91,7 @@ func Example_signAndVerify() {
 	for _, e := range envs {
 		fmt.Println(e.Source)
 	}
-	rep, err := receipt.Verify(envs, priv.Public().(ed25519.PublicKey), receipt.VerifyOpts{FromGenesis: true})
+	rep, err := receipt.Verify(envs, priv.Public().(ed25519.PublicKey), receipt.VerifyOpts{})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -45,9 +45,9 @@ func sample(n int) Receipt {
 		Objects: []Objects{{Prefix: fmt.Sprintf("communities/%d/", n), Deleted: 7}},
 		Cache:   []Cache{{Pattern: fmt.Sprintf("community:%d:*", n), Deleted: 3}},
 		Absence: []Absence{
-			{Store: StoreCache, Verified: true, Detail: "no key matches"},
-			{Store: StoreObjects, Verified: true, Detail: "no object under any prefix"},
-			{Store: StorePostgres, Verified: true, Detail: "0 rows in 2 registered tables"},
+			{Store: StoreCache, Kind: "redis", Checked: []string{"community:{tenant}:*"}, Status: StatusVerified, Detail: "no key matches"},
+			{Store: StoreObjects, Kind: "s3", Checked: []string{fmt.Sprintf("communities/%d/", n)}, Status: StatusVerified, Detail: "no object under any prefix"},
+			{Store: StorePostgres, Kind: "postgresql", Checked: []string{"messages"}, Status: StatusVerified, Detail: "0 rows in 1 registered delete table"},
 		},
 		SubmittedBy: Operator{Name: "alice", Login: "ops_alice"},
 		ApprovedBy:  Operator{Name: "bob", Login: "ops_bob"},

@@ -9,9 +9,12 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/pem"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 )
 
 // KeyID names a public key in a receipt's Signer: the first 16 lowercase hex
@@ -74,9 +77,29 @@ func (f keyFormat[K]) parse(data []byte) (K, error) {
 	return f.fromRaw(raw), nil
 }
 
-// LoadPrivateKey reads ParsePrivateKey's input from the file at path.
+// ErrKeyFileTooOpen matches the error LoadPrivateKey returns for a key
+// file that its group or others may access: as ssh refuses such a key, a
+// signing key must be private to its owner.
+var ErrKeyFileTooOpen = errors.New("receipt signing key file is accessible by its group or others")
+
+// LoadPrivateKey reads ParsePrivateKey's input from the file at path. It
+// refuses (ErrKeyFileTooOpen) a file whose mode grants its group or others
+// any access, as ssh does, before reading it: chmod 600 the file.
 func LoadPrivateKey(path string) (ed25519.PrivateKey, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("load receipt signing key: %w", err)
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("load receipt signing key: %w", err)
+	}
+	// Windows reports permission bits it does not enforce.
+	if perm := info.Mode().Perm(); perm&0o077 != 0 && runtime.GOOS != "windows" {
+		return nil, fmt.Errorf("load receipt signing key: %s is mode %04o: %w; run chmod 600 %s", path, perm, ErrKeyFileTooOpen, path)
+	}
+	data, err := io.ReadAll(f)
 	if err != nil {
 		return nil, fmt.Errorf("load receipt signing key: %w", err)
 	}

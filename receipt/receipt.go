@@ -12,10 +12,31 @@ import (
 	"github.com/google/uuid"
 )
 
-// Format is the value of every version 1 receipt's "format" field. A
-// receipt with any other format is refused, so a later format cannot be
-// mistaken for this one.
-const Format = "communitydeletion.receipt/v1"
+// The formats of a deletion receipt's "format" field. A receipt with any
+// other format is refused, so a later format cannot be mistaken for one of
+// these. Version 2 states per store what was checked and how (Absence.Kind,
+// Checked, Status); version 1 receipts, which claimed every store verified,
+// still parse and verify.
+const (
+	FormatV1 = "communitydeletion.receipt/v1"
+	FormatV2 = "communitydeletion.receipt/v2"
+	// Format is the format a producer writes: FormatV2.
+	Format = FormatV2
+)
+
+// The statuses of one store's absence proof (format 2). A store is
+// verified only when a real listing of what Checked names found nothing
+// of the tenant; a store that was not listed (an in-process cache, a cache
+// without key patterns, no prefix to list) is not checked, and says why in
+// Detail.
+const (
+	StatusVerified   = "verified"
+	StatusNotChecked = "not_checked"
+)
+
+// KindMemory is the Kind of the in-process cache: it lists nothing of a
+// deployment's real cache, so its absence proof is never verified.
+const KindMemory = "memory"
 
 // SignerUnsigned is the Signer of a receipt that no key signed: its envelope
 // carries an empty signature, and Verify refuses it unless
@@ -146,13 +167,23 @@ type Cache struct {
 	Deleted int64
 }
 
-// Absence is one store's absence proof: Verified reports that the store was
-// checked and held nothing of the tenant; Detail says what was checked.
+// Absence is one store's absence proof. Kind names the store's kind (the
+// adapter: "postgresql", "s3", "file", "redis", "memory"…), Checked what was
+// listed and found empty (the declared cache templates, the object prefixes,
+// the registered tables), and Status whether it counts as verified
+// (StatusVerified) or not (StatusNotChecked, with Checked empty and Detail
+// saying why). A version 1 receipt has no Kind or Checked, and its Status
+// is StatusVerified for "verified": true.
 type Absence struct {
-	Store    string
-	Verified bool
-	Detail   string
+	Store   string
+	Kind    string
+	Checked []string
+	Status  string
+	Detail  string
 }
+
+// Verified reports whether the store's absence was verified.
+func (a Absence) Verified() bool { return a.Status == StatusVerified }
 
 // Operator is a person acting on a request: the name they gave and the
 // database login they acted as.
@@ -196,8 +227,8 @@ func inconsistent(format string, args ...any) error {
 // own (the chain rules need its neighbours: see Verify). The error matches
 // ErrInconsistent and names the first broken rule.
 func Validate(r Receipt) error {
-	if r.Format != Format {
-		return inconsistent("format is %q, want %q", clip(r.Format), Format)
+	if r.Format != FormatV1 && r.Format != FormatV2 {
+		return inconsistent("format is %q, want %q (or %q)", clip(r.Format), FormatV2, FormatV1)
 	}
 	if r.Sequence < 1 || r.Sequence > MaxCount {
 		return inconsistent("sequence %d is outside 1..%d", r.Sequence, int64(MaxCount))
@@ -256,7 +287,7 @@ func Validate(r Receipt) error {
 			return err
 		}
 	}
-	if err := checkAbsence(r.Absence); err != nil {
+	if err := checkAbsence(r.Format, r.Absence); err != nil {
 		return err
 	}
 	if err := checkOperators(r); err != nil {
@@ -280,7 +311,7 @@ func Validate(r Receipt) error {
 	return nil
 }
 
-func checkAbsence(absence []Absence) error {
+func checkAbsence(format string, absence []Absence) error {
 	known := []string{StoreCache, StoreObjects, StorePostgres}
 	for i, a := range absence {
 		if !slices.Contains(known, a.Store) {
@@ -289,15 +320,61 @@ func checkAbsence(absence []Absence) error {
 		if i > 0 && absence[i-1].Store >= a.Store {
 			return inconsistent("absence stores are not unique and sorted: %q follows %q", a.Store, absence[i-1].Store)
 		}
-		if !a.Verified {
-			return inconsistent("absence in store %q is not verified, yet the deletion is complete", a.Store)
-		}
 		if err := text("absence "+a.Store+" detail", a.Detail, true); err != nil {
+			return err
+		}
+		if format == FormatV1 {
+			if a.Kind != "" || len(a.Checked) != 0 {
+				return inconsistent("absence in store %q names a kind or what was checked, which format %s cannot hold", a.Store, FormatV1)
+			}
+			if !a.Verified() {
+				return inconsistent("absence in store %q is not verified, yet the deletion is complete", a.Store)
+			}
+			continue
+		}
+		if err := checkStoreCheck(a); err != nil {
 			return err
 		}
 	}
 	if !slices.ContainsFunc(absence, func(a Absence) bool { return a.Store == StorePostgres }) {
 		return inconsistent("absence has no postgres proof")
+	}
+	return nil
+}
+
+// checkStoreCheck is the format 2 rule for one store: a kind; what was
+// checked, unique and sorted; verified only for a non-empty listing by a
+// store that is not the in-process cache; not checked with nothing listed
+// and a reason.
+func checkStoreCheck(a Absence) error {
+	if err := text("absence "+a.Store+" kind", a.Kind, false); err != nil {
+		return err
+	}
+	for i, c := range a.Checked {
+		if err := text(fmt.Sprintf("absence %s checked[%d]", a.Store, i), c, false); err != nil {
+			return err
+		}
+		if i > 0 && a.Checked[i-1] >= c {
+			return inconsistent("absence %s checked is not unique and sorted: %q follows %q", a.Store, clip(c), clip(a.Checked[i-1]))
+		}
+	}
+	switch a.Status {
+	case StatusVerified:
+		if len(a.Checked) == 0 {
+			return inconsistent("absence in store %q is verified, but names nothing that was checked", a.Store)
+		}
+		if a.Kind == KindMemory {
+			return inconsistent("absence in store %q is verified by the in-process cache (kind %s), which lists nothing of the deployment's cache", a.Store, KindMemory)
+		}
+	case StatusNotChecked:
+		if len(a.Checked) != 0 {
+			return inconsistent("absence in store %q is not checked, yet names what was checked", a.Store)
+		}
+		if strings.TrimSpace(a.Detail) == "" {
+			return inconsistent("absence in store %q is not checked and its detail does not say why", a.Store)
+		}
+	default:
+		return inconsistent("absence in store %q has status %q, want %s or %s", a.Store, clip(a.Status), StatusVerified, StatusNotChecked)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -67,7 +68,11 @@ func exportChain(t *testing.T, envs []Envelope) (string, []string) {
 	}
 	var names []string
 	for _, e := range envs {
-		names = append(names, FileName(mustReceipt(t, e)))
+		entry, err := e.Entry()
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, entry.FileName())
 	}
 	return dir, names
 }
@@ -94,22 +99,33 @@ func TestGoodChainVerifies(t *testing.T) {
 			t.Fatalf("file %d read back as %s, want %s with the exported bytes", i, e.Source, names[i])
 		}
 	}
-	rep, err := Verify(got, pub, VerifyOpts{FromGenesis: true})
+	rep, err := Verify(got, pub, VerifyOpts{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Report{Receipts: 3, First: 1, Last: 3, LastHash: envs[2].Hash(), Signed: 3, KeyID: KeyID(pub)}
-	if rep != want {
+	want := Report{Receipts: 3, First: 1, Last: 3, LastHash: envs[2].Hash(), Signed: 3, KeyID: KeyID(pub), Keys: []string{KeyID(pub)}}
+	if !reflect.DeepEqual(rep, want) {
 		t.Fatalf("report = %+v, want %+v", rep, want)
 	}
-	// A later range verifies on its own, and joins the earlier one by hash.
-	if _, err := Verify(got[1:], pub, VerifyOpts{After: got[0].Hash()}); err != nil {
+	// A later range verifies when given its start, and joins the earlier
+	// one by hash.
+	first, err := Verify(got[:1], pub, VerifyOpts{})
+	must(t, err)
+	if _, err := Verify(got[1:], pub, VerifyOpts{From: first.Last + 1, After: first.LastHash}); err != nil {
 		t.Fatal(err)
 	}
-	err = func() error { _, err := Verify(got[2:], pub, VerifyOpts{After: got[0].Hash()}); return err }()
+	err = func() error { _, err := Verify(got[2:], pub, VerifyOpts{From: 3, After: got[0].Hash()}); return err }()
 	expectFailure(t, err, 0, ErrChain, "is not the expected "+got[0].Hash())
-	err = func() error { _, err := Verify(got[1:], pub, VerifyOpts{FromGenesis: true}); return err }()
-	expectFailure(t, err, 0, ErrChain, "receipts 1 to 1 are missing")
+	err = func() error { _, err := Verify(got[2:], pub, VerifyOpts{From: 2, After: got[0].Hash()}); return err }()
+	expectFailure(t, err, 0, ErrChain, "the range starts at receipt 3, not at the expected receipt 2")
+	err = func() error { _, err := Verify(got[1:], pub, VerifyOpts{}); return err }()
+	expectFailure(t, err, 0, ErrChain, "receipt 1 is missing")
+	// A start needs both the sequence and the previous hash.
+	for _, opts := range []VerifyOpts{{From: 2}, {After: got[0].Hash()}} {
+		if _, err := Verify(got[1:], pub, opts); err == nil || errors.As(err, new(*VerifyError)) {
+			t.Errorf("Verify with %+v = %v, want a refusal of the options", opts, err)
+		}
+	}
 }
 
 // leaf is one scalar in a receipt's JSON, reached by path.
@@ -222,7 +238,7 @@ func TestTamperEveryField(t *testing.T) {
 			}
 			_, err = readAndVerify(t, dir, pub, VerifyOpts{})
 			ve := expectVerifyError(t, err, 1, ErrSignature, "0000000002-")
-			if !strings.Contains(ve.Reason, "signature does not verify") && !strings.Contains(ve.Reason, "not the given public key") {
+			if !strings.Contains(ve.Reason, "signature does not verify") && !strings.Contains(ve.Reason, "no rotation names") {
 				t.Errorf("reason %q does not say the signature failed", ve.Reason)
 			}
 		})
@@ -297,9 +313,10 @@ func TestChainTampering(t *testing.T) {
 	}{
 		{"drop one", []Envelope{envs[0], envs[2]}, 1, ErrChain, "receipt 3 follows receipt 1: receipt 2 is missing"},
 		{"drop two", append(signedChain(t, 4, priv)[:1], signedChain(t, 4, priv)[3]), 1, ErrChain, "receipts 2 to 3 are missing"},
-		{"reorder two", []Envelope{envs[1], envs[0], envs[2]}, 1, ErrChain, "receipt 1 follows receipt 2: out of order"},
+		{"reorder two", []Envelope{envs[0], envs[1], envs[0]}, 2, ErrChain, "receipt 1 follows receipt 2: out of order"},
 		{"duplicate one", []Envelope{envs[0], envs[1], envs[1], envs[2]}, 2, ErrChain, "receipt 2 appears twice"},
-		{"re-sign with another key", with(1, resignedByOther), 1, ErrSignature, "names signer " + KeyID(otherPub) + ", not the given public key " + KeyID(pub)},
+		{"re-sign with another key", with(1, resignedByOther), 1, ErrSignature, "signed by key " + KeyID(otherPub) + ", but the chain is signed by key " + KeyID(pub) + " and no rotation names " + KeyID(otherPub)},
+		{"first signed with another key", append([]Envelope{}, signedChain(t, 1, other)...), 0, ErrSignature, "names signer " + KeyID(otherPub) + ", not the given public key " + KeyID(pub)},
 		{"signature by another key under our key id", with(1, claimsOurs), 1, ErrSignature, "signature does not verify"},
 		{"strip a signature", with(1, Envelope{Body: envs[1].Body}), 1, ErrSignature, "carries no signature"},
 		{"truncate a signature", with(1, Envelope{Body: envs[1].Body, Signature: envs[1].Signature[:63]}), 1, ErrSignature, "signature does not verify"},
@@ -417,7 +434,7 @@ func TestInconsistentReceipts(t *testing.T) {
 		edit   func(r *Receipt)
 		reason string
 	}{
-		{"format", func(r *Receipt) { r.Format = "communitydeletion.receipt/v2" }, "format is"},
+		{"format", func(r *Receipt) { r.Format = "communitydeletion.receipt/v3" }, "format is"},
 		{"short digest", func(r *Receipt) { r.InventoryDigest = r.InventoryDigest[:63] }, "inventory_digest"},
 		{"uppercase digest", func(r *Receipt) { r.ManifestDigest = strings.ToUpper(r.ManifestDigest) }, "manifest_digest"},
 		{"negative rows", func(r *Receipt) { r.Tables[1].Rows = -1 }, `table "messages" rows is -1`},
@@ -426,7 +443,15 @@ func TestInconsistentReceipts(t *testing.T) {
 		{"duplicate table", func(r *Receipt) { r.Tables[1].Table = r.Tables[0].Table }, "tables are not unique and sorted"},
 		{"duplicate prefix", func(r *Receipt) { r.Objects = append(r.Objects, r.Objects[0]) }, "object prefixes are not unique"},
 		{"negative cache count", func(r *Receipt) { r.Cache[0].Deleted = -2 }, "cache entries deleted"},
-		{"absence not verified", func(r *Receipt) { r.Absence[1].Verified = false }, `absence in store "objects" is not verified`},
+		{"absence status unknown", func(r *Receipt) { r.Absence[1].Status = "unverified" }, `absence in store "objects" has status "unverified"`},
+		{"verified, nothing checked", func(r *Receipt) { r.Absence[1].Checked = nil }, `absence in store "objects" is verified, but names nothing that was checked`},
+		{"memory cache verified", func(r *Receipt) { r.Absence[0].Kind = KindMemory }, `verified by the in-process cache`},
+		{"not checked, no reason", func(r *Receipt) {
+			r.Absence[0] = Absence{Store: StoreCache, Kind: KindMemory, Status: StatusNotChecked}
+		}, `its detail does not say why`},
+		{"not checked, names what", func(r *Receipt) { r.Absence[0].Status = StatusNotChecked }, `is not checked, yet names what was checked`},
+		{"no kind", func(r *Receipt) { r.Absence[2].Kind = "" }, `absence postgres kind is empty`},
+		{"checked unsorted", func(r *Receipt) { r.Absence[2].Checked = []string{"z", "a"} }, `absence postgres checked is not unique and sorted`},
 		{"no postgres absence", func(r *Receipt) { r.Absence = r.Absence[:2] }, "absence has no postgres proof"},
 		{"unknown store", func(r *Receipt) { r.Absence[0].Store = "disk" }, `absence store "disk"`},
 		{"same approver name", func(r *Receipt) { r.ApprovedBy.Name = " ALICE " }, "a second person must approve"},
@@ -451,14 +476,23 @@ func TestInconsistentReceipts(t *testing.T) {
 			r := mustReceipt(t, first)
 			r.Tables = slices.Clone(r.Tables)
 			r.Absence = slices.Clone(r.Absence)
+			for i := range r.Absence {
+				r.Absence[i].Checked = slices.Clone(r.Absence[i].Checked)
+			}
 			r.Stages = slices.Clone(r.Stages)
 			c.edit(&r)
-			if _, err := Canonical(r); !errors.Is(err, ErrInconsistent) && c.name != "unsorted tables" && c.name != "stages out of order" {
+			if _, err := Canonical(r); !errors.Is(err, ErrInconsistent) && c.name != "unsorted tables" && c.name != "stages out of order" && c.name != "checked unsorted" {
 				t.Errorf("Canonical accepted the receipt: %v", err)
 			}
 			_, err := Verify([]Envelope{forge(t, r, priv)}, pub, VerifyOpts{})
 			expectFailure(t, err, 0, ErrInconsistent, c.reason)
 		})
+	}
+	// Format 1 cannot say what was checked: a producer cannot write it.
+	v1 := mustReceipt(t, first)
+	v1.Format = FormatV1
+	if _, err := Canonical(v1); !errors.Is(err, ErrInconsistent) || !strings.Contains(err.Error(), "which format "+FormatV1+" cannot hold") {
+		t.Errorf("Canonical of a format 1 receipt naming what was checked = %v", err)
 	}
 	// A count beyond 2^53-1 has no canonical encoding.
 	r := mustReceipt(t, first)

@@ -117,11 +117,28 @@ Commands:
         first), at most N of them (default all), into DIR, one file each;
         a file already there with other content is refused
   receipt verify --dir DIR --public-key FILE [--allow-unsigned]
-        verify the receipts exported in DIR offline, with no database:
-        each signature with the public key (PEM PKIX or base64), the chain
-        and each receipt's consistency; one line per receipt verified and a
-        summary, or exit 3 naming the first failure. Unsigned receipts
-        fail unless --allow-unsigned
+      [--expect-head SEQUENCE:HASH|FILE] [--from-sequence N --previous-hash HEX]
+        verify the receipts exported in DIR offline, with no database,
+        from the chain's first receipt (or from receipt N, whose
+        previous_hash must be HEX): each signature with the public key
+        (PEM PKIX or base64) of the first signed entry and then the key
+        each key rotation names, the chain and each receipt's consistency;
+        with --expect-head (a head receipt head printed, or the file
+        receipt head --json wrote), that the export reaches that head
+        unchanged. One line per entry verified and a summary, or exit 3
+        naming the first failure. Unsigned receipts fail unless
+        --allow-unsigned, and always after a signed entry unless a signed
+        rotation to unsigned precedes them
+  receipt head [--json]
+        print the head of the receipt chain: the newest entry's sequence,
+        hash, time and signer; keep it outside the database and give it to
+        receipt verify --expect-head. --json prints the file form, which
+        carries the signed entry
+  receipt rotate --old-key FILE
+        as the executor's login: hand the receipt chain on from the key
+        it is signed with (FILE, the old private key) to what the schema's
+        owner registered in community_deletion_receipt_keys (a new key, or
+        unsigned), with a key rotation entry signed by the old key
   run --objects URL --cache URL [--once] [--request ID] [--owner NAME]
       [--lease D] [--chunk-size N] [--metrics-addr HOST:PORT]
       [--log-level LEVEL] [--log-format FORMAT] [--receipt-key FILE]
@@ -229,6 +246,10 @@ type config struct {
 	afterSequence int64  // receipt export: the sequence to export after
 	publicKey     string // receipt verify: the public key file
 	allowUnsigned bool   // receipt verify
+	fromSequence  int64  // receipt verify: the first receipt's sequence; 0 the chain's first
+	previousHash  string // receipt verify: that receipt's previous_hash
+	expectHead    string // receipt verify: SEQUENCE:HASH or a head file; "" none
+	oldKey        string // receipt rotate: the old signing key's file
 }
 
 // usageError is a malformed command line (exit code 2).
@@ -270,11 +291,13 @@ var commandFlags = map[string]struct{ accepted, required []string }{
 		"lease", "chunk-size", "receipt-key"}, nil},
 	"receipt show":   {nil, nil},
 	"receipt export": {[]string{"dir", "after", "limit"}, []string{"dir"}},
-	"receipt verify": {[]string{"dir", "public-key", "allow-unsigned"}, []string{"dir", "public-key"}},
+	"receipt verify": {[]string{"dir", "public-key", "allow-unsigned", "expect-head", "from-sequence", "previous-hash"}, []string{"dir", "public-key"}},
+	"receipt head":   {[]string{"json"}, nil},
+	"receipt rotate": {[]string{"old-key"}, []string{"old-key"}},
 }
 
 // receiptCommands are the subcommands of receipt.
-var receiptCommands = []string{"show", "export", "verify"}
+var receiptCommands = []string{"show", "export", "verify", "head", "rotate"}
 
 // parseArgs parses the command line; getenv supplies DATABASE_URL and the
 // DELETIONCTL_* variables of flags not given. Flags may come before or after
@@ -324,6 +347,10 @@ func parseArgs(args []string, getenv func(string) string) (config, error) {
 	fs.StringVar(&cfg.dir, "dir", "", "")
 	fs.StringVar(&cfg.publicKey, "public-key", "", "")
 	fs.BoolVar(&cfg.allowUnsigned, "allow-unsigned", false, "")
+	fs.Int64Var(&cfg.fromSequence, "from-sequence", 0, "")
+	fs.StringVar(&cfg.previousHash, "previous-hash", "", "")
+	fs.StringVar(&cfg.expectHead, "expect-head", "", "")
+	fs.StringVar(&cfg.oldKey, "old-key", "", "")
 
 	command, positional, err := cliflag.ParseCommand(fs, args)
 	if err != nil {
@@ -393,7 +420,10 @@ func parseArgs(args []string, getenv func(string) string) (config, error) {
 	} else if set["limit"] && (cfg.limit < 1 || cfg.limit > lifecycle.MaxListLimit) {
 		return config{}, usagef("list: --limit must be between 1 and %d, got %d", lifecycle.MaxListLimit, cfg.limit)
 	}
-	for _, name := range []string{"dir", "public-key", "receipt-key"} {
+	if err := cfg.verifyFlags(set); err != nil {
+		return config{}, err
+	}
+	for _, name := range []string{"dir", "public-key", "receipt-key", "expect-head", "old-key"} {
 		if set[name] && strings.TrimSpace(fs.Lookup(name).Value.String()) == "" {
 			return config{}, usagef("%s: --%s must not be empty", cfg.command, name)
 		}
@@ -432,7 +462,7 @@ func parseArgs(args []string, getenv func(string) string) (config, error) {
 // positional and returns what is left.
 func (cfg *config) receiptSubcommand(positional []string) ([]string, error) {
 	if len(positional) == 0 || !slices.Contains(receiptCommands, positional[0]) {
-		return nil, usagef("receipt needs a subcommand: show, export or verify")
+		return nil, usagef("receipt needs a subcommand: show, export, verify, head or rotate")
 	}
 	cfg.command, positional = "receipt "+positional[0], positional[1:]
 	if cfg.command != "receipt show" {
@@ -494,6 +524,25 @@ func (cfg *config) exportFlags(set map[string]bool, after string) error {
 			return usagef("receipt export: --after must be a receipt sequence (0 or more), got %q", after)
 		}
 		cfg.afterSequence = n
+	}
+	return nil
+}
+
+// verifyFlags checks receipt verify's start: --from-sequence and
+// --previous-hash come together, a sequence from 2 and 64 lowercase hex
+// digits.
+func (cfg *config) verifyFlags(set map[string]bool) error {
+	if set["from-sequence"] != set["previous-hash"] {
+		return usagef("receipt verify: --from-sequence and --previous-hash go together: a range after the chain's first receipt needs both its first sequence and that receipt's previous_hash")
+	}
+	if !set["from-sequence"] {
+		return nil
+	}
+	if cfg.fromSequence < 2 {
+		return usagef("receipt verify: --from-sequence must be 2 or more (without it, verification starts at the chain's first receipt), got %d", cfg.fromSequence)
+	}
+	if len(cfg.previousHash) != 64 || strings.Trim(cfg.previousHash, "0123456789abcdef") != "" {
+		return usagef("receipt verify: --previous-hash must be 64 lowercase hex digits, got %q", cfg.previousHash)
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tombstoneworks/communitydeletion/executor"
 	"github.com/tombstoneworks/communitydeletion/lifecycle"
+	"github.com/tombstoneworks/communitydeletion/receipt"
 )
 
 // execute connects to the database and runs cfg's command: run as the
@@ -26,10 +27,16 @@ func execute(ctx context.Context, cfg config, stdout io.Writer) error {
 		return receiptVerify(cfg, stdout)
 	}
 	var key ed25519.PrivateKey
-	if cfg.command == "run" {
+	switch cfg.command {
+	case "run":
 		var err error
 		if key, err = receiptKey(cfg); err != nil {
 			return err
+		}
+	case "receipt rotate":
+		var err error
+		if key, err = receipt.LoadPrivateKey(cfg.oldKey); err != nil {
+			return usagef("receipt rotate: --old-key: %v", err)
 		}
 	}
 	poolCfg, err := pgxpool.ParseConfig(cfg.databaseURL)
@@ -47,6 +54,13 @@ func execute(ctx context.Context, cfg config, stdout io.Writer) error {
 			return fmt.Errorf("run: %w", err)
 		}
 		return runExecutor(ctx, engine, cfg, stdout)
+	}
+	if cfg.command == "receipt rotate" {
+		engine, err := lifecycle.NewEngine(ctx, pool, nil)
+		if err != nil {
+			return fmt.Errorf("receipt rotate: %w", err)
+		}
+		return receiptRotate(ctx, engine, key, stdout)
 	}
 	operator, err := lifecycle.NewOperator(ctx, pool, nil)
 	if err != nil {
@@ -95,6 +109,8 @@ func dispatch(ctx context.Context, store *lifecycle.Operator, cfg config, stdout
 		return leases(ctx, store, cfg, stdout)
 	case "receipt show":
 		return receiptShow(ctx, store, cfg, stdout)
+	case "receipt head":
+		return receiptHead(ctx, store, cfg, stdout)
 	case "receipt export":
 		return receiptExport(ctx, store, cfg, stdout)
 	case "health":

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"strings"
 
 	"github.com/tombstoneworks/communitydeletion/lifecycle"
 	"github.com/tombstoneworks/communitydeletion/receipt"
@@ -33,8 +35,9 @@ func receiptShow(ctx context.Context, store *lifecycle.Operator, cfg config, std
 	return nil
 }
 
-// receiptExport writes the receipts after cfg.afterSequence, at most
-// cfg.limit (0: all), into cfg.dir, a page at a time.
+// receiptExport writes the receipts (and key rotations) after
+// cfg.afterSequence, at most cfg.limit (0: all), into cfg.dir, a page at a
+// time.
 func receiptExport(ctx context.Context, store *lifecycle.Operator, cfg config, stdout io.Writer) error {
 	after, written := cfg.afterSequence, 0
 	var first, last int64
@@ -54,14 +57,14 @@ func receiptExport(ctx context.Context, store *lifecycle.Operator, cfg config, s
 			return fmt.Errorf("receipt export: %w", err)
 		}
 		for _, env := range envs {
-			r, err := env.Receipt()
+			e, err := env.Entry()
 			if err != nil {
 				return fmt.Errorf("receipt export: a stored receipt does not parse: %w", err)
 			}
 			if first == 0 {
-				first = r.Sequence
+				first = e.Sequence()
 			}
-			last, after = r.Sequence, r.Sequence
+			last, after = e.Sequence(), e.Sequence()
 		}
 		written += len(envs)
 	}
@@ -74,31 +77,108 @@ func receiptExport(ctx context.Context, store *lifecycle.Operator, cfg config, s
 }
 
 // receiptVerify verifies the export in cfg.dir offline: it never connects
-// to a database. It prints a line per receipt and a summary, or returns the
+// to a database. It prints a line per entry and a summary, or returns the
 // first failure as a *receipt.VerifyError (exit 3).
 func receiptVerify(cfg config, stdout io.Writer) error {
 	pub, err := receipt.LoadPublicKey(cfg.publicKey)
 	if err != nil {
 		return usagef("receipt verify: --public-key: %v", err)
 	}
+	opts := receipt.VerifyOpts{AllowUnsigned: cfg.allowUnsigned, From: cfg.fromSequence, After: cfg.previousHash}
+	if cfg.expectHead != "" {
+		head, err := loadHead(cfg.expectHead)
+		if err != nil {
+			return usagef("receipt verify: --expect-head: %v", err)
+		}
+		opts.Head = &head
+	}
 	envs, err := receipt.ReadDir(cfg.dir)
 	if err != nil {
 		return fmt.Errorf("receipt verify: %w", err)
 	}
-	rep, err := receipt.Verify(envs, pub, receipt.VerifyOpts{AllowUnsigned: cfg.allowUnsigned})
+	rep, err := receipt.Verify(envs, pub, opts)
 	if err != nil {
 		return err
 	}
 	for _, env := range envs {
-		r, _ := env.Receipt()
-		how := "signed by " + r.Signer
-		if r.Signer == receipt.SignerUnsigned {
+		e, _ := env.Entry()
+		if e.Rotation != nil {
+			fmt.Fprintf(stdout, "ok rotation %d from key %s to %s file %s\n", e.Rotation.Sequence, e.Rotation.Signer, e.Rotation.NewSigner, env.Source)
+			continue
+		}
+		how := "signed by " + e.Receipt.Signer
+		if e.Receipt.Signer == receipt.SignerUnsigned {
 			how = "unsigned (allowed)"
 		}
-		fmt.Fprintf(stdout, "ok receipt %d request %s %s file %s\n", r.Sequence, r.RequestID, how, env.Source)
+		fmt.Fprintf(stdout, "ok receipt %d request %s %s file %s\n", e.Receipt.Sequence, e.Receipt.RequestID, how, env.Source)
 	}
-	fmt.Fprintf(stdout, "verified %d receipts (%d to %d): %d signed with key %s, %d unsigned; last hash %s\n",
-		rep.Receipts, rep.First, rep.Last, rep.Signed, rep.KeyID, rep.Unsigned, rep.LastHash)
+	keys := "no key"
+	if len(rep.Keys) > 0 {
+		keys = "key " + strings.Join(rep.Keys, " then ")
+	}
+	from := "from the chain's first receipt"
+	if cfg.fromSequence != 0 {
+		from = fmt.Sprintf("from receipt %d after hash %s", cfg.fromSequence, cfg.previousHash)
+	}
+	to := "with no head given, receipts after the last one exported are not proven absent"
+	if rep.HeadChecked {
+		to = "to the expected head " + opts.Head.Value()
+	}
+	fmt.Fprintf(stdout, "verified %d receipts (%d to %d): %d signed with %s, %d unsigned, %d key rotations; %s, %s; last hash %s\n",
+		rep.Receipts+rep.Rotations, rep.First, rep.Last, rep.Signed, keys, rep.Unsigned, rep.Rotations, from, to, rep.LastHash)
+	return nil
+}
+
+// loadHead reads --expect-head: SEQUENCE:HASH, or the file receipt head
+// --json wrote.
+func loadHead(arg string) (receipt.Head, error) {
+	if head, err := receipt.ParseHeadValue(arg); err == nil {
+		return head, nil
+	}
+	data, err := os.ReadFile(arg)
+	if err != nil {
+		return receipt.Head{}, fmt.Errorf("neither SEQUENCE:HASH nor a readable head file: %w", err)
+	}
+	head, err := receipt.ParseHead(data)
+	if err != nil {
+		return receipt.Head{}, fmt.Errorf("%s: %w", arg, err)
+	}
+	return head, nil
+}
+
+// receiptHead prints the head of the chain: one line, or with --json the
+// head file, which carries the newest entry and its signature.
+func receiptHead(ctx context.Context, store *lifecycle.Operator, cfg config, stdout io.Writer) error {
+	head, err := store.ReceiptHead(ctx)
+	if err != nil {
+		return fmt.Errorf("receipt head: %w", err)
+	}
+	if cfg.json {
+		data, err := head.Marshal()
+		if err != nil {
+			return fmt.Errorf("receipt head: %w", err)
+		}
+		_, err = stdout.Write(data)
+		return err
+	}
+	fmt.Fprintf(stdout, "head receipt %d hash %s at %s signer %s\nexpect-head %s\n",
+		head.Sequence, head.Hash, head.Time.Format(receipt.TimeLayout), head.Signer, head.Value())
+	return nil
+}
+
+// receiptRotate hands the chain on from the old key in cfg.oldKey to what
+// the deployment registered, as the executor's login.
+func receiptRotate(ctx context.Context, engine *lifecycle.Engine, old ed25519.PrivateKey, stdout io.Writer) error {
+	env, err := engine.RotateReceiptKey(ctx, old)
+	if err != nil {
+		return fmt.Errorf("receipt rotate: %w", err)
+	}
+	e, err := env.Entry()
+	if err != nil {
+		return fmt.Errorf("receipt rotate: %w", err)
+	}
+	fmt.Fprintf(stdout, "rotation %d hands the receipt chain from key %s to %s; hash %s\n",
+		e.Rotation.Sequence, e.Rotation.Signer, e.Rotation.NewSigner, env.Hash())
 	return nil
 }
 

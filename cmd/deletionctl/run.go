@@ -345,5 +345,6 @@ func formatRows(rows map[string]int64) string {
 // runRefused reports whether err is a run --once outcome that exits 3: the
 // request was blocked or a retry was scheduled.
 func runRefused(err error) bool {
-	return errors.Is(err, executor.ErrBlocked) || errors.Is(err, executor.ErrRetryScheduled)
+	return errors.Is(err, executor.ErrBlocked) || errors.Is(err, executor.ErrRetryScheduled) ||
+		errors.Is(err, executor.ErrLayoutMismatch) || errors.Is(err, executor.ErrReceiptKey)
 }

@@ -145,7 +145,14 @@ func TestRunOnce(t *testing.T) {
 	require.Equal(t, "file://"+dir, started["objects"])
 	require.Equal(t, "memory:", started["cache"])
 	require.Equal(t, "test-executor", started["executor"])
-	for _, rec := range recs[1:] {
+	// Before it claims, the runner says how it signs receipts: here it has
+	// no key and none is registered, a warning about the process.
+	signing := recs[1]
+	require.Equal(t, "WARN", signing["level"])
+	require.True(t, strings.HasPrefix(signing["msg"].(string), "receipts are unsigned: "), signing)
+	require.Equal(t, false, signing["receipts_signed"])
+	require.Equal(t, "test-executor", signing["executor"])
+	for _, rec := range recs[2:] {
 		// Every record about the claim carries it.
 		require.Equal(t, id, rec["request_id"], rec)
 		require.Equal(t, community.String(), rec["community_id"], rec)
@@ -192,7 +199,10 @@ func TestRunOnceNothingToClaim(t *testing.T) {
 
 	code, stdout, stderr := db.cli(t, "run", "--once", "--objects-dir", t.TempDir(), "--cache", "memory:", "--request", uuid.NewString())
 	require.Equal(t, exitNotFound, code, stderr)
-	require.Equal(t, "executor started", lastMessage(t, stdout))
+	recs := records(t, stdout)
+	require.Len(t, recs, 2, "the start and how receipts are signed, nothing about a claim")
+	require.Equal(t, "executor started", recs[0]["msg"])
+	require.True(t, strings.HasPrefix(recs[1]["msg"].(string), "receipts are unsigned: "), recs[1])
 	requireOneLine(t, stderr, "deletionctl: not found: run of request ")
 }
 

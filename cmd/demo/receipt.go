@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strings"
 
 	"github.com/google/uuid"
 
@@ -57,17 +58,22 @@ func checkReceipt(ctx context.Context, out io.Writer, operator *lifecycle.Operat
 	for _, c := range r.Cache {
 		cache += c.Deleted
 	}
-	var stores []string
+	var stores, unchecked []string
 	for _, a := range r.Absence {
-		stores = append(stores, a.Store)
+		if a.Verified() {
+			stores = append(stores, fmt.Sprintf("%s (%s: %d checked)", a.Store, a.Kind, len(a.Checked)))
+		} else {
+			unchecked = append(unchecked, fmt.Sprintf("%s (%s: %s)", a.Store, a.Kind, a.Detail))
+		}
 	}
 	submitted, _ := r.Stage(receipt.StageSubmitted)
 	done, _ := r.Stage(receipt.StageRetentionPending)
 	fmt.Fprintf(out, "\nreceipt %d of request %s (%d bytes, hash %s):\n", r.Sequence, r.RequestID, len(env.Body), env.Hash())
 	fmt.Fprintf(out, "  community %s (%s), a tombstone since %s\n", r.Community.ID, r.Community.Host, r.Community.DeletedAt.Format(receipt.TimeLayout))
 	fmt.Fprintf(out, "  commitments: inventory %s, destructive manifest %s\n", r.InventoryDigest, r.ManifestDigest)
-	fmt.Fprintf(out, "  deleted: %d rows over %d tables, %d objects under %d prefixes, %d cache entries; absence verified in %v\n",
-		rows, len(r.Tables), objects, len(r.Objects), cache, stores)
+	fmt.Fprintf(out, "  deleted: %d rows over %d tables, %d objects under %d prefixes, %d cache entries\n",
+		rows, len(r.Tables), objects, len(r.Objects), cache)
+	fmt.Fprintf(out, "  absence verified in %s; not checked: %s\n", strings.Join(stores, ", "), orNone(unchecked))
 	fmt.Fprintf(out, "  submitted by %s (%s), approved by %s (%s); %d stages timed, %s from submission to completion\n",
 		r.SubmittedBy.Name, r.SubmittedBy.Login, r.ApprovedBy.Name, r.ApprovedBy.Login, len(r.Stages), done.Sub(submitted).Round(1e6))
 	fmt.Fprintf(out, "  schema version %d, signed by %s\n", r.SchemaVersion, r.Signer)
@@ -90,14 +96,26 @@ func checkReceipt(ctx context.Context, out io.Writer, operator *lifecycle.Operat
 	if err != nil {
 		return err
 	}
-	rep, verr := receipt.Verify(files, pub, receipt.VerifyOpts{FromGenesis: true})
+	head, err := operator.ReceiptHead(ctx)
+	if err != nil {
+		return err
+	}
+	rep, verr := receipt.Verify(files, pub, receipt.VerifyOpts{Head: &head})
 	fmt.Fprintln(out, "\nreceipt checks:")
 	check(r.RequestID == request && r.Signer == receipt.KeyID(pub), "the receipt names the request and the demo's signing key %s", receipt.KeyID(pub))
 	if verr != nil {
 		check(false, "the exported chain verifies offline: %v", verr)
 		return nil
 	}
-	check(true, "the exported chain (%d receipt(s), %d to %d, in %s) verifies offline with receipt.pub: %d signed with key %s",
-		rep.Receipts, rep.First, rep.Last, exportDir, rep.Signed, rep.KeyID)
+	check(true, "the exported chain (%d receipt(s), %d to %d, in %s) verifies offline with receipt.pub: %d signed with key %s, from its first receipt to the head %s",
+		rep.Receipts, rep.First, rep.Last, exportDir, rep.Signed, rep.KeyID, head.Value())
 	return nil
+}
+
+// orNone joins s, or says none.
+func orNone(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ", ")
 }

@@ -90,7 +90,7 @@ func (q *Queries) ReceiptFacts(ctx context.Context, id uuid.UUID) (ReceiptFactsR
 const receiptGetByRequest = `-- name: ReceiptGetByRequest :one
 SELECT sequence, body, signature
 FROM community_deletion.community_deletion_receipts
-WHERE request_id = $1
+WHERE request_id = $1::uuid
 `
 
 type ReceiptGetByRequestRow struct {
@@ -109,7 +109,7 @@ func (q *Queries) ReceiptGetByRequest(ctx context.Context, requestID uuid.UUID) 
 const receiptInsert = `-- name: ReceiptInsert :exec
 INSERT INTO community_deletion.community_deletion_receipts
     (sequence, request_id, body, body_sha256, previous_sha256, signature, signer)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
+VALUES ($1, $2::uuid, $3, $4, $5, $6, $7)
 `
 
 type ReceiptInsertParams struct {
@@ -133,6 +133,56 @@ func (q *Queries) ReceiptInsert(ctx context.Context, arg ReceiptInsertParams) er
 		arg.Signer,
 	)
 	return err
+}
+
+const receiptKeyRegistered = `-- name: ReceiptKeyRegistered :many
+SELECT k.sequence, k.action, coalesce(k.key_id, '')::text AS key_id, coalesce(k.public_key, '')::text AS public_key,
+       k.previous_key_lost, k.reason, k.declared_by::text AS declared_by, k.declared_at
+FROM community_deletion.community_deletion_receipt_keys k
+ORDER BY k.sequence DESC
+LIMIT 1
+`
+
+type ReceiptKeyRegisteredRow struct {
+	Sequence        int64
+	Action          string
+	KeyID           string
+	PublicKey       string
+	PreviousKeyLost bool
+	Reason          string
+	DeclaredBy      string
+	DeclaredAt      time.Time
+}
+
+// The newest row of the receipt key registry (migration 00028), if any:
+// how the deployment signs its receipts now.
+func (q *Queries) ReceiptKeyRegistered(ctx context.Context) ([]ReceiptKeyRegisteredRow, error) {
+	rows, err := q.db.Query(ctx, receiptKeyRegistered)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ReceiptKeyRegisteredRow{}
+	for rows.Next() {
+		var i ReceiptKeyRegisteredRow
+		if err := rows.Scan(
+			&i.Sequence,
+			&i.Action,
+			&i.KeyID,
+			&i.PublicKey,
+			&i.PreviousKeyLost,
+			&i.Reason,
+			&i.DeclaredBy,
+			&i.DeclaredAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const receiptList = `-- name: ReceiptList :many
@@ -173,6 +223,75 @@ func (q *Queries) ReceiptList(ctx context.Context, arg ReceiptListParams) ([]Rec
 		return nil, err
 	}
 	return items, nil
+}
+
+const receiptNewest = `-- name: ReceiptNewest :many
+SELECT r.sequence, r.kind, r.body, r.signature, r.signer
+FROM community_deletion.community_deletion_receipts r
+ORDER BY r.sequence DESC
+LIMIT 1
+`
+
+type ReceiptNewestRow struct {
+	Sequence  int64
+	Kind      string
+	Body      string
+	Signature string
+	Signer    string
+}
+
+// The newest entry of the chain (a receipt or a key rotation), if any.
+func (q *Queries) ReceiptNewest(ctx context.Context) ([]ReceiptNewestRow, error) {
+	rows, err := q.db.Query(ctx, receiptNewest)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ReceiptNewestRow{}
+	for rows.Next() {
+		var i ReceiptNewestRow
+		if err := rows.Scan(
+			&i.Sequence,
+			&i.Kind,
+			&i.Body,
+			&i.Signature,
+			&i.Signer,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const receiptRotationInsert = `-- name: ReceiptRotationInsert :exec
+INSERT INTO community_deletion.community_deletion_receipts
+    (sequence, kind, body, body_sha256, previous_sha256, signature, signer)
+VALUES ($1, 'rotation', $2, $3, $4, $5, $6)
+`
+
+type ReceiptRotationInsertParams struct {
+	Sequence       int64
+	Body           string
+	BodySha256     string
+	PreviousSha256 *string
+	Signature      string
+	Signer         string
+}
+
+func (q *Queries) ReceiptRotationInsert(ctx context.Context, arg ReceiptRotationInsertParams) error {
+	_, err := q.db.Exec(ctx, receiptRotationInsert,
+		arg.Sequence,
+		arg.Body,
+		arg.BodySha256,
+		arg.PreviousSha256,
+		arg.Signature,
+		arg.Signer,
+	)
+	return err
 }
 
 const receiptStageCheckpoints = `-- name: ReceiptStageCheckpoints :many

@@ -147,13 +147,27 @@ type CommunityDeletionPurgeProgress struct {
 
 type CommunityDeletionReceipt struct {
 	Sequence       int64
-	RequestID      uuid.UUID
+	RequestID      *uuid.UUID
 	Body           string
 	BodySha256     string
 	PreviousSha256 *string
 	Signature      string
 	Signer         string
 	CreatedAt      time.Time
+	// deletion: the receipt of request_id; rotation: a key rotation entry, signed by the chain's key, naming the next one.
+	Kind string
+}
+
+// How the deployment signs its deletion receipts: the newest row names the Ed25519 key (action sign) or records that it runs unsigned. Append-only; written only by the schema's owner.
+type CommunityDeletionReceiptKey struct {
+	Sequence        int64
+	Action          string
+	KeyID           *string
+	PublicKey       *string
+	PreviousKeyLost bool
+	Reason          string
+	DeclaredBy      string
+	DeclaredAt      time.Time
 }
 
 type CommunityDeletionRequest struct {

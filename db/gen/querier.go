@@ -338,8 +338,14 @@ type Querier interface {
 	ReceiptFacts(ctx context.Context, id uuid.UUID) (ReceiptFactsRow, error)
 	ReceiptGetByRequest(ctx context.Context, requestID uuid.UUID) (ReceiptGetByRequestRow, error)
 	ReceiptInsert(ctx context.Context, arg ReceiptInsertParams) error
+	// The newest row of the receipt key registry (migration 00028), if any:
+	// how the deployment signs its receipts now.
+	ReceiptKeyRegistered(ctx context.Context) ([]ReceiptKeyRegisteredRow, error)
 	// Receipts after sequence after, in chain order, at most max_rows.
 	ReceiptList(ctx context.Context, arg ReceiptListParams) ([]ReceiptListRow, error)
+	// The newest entry of the chain (a receipt or a key rotation), if any.
+	ReceiptNewest(ctx context.Context) ([]ReceiptNewestRow, error)
+	ReceiptRotationInsert(ctx context.Context, arg ReceiptRotationInsertParams) error
 	// The completed checkpoints of the units that moved a request from stage
 	// to stage: at most one row per (stage, unit), found through the unit index.
 	ReceiptStageCheckpoints(ctx context.Context, arg ReceiptStageCheckpointsParams) ([]ReceiptStageCheckpointsRow, error)

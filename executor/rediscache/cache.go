@@ -125,6 +125,9 @@ func (c *Cache) LayoutTemplates() []string {
 	return out
 }
 
+// StoreKind names the store's kind in a deletion receipt: "redis".
+func (c *Cache) StoreKind() string { return "redis" }
+
 // Close closes the client if Open created it.
 func (c *Cache) Close() error {
 	if !c.owned {

@@ -138,6 +138,9 @@ func New(client *s3.Client, opts Options) (*Store, error) {
 // Bucket returns the store's bucket.
 func (s *Store) Bucket() string { return s.opts.Bucket }
 
+// StoreKind names the store's kind in a deletion receipt: "s3".
+func (s *Store) StoreKind() string { return "s3" }
+
 // Root returns the store's root prefix ("" for the whole bucket).
 func (s *Store) Root() string { return s.opts.Root }
 

@@ -28,12 +28,12 @@ WHERE request_id = @request_id AND status = 'completed'
 -- name: ReceiptInsert :exec
 INSERT INTO community_deletion.community_deletion_receipts
     (sequence, request_id, body, body_sha256, previous_sha256, signature, signer)
-VALUES (@sequence, @request_id, @body, @body_sha256, sqlc.narg('previous_sha256'), @signature, @signer);
+VALUES (@sequence, @request_id::uuid, @body, @body_sha256, sqlc.narg('previous_sha256'), @signature, @signer);
 
 -- name: ReceiptGetByRequest :one
 SELECT sequence, body, signature
 FROM community_deletion.community_deletion_receipts
-WHERE request_id = @request_id;
+WHERE request_id = @request_id::uuid;
 
 -- name: ReceiptList :many
 -- Receipts after sequence after, in chain order, at most max_rows.
@@ -42,3 +42,24 @@ FROM community_deletion.community_deletion_receipts
 WHERE sequence > @after
 ORDER BY sequence
 LIMIT @max_rows;
+
+-- name: ReceiptKeyRegistered :many
+-- The newest row of the receipt key registry (migration 00028), if any:
+-- how the deployment signs its receipts now.
+SELECT k.sequence, k.action, coalesce(k.key_id, '')::text AS key_id, coalesce(k.public_key, '')::text AS public_key,
+       k.previous_key_lost, k.reason, k.declared_by::text AS declared_by, k.declared_at
+FROM community_deletion.community_deletion_receipt_keys k
+ORDER BY k.sequence DESC
+LIMIT 1;
+
+-- name: ReceiptNewest :many
+-- The newest entry of the chain (a receipt or a key rotation), if any.
+SELECT r.sequence, r.kind, r.body, r.signature, r.signer
+FROM community_deletion.community_deletion_receipts r
+ORDER BY r.sequence DESC
+LIMIT 1;
+
+-- name: ReceiptRotationInsert :exec
+INSERT INTO community_deletion.community_deletion_receipts
+    (sequence, kind, body, body_sha256, previous_sha256, signature, signer)
+VALUES (@sequence, 'rotation', @body, @body_sha256, @previous_sha256, @signature, @signer);
