@@ -15,7 +15,7 @@ func TestMeasureReportsEveryWorkload(t *testing.T) {
 	rows, err := measure(t.Context(), config{name: "fsync off"},
 		settings{txns: 50, durableTxns: 50, bulkRows: 200, bulkRounds: 3, communities: 3})
 	require.NoError(t, err)
-	require.Len(t, rows, 6)
+	require.Len(t, rows, 18)
 	for _, r := range rows {
 		require.Positive(t, r.unfenced, r.workload)
 		require.Positive(t, r.fenced, r.workload)
