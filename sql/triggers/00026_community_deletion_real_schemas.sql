@@ -651,6 +651,75 @@ CREATE FUNCTION community_deletion.community_deletion_trigger_args(args text[]) 
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- Whether a foreign key, not a query, keeps the rows of a deleted tenant
+-- out of registered table target, whose key column is tenant_key or whose
+-- paths to its parents are parents: for a table keyed by its own column, a
+-- foreign key of that column alone to the declared tenant table's key
+-- (whose row the deletion removes and whose key is never reused); for a
+-- table attached through its parents, no first step along a declared
+-- reference (a row can name a removed parent row only there). The tenant
+-- table itself is not: its key can be changed. A fence that knows this
+-- may skip its tenant check while no deletion is in flight.
+CREATE FUNCTION community_deletion.community_deletion_fence_bound(target oid, tenant_key name, parents jsonb) RETURNS boolean
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path = pg_catalog, community_deletion, pg_temp
+    AS $$
+        SELECT CASE
+            WHEN parents IS NOT NULL THEN
+                jsonb_typeof(parents) = 'array' AND jsonb_array_length(parents) > 0
+                AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(parents) p
+                                WHERE coalesce((p.value -> 'hops' -> 0 ->> 'declared')::boolean, false)
+                                  AND NOT coalesce((p.value -> 'hops' -> 0 ->> 'reverse')::boolean, false))
+            ELSE EXISTS (
+                SELECT 1
+                FROM community_deletion_tenant_table d
+                JOIN pg_namespace n ON n.nspname = d.table_schema
+                JOIN pg_class tc ON tc.relnamespace = n.oid AND tc.relname = d.table_name
+                JOIN pg_attribute ta ON ta.attrelid = tc.oid AND ta.attname = d.key_column AND NOT ta.attisdropped
+                JOIN pg_attribute a ON a.attrelid = target AND a.attname = tenant_key AND a.attnum > 0 AND NOT a.attisdropped
+                JOIN pg_constraint f ON f.conrelid = target AND f.contype = 'f' AND f.confrelid = tc.oid
+                WHERE tc.oid <> target
+                  AND f.conkey = ARRAY[a.attnum] AND f.confkey = ARRAY[ta.attnum])
+        END
+    $$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- The arguments of a fence (write or kept-row) whose table is bound by a
+-- foreign key (community_deletion_fence_bound()), from its arguments args
+-- otherwise: always three, the key column (or 'through'), the key kind
+-- (or the paths) and 'bound'.
+CREATE FUNCTION community_deletion.community_deletion_bound_args(args text[]) RETURNS text[]
+    LANGUAGE sql IMMUTABLE
+    SET search_path = pg_catalog, community_deletion, pg_temp
+    AS $$
+        SELECT CASE coalesce(cardinality(args), 0)
+            WHEN 0 THEN ARRAY['community_id', 'uuid', 'bound']
+            WHEN 1 THEN ARRAY[args[1], 'uuid', 'bound']
+            ELSE ARRAY[args[1], args[2], 'bound'] END
+    $$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- The arguments registered table target's fences are expected to carry:
+-- the bound ones when its own fence has them and a foreign key still
+-- binds it, the full ones otherwise (which a table is always allowed).
+CREATE FUNCTION community_deletion.community_deletion_expected_fence_args(target oid, purge_action text, tenant_key name, key_kind text, parents jsonb) RETURNS text[]
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, community_deletion, pg_temp
+    AS $$
+        SELECT CASE WHEN EXISTS (SELECT 1 FROM pg_trigger t
+                                 WHERE t.tgrelid = target AND NOT t.tgisinternal AND t.tgnargs = 3
+                                   AND t.tgname IN ('community_write_fence_insert', 'community_kept_row_fence_insert'))
+                         AND community_deletion_fence_bound(target, tenant_key, parents)
+                    THEN community_deletion_bound_args(full_args.args)
+                    ELSE full_args.args END
+        FROM (SELECT CASE WHEN purge_action = 'delete' THEN community_deletion_fence_args(tenant_key, key_kind, parents)
+                          ELSE community_deletion_kept_row_args(tenant_key, key_kind) END AS args) full_args
+    $$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- Whether relation has the complete statement-level fence function gives
 -- (enforce_community_write_fence() on INSERT, UPDATE and DELETE, or the
 -- kept-row fence on INSERT and UPDATE), enabled, firing for every row
@@ -882,6 +951,11 @@ BEGIN
     -- path; another uuid key is its one argument, any other key two.
     args := CASE purge_action WHEN 'delete' THEN community_deletion_fence_args(tenant_key, kind, NULL)
                               ELSE community_deletion_kept_row_args(tenant_key, kind) END;
+    -- A table whose key has a foreign key to the tenant table gets the
+    -- fence that skips its tenant check while no deletion is in flight.
+    IF community_deletion_fence_bound(target, tenant_key, NULL) THEN
+        args := community_deletion_bound_args(args);
+    END IF;
     arg_list := coalesce((SELECT string_agg(quote_literal(a), ', ') FROM unnest(args) a), '');
     -- A change of purge action or key is refused by
     -- community_deletion_register_table() below, which rolls back the
@@ -1065,6 +1139,9 @@ BEGIN
         END IF;
     END LOOP;
     args := community_deletion_fence_args(NULL, spec ->> 'kind', spec -> 'paths');
+    IF community_deletion_fence_bound(target, NULL, spec -> 'paths') THEN
+        args := community_deletion_bound_args(args);
+    END IF;
     arg_list := (SELECT string_agg(quote_literal(a), ', ') FROM unnest(args) a);
     FOR member IN SELECT tree.relid FROM pg_partition_tree(target) tree UNION SELECT target LOOP
         EXECUTE format('CREATE OR REPLACE TRIGGER community_write_fence_insert AFTER INSERT ON %s '
@@ -1429,14 +1506,13 @@ BEGIN
                 MESSAGE = format('registration of %s refused: it is not a tenant table with the %I column of the tenant key''s kind that purge action %s needs',
                                  NEW.table_name, NEW.tenant_key, NEW.purge_action);
         END IF;
-        args := CASE NEW.purge_action WHEN 'delete' THEN community_deletion_fence_args(NEW.tenant_key, NEW.key_kind, NULL)
-                                      ELSE community_deletion_kept_row_args(NEW.tenant_key, NEW.key_kind) END;
+        args := community_deletion_expected_fence_args(target, NEW.purge_action, NEW.tenant_key, NEW.key_kind, NULL);
     ELSE
         IF target IS NULL OR NEW.purge_action <> 'delete' OR NEW.key_kind IS DISTINCT FROM community_deletion_tenant_key_kind() THEN
             RAISE EXCEPTION USING ERRCODE = '23000',
                 MESSAGE = format('registration of %s refused: a table attached through its parents is a ''delete'' table of the tenant key''s kind', NEW.table_name);
         END IF;
-        args := community_deletion_fence_args(NULL, NEW.key_kind, NEW.parents);
+        args := community_deletion_expected_fence_args(target, 'delete', NULL, NEW.key_kind, NEW.parents);
     END IF;
     IF NOT community_deletion_statement_fenced(target,
                CASE NEW.purge_action WHEN 'delete' THEN 'enforce_community_write_fence()' ELSE 'enforce_community_kept_row_fence()' END::regprocedure, args)
@@ -1848,8 +1924,7 @@ CREATE OR REPLACE FUNCTION community_deletion.community_deletion_catalog_drift()
         -- tenant key. args are its fence's expected arguments.
         SELECT r.table_schema, r.table_name, r.purge_action, r.tenant_key, coalesce(r.key_kind, 'uuid') AS key_kind, r.parents,
                t.oid, t.attnotnull,
-               CASE WHEN r.purge_action = 'delete' THEN community_deletion_fence_args(r.tenant_key, r.key_kind, r.parents)
-                    ELSE community_deletion_kept_row_args(r.tenant_key, r.key_kind) END AS args,
+               community_deletion_expected_fence_args(t.oid, r.purge_action, r.tenant_key, r.key_kind, r.parents) AS args,
                CASE WHEN r.purge_action = 'delete' THEN 'enforce_community_write_fence()'::regprocedure
                     ELSE 'enforce_community_kept_row_fence()'::regprocedure END AS fence,
                CASE WHEN r.purge_action = 'delete' THEN 'enforce_community_write_fence_row()'::regprocedure
@@ -2083,6 +2158,21 @@ CREATE OR REPLACE FUNCTION community_deletion.community_deletion_catalog_drift()
       AND NOT fencing.statement_fenced AND NOT fencing.row_fenced
       AND NOT EXISTS (SELECT 1 FROM fence_defects WHERE fence_defects.table_name = fencing.table_name)
     UNION ALL
+    -- A fence that skips its tenant check while no deletion is in flight,
+    -- on a table that no foreign key binds any more.
+    SELECT registered.table_name,
+           format('unbound: its fence skips the tenant check while no deletion is in flight, which is safe only while %s; add it back, or attach %I.%I again to fence every write in full',
+                  CASE WHEN registered.parents IS NULL
+                       THEN format('a foreign key from %I to the tenant table''s key keeps a deleted tenant''s rows out', registered.tenant_key)
+                       ELSE 'no first step to its parents is a declared reference' END,
+                  registered.table_schema, registered.table_name)
+    FROM registered
+    WHERE registered.oid IS NOT NULL
+      AND EXISTS (SELECT 1 FROM pg_trigger t
+                  WHERE t.tgrelid = registered.oid AND NOT t.tgisinternal AND t.tgnargs = 3
+                    AND t.tgfoid IN (registered.fence, registered.row_fence))
+      AND NOT community_deletion_fence_bound(registered.oid, registered.tenant_key, registered.parents)
+    UNION ALL
     SELECT fence_defects.table_name, 'unfenced: ' || fence_defects.defects
     FROM fence_defects
     UNION ALL
@@ -2223,21 +2313,44 @@ CREATE FUNCTION community_deletion.community_deletion_catalog_notes() RETURNS TA
     SET search_path = pg_catalog, community_deletion, pg_temp
     AS $$
     WITH registered AS (
-        SELECT r.table_schema, r.table_name, r.purge_action, c.oid,
-               CASE WHEN r.purge_action = 'delete' THEN community_deletion_fence_args(r.tenant_key, r.key_kind, r.parents)
-                    ELSE community_deletion_kept_row_args(r.tenant_key, r.key_kind) END AS args,
+        SELECT r.table_schema, r.table_name, r.purge_action, c.oid, r.tenant_key, r.parents, c.relkind,
+               community_deletion_expected_fence_args(c.oid, r.purge_action, r.tenant_key, r.key_kind, r.parents) AS args,
                CASE WHEN r.purge_action = 'delete' THEN 'enforce_community_write_fence()'::regprocedure
                     ELSE 'enforce_community_kept_row_fence()'::regprocedure END AS fence,
                CASE WHEN r.purge_action = 'delete' THEN 'enforce_community_write_fence_row()'::regprocedure
                     ELSE 'enforce_community_kept_row_fence_row()'::regprocedure END AS row_fence
         FROM community_scoped_tables r
         JOIN pg_namespace n ON n.nspname = r.table_schema
-        JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = r.table_name AND c.relkind = 'p'
+        JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = r.table_name AND c.relkind IN ('r', 'p')
+    ), tenant_table AS (
+        SELECT d.table_schema, d.table_name, d.key_column FROM community_deletion_tenant_table d
+    ), partitioned AS (
+        SELECT * FROM registered WHERE registered.relkind = 'p'
     )
+    -- A table whose fence checks every write in full although a foreign key
+    -- binds it; one that a foreign key could bind.
+    SELECT registered.table_name,
+           format('its fence checks every write''s tenants although a foreign key binds it: attach %I.%I again to let writes skip the check while no deletion is in flight',
+                  registered.table_schema, registered.table_name)
+    FROM registered
+    WHERE community_deletion_fence_bound(registered.oid, registered.tenant_key, registered.parents)
+      AND NOT EXISTS (SELECT 1 FROM pg_trigger t
+                      WHERE t.tgrelid = registered.oid AND NOT t.tgisinternal AND t.tgnargs = 3
+                        AND t.tgname IN ('community_write_fence_insert', 'community_kept_row_fence_insert'))
+    UNION ALL
+    SELECT registered.table_name,
+           CASE WHEN registered.parents IS NULL
+                THEN format('its fence checks every write''s tenants (two queries a statement); a foreign key from %I to %I.%I (%I) would let writes skip the check while no deletion is in flight; add one and attach the table again',
+                            registered.tenant_key, tenant_table.table_schema, tenant_table.table_name, tenant_table.key_column)
+                ELSE 'its fence checks every write''s tenants, because a first step to its parents is a declared reference; a foreign key there would let writes skip the check while no deletion is in flight' END
+    FROM registered CROSS JOIN tenant_table
+    WHERE NOT community_deletion_fence_bound(registered.oid, registered.tenant_key, registered.parents)
+      AND (registered.table_schema, registered.table_name) IS DISTINCT FROM (tenant_table.table_schema, tenant_table.table_name)
+    UNION ALL
     SELECT registered.table_name,
            format('partitions created from now on will not be fenced: run community_deletion.attach_community_write_fence (or attach_child_table) on %I.%I again to fence them as they are created',
                   registered.table_schema, registered.table_name)
-    FROM registered
+    FROM partitioned registered
     WHERE NOT community_deletion_row_fenced(registered.oid, registered.row_fence, registered.args, false)
        OR NOT EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = registered.oid AND t.tgname = 'community_write_fence_row'
                       AND t.tgenabled IN ('O', 'A'))
@@ -2245,7 +2358,7 @@ CREATE FUNCTION community_deletion.community_deletion_catalog_notes() RETURNS TA
     SELECT registered.table_name,
            format('partition %I.%I, created after attach, is fenced row by row and its TRUNCATE is not fenced: run attach on %I.%I again to give it the statement-level fences',
                   pn.nspname, pc.relname, registered.table_schema, registered.table_name)
-    FROM registered
+    FROM partitioned registered
     CROSS JOIN LATERAL pg_partition_tree(registered.oid) tree
     JOIN pg_class pc ON pc.oid = tree.relid
     JOIN pg_namespace pn ON pn.oid = pc.relnamespace
@@ -2339,6 +2452,7 @@ CREATE OR REPLACE FUNCTION community_deletion.community_deletion_installed_funct
             'attach_child_table(regclass,regclass[],regclass[])',
             'attach_community_write_fence(regclass,text,name)',
             'community_deletion_attach_row_fence(regclass,text,text[])',
+            'community_deletion_bound_args(text[])',
             'community_deletion_catalog_drift()',
             'community_deletion_catalog_notes()',
             'community_deletion_child_paths(oid,oid[],oid[])',
@@ -2347,8 +2461,10 @@ CREATE OR REPLACE FUNCTION community_deletion.community_deletion_installed_funct
             'community_deletion_control_digest(text)',
             'community_deletion_control_table(text)',
             'community_deletion_default_grace_period()',
+            'community_deletion_expected_fence_args(oid,text,name,text,jsonb)',
             'community_deletion_fence_admit(uuid[],text)',
             'community_deletion_fence_args(name,text,jsonb)',
+            'community_deletion_fence_bound(oid,name,jsonb)',
             'community_deletion_dangling_query(text,text[])',
             'community_deletion_fence_query(text,text[])',
             'community_deletion_fenced(oid,name)',
@@ -2451,6 +2567,7 @@ BEGIN
                   'enforce_community_write_fence_row()', 'enforce_community_kept_row_fence_row()',
                   'community_deletion_attach_row_fence(regclass,text,text[])', 'community_deletion_key_kind(regtype)',
                   'community_deletion_tenant_key_kind()', 'community_deletion_fence_args(name,text,jsonb)',
+                  'community_deletion_fence_bound(oid,name,jsonb)', 'community_deletion_bound_args(text[])',
                   'community_deletion_kept_row_args(name,text)', 'community_deletion_child_spec(regclass,regclass[],regclass[])',
                   'exclude_table(regclass,text)', 'include_table(regclass)',
                   'enforce_community_kept_row_fence()', 'enforce_community_tenant_created()',
@@ -2495,6 +2612,7 @@ GRANT EXECUTE ON FUNCTION
     community_deletion.community_deletion_dangling_query(text, text[]),
     community_deletion.community_deletion_fence_admit(uuid[], text),
     community_deletion.community_deletion_trigger_args(text[]),
+    community_deletion.community_deletion_expected_fence_args(oid, text, name, text, jsonb),
     community_deletion.community_deletion_statement_fenced(oid, regprocedure, text[]),
     community_deletion.community_deletion_row_fenced(oid, regprocedure, text[], boolean),
     community_deletion.community_deletion_catalog_notes(),
@@ -2541,6 +2659,31 @@ BEGIN
     END IF;
 END
 $refuse$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- A fence bound by a foreign key carries three arguments; an earlier
+-- release's fence of a uuid key carries the key column alone (none for
+-- community_id).
+DO $unbind$
+DECLARE
+    trig record;
+BEGIN
+    FOR trig IN
+        SELECT t.oid, pg_catalog.pg_get_triggerdef(t.oid) AS def,
+               pg_catalog.convert_from(pg_catalog.substring(t.tgargs FROM 1 FOR pg_catalog.position('\x00'::bytea IN t.tgargs) OPERATOR(pg_catalog.-) 1), 'UTF8') AS key
+        FROM pg_catalog.pg_trigger t
+        WHERE NOT t.tgisinternal AND t.tgnargs OPERATOR(pg_catalog.=) 3
+          AND t.tgfoid IN ('community_deletion.enforce_community_write_fence()'::pg_catalog.regprocedure,
+                           'community_deletion.enforce_community_kept_row_fence()'::pg_catalog.regprocedure)
+    LOOP
+        EXECUTE pg_catalog.regexp_replace(pg_catalog.regexp_replace(trig.def, '^CREATE TRIGGER', 'CREATE OR REPLACE TRIGGER'),
+                                          '\(([^()]*)\)$',
+                                          '(' || CASE WHEN trig.key OPERATOR(pg_catalog.=) 'community_id' AND trig.def !~ 'kept_row'
+                                                      THEN '' ELSE pg_catalog.quote_literal(trig.key) END || ')');
+    END LOOP;
+END
+$unbind$;
 -- +goose StatementEnd
 
 DROP TRIGGER communities_tenant_key_guard ON community_deletion.communities;
@@ -3684,6 +3827,9 @@ DROP FUNCTION community_deletion.community_deletion_table_references(oid);
 DROP FUNCTION community_deletion.community_deletion_row_fenced(oid, regprocedure, text[], boolean);
 DROP FUNCTION community_deletion.community_deletion_statement_fenced(oid, regprocedure, text[]);
 DROP FUNCTION community_deletion.community_deletion_trigger_args(text[]);
+DROP FUNCTION community_deletion.community_deletion_expected_fence_args(oid, text, name, text, jsonb);
+DROP FUNCTION community_deletion.community_deletion_bound_args(text[]);
+DROP FUNCTION community_deletion.community_deletion_fence_bound(oid, name, jsonb);
 DROP FUNCTION community_deletion.community_deletion_kept_row_args(name, text);
 DROP FUNCTION community_deletion.community_deletion_fence_args(name, text, jsonb);
 DROP FUNCTION community_deletion.community_deletion_fence_admit(uuid[], text);
