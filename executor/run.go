@@ -784,6 +784,9 @@ func (j *job) purgePostgres(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The community is a tombstone now: its marker bit goes, so that
+	// writes of bound tables skip the fence's tenant check again.
+	j.r.settleFenceMarker(ctx)
 	final := make(map[string]int64, len(result.Deleted)+len(result.Nullified))
 	maps.Copy(final, result.Deleted)
 	maps.Copy(final, result.Nullified)

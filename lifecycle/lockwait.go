@@ -29,7 +29,7 @@ var ErrLockWait = errors.New("lifecycle: lock wait timed out")
 // matches ErrLockWait.
 type LockWaitError struct {
 	// Lock names the lock: "the deletion lock of community <id>", "the
-	// schema-destruction lock", "a row lock of <table> (tuple (<block>,<n>))"
+	// schema-destruction lock", the fence marker's lock, "a row lock of <table> (tuple (<block>,<n>))"
 	// when PostgreSQL said which row, or "a row lock".
 	Lock string
 	// Waited is the bound the step waited for.
@@ -40,6 +40,7 @@ type LockWaitError struct {
 
 	community *uuid.UUID
 	schema    bool
+	marker    bool
 	row       *lockedRow
 	cause     error
 }
@@ -170,7 +171,7 @@ func (s *store) describeLockWait(ctx context.Context, err error) error {
 		err = lw
 	}
 	lw.Waited = s.lockWait
-	if lw.community == nil && !lw.schema && lw.row == nil {
+	if lw.community == nil && !lw.schema && !lw.marker && lw.row == nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), describeTimeout)
@@ -181,6 +182,18 @@ func (s *store) describeLockWait(ctx context.Context, err error) error {
 		q := dbgen.New(tx)
 		if lw.row != nil {
 			lw.Holders = rowLockHolders(ctx, q, *lw.row)
+			return nil
+		}
+		if lw.marker {
+			holders, err := q.FenceMarkerHoldersList(ctx)
+			if err != nil {
+				return err
+			}
+			for _, h := range holders {
+				lw.Holders = append(lw.Holders, LockHolder{
+					PID: h.Pid, Role: h.RoleName, ApplicationName: h.ApplicationName, Mode: h.LockMode, PreparedGID: h.PreparedGid,
+				})
+			}
 			return nil
 		}
 		var key int64

@@ -507,7 +507,8 @@ func sameOperator(a, b string) bool {
 // audit trail: an 'operator_abort:<uuid>' checkpoint, aborted_by, the
 // reason and the time; its lease is cleared and its lease generation raised,
 // so every outstanding token is stale. A new request may then be submitted
-// for the community.
+// for the community. After the commit it settles the fence marker, best
+// effort (see SettleFenceMarker).
 func (o *Operator) Abort(ctx context.Context, id uuid.UUID, abortedBy, reason string) (*Request, error) {
 	abortedBy, err := validateOperator(abortedBy, "aborted_by")
 	if err != nil {
@@ -596,6 +597,10 @@ func (o *Operator) Abort(ctx context.Context, id uuid.UUID, abortedBy, reason st
 	if err != nil {
 		return nil, fmt.Errorf("abort deletion %s: %w", id, err)
 	}
+	// Best effort, after the commit: a community back to active loses its
+	// fence marker bit. Should this fail, writes of its tables take the
+	// fence's full path until the executor's next settle.
+	_, _ = o.settleFenceMarker(ctx)
 	return request, nil
 }
 

@@ -17,12 +17,20 @@ import (
 // unless it already was), so no new serving write lease or unleased write is
 // admitted, while leases admitted before may finish. The community's
 // archived_at from before and the time quiescing started are recorded once,
-// for an abort to restore. It takes the community lock before any row lock
-// and re-verifies the token under it, so it serializes with Abort. Calling
+// for an abort to restore. It first takes the fence marker's lock, which
+// waits for writes admitted on the fence's near-free path, then the
+// community lock before any row lock, and re-verifies the token under it,
+// so it serializes with Abort. Calling
 // it again while quiescing is harmless. A stale token returns a stale-lease
 // error and changes nothing.
 func (e *Engine) BeginQuiescing(ctx context.Context, token LeaseToken) error {
 	err := e.tx(ctx, func(q *dbgen.Queries) error {
+		// The marker's lock before the community's: the database sets the
+		// community's marker bit under it as the community leaves active,
+		// and a writer holding the community's lock may wait for it.
+		if err := lockFenceMarker(ctx, q); err != nil {
+			return err
+		}
 		if _, err := lockTransition(ctx, q, token, StageApproved); err != nil {
 			return err
 		}

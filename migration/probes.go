@@ -234,6 +234,10 @@ var legacyProbes = map[int64][]check{
 		trigger("community_deletion_receipt_keys", "community_deletion_receipt_keys_guard"),
 		functionBody("enforce_community_deletion_receipt_guard()", "communitydeletion.key-rotation/v1"),
 	},
+	29: { // 00029_community_deletion_near_free_fence.sql
+		function("community_deletion_settle_fence_marker()"),
+		trigger("communities", "communities_fence_marker_arm"),
+	},
 }
 
 // querier is what probes and the version-table reads run on: a *sql.DB,

@@ -122,6 +122,78 @@ func (q *Queries) DeletionExecutorSet(ctx context.Context, arg DeletionExecutorS
 	return err
 }
 
+const fenceMarkerHoldersList = `-- name: FenceMarkerHoldersList :many
+SELECT coalesce(holder.pid, 0)::integer AS pid,
+       coalesce(holder.role_name, '')::text AS role_name,
+       coalesce(holder.application_name, '')::text AS application_name,
+       holder.lock_mode::text AS lock_mode,
+       coalesce(holder.prepared_gid, '')::text AS prepared_gid
+FROM community_deletion.community_deletion_fence_marker_holders() AS holder
+`
+
+type FenceMarkerHoldersListRow struct {
+	Pid             int32
+	RoleName        string
+	ApplicationName string
+	LockMode        string
+	PreparedGid     string
+}
+
+// The sessions and prepared transactions that hold the fence marker's
+// lock: those that wrote on the fence's near-free path, which a community
+// leaving active waits for.
+func (q *Queries) FenceMarkerHoldersList(ctx context.Context) ([]FenceMarkerHoldersListRow, error) {
+	rows, err := q.db.Query(ctx, fenceMarkerHoldersList)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []FenceMarkerHoldersListRow{}
+	for rows.Next() {
+		var i FenceMarkerHoldersListRow
+		if err := rows.Scan(
+			&i.Pid,
+			&i.RoleName,
+			&i.ApplicationName,
+			&i.LockMode,
+			&i.PreparedGid,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const fenceMarkerLock = `-- name: FenceMarkerLock :exec
+SELECT community_deletion.community_deletion_fence_marker_lock()
+`
+
+// Takes the fence marker's advisory lock exclusively until the transaction
+// ends (waiting at most its lock_timeout for the transactions that wrote on
+// the fence's near-free path). BeginQuiescing takes it before the
+// community's own lock, in the order the marker's trigger needs.
+func (q *Queries) FenceMarkerLock(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, fenceMarkerLock)
+	return err
+}
+
+const fenceMarkerSettle = `-- name: FenceMarkerSettle :one
+SELECT community_deletion.community_deletion_settle_fence_marker()::bigint AS marker
+`
+
+// Recomputes the fence marker from committed states, in a transaction that
+// has written nothing, and returns it.
+func (q *Queries) FenceMarkerSettle(ctx context.Context) (int64, error) {
+	row := q.db.QueryRow(ctx, fenceMarkerSettle)
+	var marker int64
+	err := row.Scan(&marker)
+	return marker, err
+}
+
 const lockHoldersList = `-- name: LockHoldersList :many
 SELECT coalesce(holder.pid, 0)::integer AS pid,
        coalesce(holder.role_name, '')::text AS role_name,

@@ -228,6 +228,18 @@ type Querier interface {
 	DeletionRequestUnblock(ctx context.Context, id uuid.UUID) (CommunityDeletionRequest, error)
 	// How many approved, unblocked requests wait for their grace period to end.
 	DeletionRequestsInGrace(ctx context.Context) (int64, error)
+	// The sessions and prepared transactions that hold the fence marker's
+	// lock: those that wrote on the fence's near-free path, which a community
+	// leaving active waits for.
+	FenceMarkerHoldersList(ctx context.Context) ([]FenceMarkerHoldersListRow, error)
+	// Takes the fence marker's advisory lock exclusively until the transaction
+	// ends (waiting at most its lock_timeout for the transactions that wrote on
+	// the fence's near-free path). BeginQuiescing takes it before the
+	// community's own lock, in the order the marker's trigger needs.
+	FenceMarkerLock(ctx context.Context) error
+	// Recomputes the fence marker from committed states, in a transaction that
+	// has written nothing, and returns it.
+	FenceMarkerSettle(ctx context.Context) (int64, error)
 	// community_deletion_health(): prepared transactions holding an advisory
 	// lock of the database, one row each.
 	// (sqlc does not see the RETURNS TABLE columns, sqlc-dev/sqlc#3391: the

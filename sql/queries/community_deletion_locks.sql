@@ -99,3 +99,26 @@ ORDER BY 1, 5;
 -- assert_tenant_write_allowed() in the caller's own transaction, whose
 -- search_path is the service's: every name is qualified.
 SELECT community_deletion.assert_tenant_write_allowed(@tenant_key::pg_catalog.text);
+
+-- name: FenceMarkerHoldersList :many
+-- The sessions and prepared transactions that hold the fence marker's
+-- lock: those that wrote on the fence's near-free path, which a community
+-- leaving active waits for.
+SELECT coalesce(holder.pid, 0)::integer AS pid,
+       coalesce(holder.role_name, '')::text AS role_name,
+       coalesce(holder.application_name, '')::text AS application_name,
+       holder.lock_mode::text AS lock_mode,
+       coalesce(holder.prepared_gid, '')::text AS prepared_gid
+FROM community_deletion.community_deletion_fence_marker_holders() AS holder;
+
+-- name: FenceMarkerLock :exec
+-- Takes the fence marker's advisory lock exclusively until the transaction
+-- ends (waiting at most its lock_timeout for the transactions that wrote on
+-- the fence's near-free path). BeginQuiescing takes it before the
+-- community's own lock, in the order the marker's trigger needs.
+SELECT community_deletion.community_deletion_fence_marker_lock();
+
+-- name: FenceMarkerSettle :one
+-- Recomputes the fence marker from committed states, in a transaction that
+-- has written nothing, and returns it.
+SELECT community_deletion.community_deletion_settle_fence_marker()::bigint AS marker;
