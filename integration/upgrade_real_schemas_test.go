@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 
@@ -142,7 +141,7 @@ func requireDownRefused(t *testing.T, url string, contains string) {
 	version := migrationVersion(t, url)
 	err := migrateDown(t, url)
 	var pgErr *pgconn.PgError
-	require.True(t, errors.As(err, &pgErr), "want a PostgreSQL error, got %v", err)
+	require.ErrorAs(t, err, &pgErr, "want a PostgreSQL error, got %v", err)
 	require.Equal(t, sqlstateFenced, pgErr.Code, pgErr.Message)
 	require.Contains(t, pgErr.Message, contains)
 	require.Equal(t, version, migrationVersion(t, url))
