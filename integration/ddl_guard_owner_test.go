@@ -225,7 +225,7 @@ func TestDDLGuardInstallReplacesAnEarlierReleasesGuard(t *testing.T) {
 	var guards int
 	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM pg_event_trigger e JOIN pg_proc p ON p.oid = e.evtfoid
 		WHERE p.pronamespace = 'community_deletion'::regnamespace`).Scan(&guards))
-	require.Equal(t, 3, guards)
+	require.Equal(t, 4, guards)
 	_, err = db.Exec(ctx, "ALTER TABLE notes DISABLE TRIGGER community_write_fence_truncate")
 	requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "public.notes unfenced: no TRUNCATE fence")
 }

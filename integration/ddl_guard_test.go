@@ -409,7 +409,7 @@ func TestDDLGuardRefusesRewritesThatMoveRowsOfADeletion(t *testing.T) {
 		fmt.Sprintf("CASE WHEN community_id = '%s' THEN '%s'::uuid ELSE community_id END", active, doomed),
 	} {
 		_, err := service.Exec(t.Context(), "ALTER TABLE tenant_notes ALTER COLUMN community_id TYPE uuid USING ("+using+")")
-		requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "rewrites public.tenant_notes and changes rows")
+		requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "rewrites public.tenant_notes and changes community_id")
 		require.Equal(t, before, notes())
 	}
 	_, err = service.Exec(t.Context(), "ALTER TABLE tenant_notes ALTER COLUMN body TYPE varchar USING body")
