@@ -176,6 +176,17 @@ func TestDDLGuardChecksFencesWhole(t *testing.T) {
 			"ALTER TABLE fixture_activity_default ENABLE REPLICA TRIGGER community_write_fence_insert"},
 		{"a fence trigger dropped from a partition", "fixture_activity_default",
 			"DROP TRIGGER community_write_fence_update ON fixture_activity_default"},
+		{"a fence trigger re-created on another column", "fixture_messages",
+			`CREATE OR REPLACE TRIGGER community_write_fence_insert AFTER INSERT ON fixture_messages
+				REFERENCING NEW TABLE AS community_fence_new FOR EACH STATEMENT
+				EXECUTE FUNCTION enforce_community_write_fence('author_id')`},
+		{"the partitioned table's row fence disabled", "fixture_activity",
+			"ALTER TABLE fixture_activity DISABLE TRIGGER community_write_fence_row"},
+		{"the partitioned table's row fence re-created with a WHEN clause", "fixture_activity",
+			`CREATE OR REPLACE TRIGGER community_write_fence_row AFTER INSERT OR UPDATE OR DELETE ON fixture_activity
+				FOR EACH ROW WHEN (false) EXECUTE FUNCTION enforce_community_write_fence_row()`},
+		{"the partitioned table's row fence dropped", "fixture_activity",
+			"DROP TRIGGER community_write_fence_row ON fixture_activity"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := triggerSnapshot(t, b, tc.table)
@@ -376,17 +387,18 @@ func TestDDLGuardRefusesRowSecurityThatHidesRows(t *testing.T) {
 }
 
 // A table rewrite cannot move rows out of a fenced community (nor into it):
-// ALTER COLUMN ... TYPE ... USING that re-keys them is refused as the
-// table's owner issues it, and the rows stay where they were; a rewrite that
-// leaves them as they were passes. (The table has no foreign key to
-// communities: rebuilding one needs REFERENCES on communities, which the
-// service lacks.)
+// ALTER COLUMN ... TYPE ... USING on the key column is refused while a
+// deletion is under way, as the table's owner issues it, and so is dropping
+// and adding the key column again; the rows stay where they were. A rewrite
+// of another column passes, even one that changes how it is stored. (The
+// table has no foreign key to communities: rebuilding one needs REFERENCES
+// on communities, which the service lacks.)
 func TestDDLGuardRefusesRewritesThatMoveRowsOfADeletion(t *testing.T) {
 	t.Parallel()
 	b := guardedAsOwner(t)
 	service := b.as(fixture.RoleServing)
 	require.NoError(t, b.exec(t, `CREATE TABLE tenant_notes (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-		community_id uuid NOT NULL, body text NOT NULL)`))
+		community_id uuid NOT NULL, body text NOT NULL, score integer NOT NULL DEFAULT 7)`))
 	require.NoError(t, b.exec(t, "ALTER TABLE tenant_notes OWNER TO "+string(fixture.RoleServing)))
 	_, err := service.Exec(t.Context(), "SELECT attach_community_write_fence('tenant_notes')")
 	require.NoError(t, err)
@@ -412,8 +424,61 @@ func TestDDLGuardRefusesRewritesThatMoveRowsOfADeletion(t *testing.T) {
 		requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "rewrites public.tenant_notes and changes community_id")
 		require.Equal(t, before, notes())
 	}
+	// Nor without a rewrite: the key column dropped and added again with a
+	// default that gives every row another community.
+	_, err = service.Exec(t.Context(), fmt.Sprintf(
+		"ALTER TABLE tenant_notes DROP COLUMN community_id, ADD COLUMN community_id uuid NOT NULL DEFAULT '%s'", active))
+	requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "drops column community_id of public.tenant_notes")
+	require.Equal(t, before, notes())
 	_, err = service.Exec(t.Context(), "ALTER TABLE tenant_notes ALTER COLUMN body TYPE varchar USING body")
 	require.NoError(t, err, "a rewrite that moves nothing")
 	require.Equal(t, before, notes())
+	// One that changes how a column is stored, while the fenced community
+	// has rows there: the guard reads no row while the table holds the old
+	// representation (reading it then crashed the server).
+	_, err = service.Exec(t.Context(), "ALTER TABLE tenant_notes ALTER COLUMN score TYPE text")
+	require.NoError(t, err, "a rewrite of a column that decides no tenant")
+	require.Equal(t, before, notes())
+	require.Empty(t, drift(t, b))
+}
+
+// With the DDL guard, rows of a deleted community never come back into a
+// registered table: a table the service kept aside with such rows, fenced
+// whole as attach would fence it (so that it passes as a partition that was
+// detached and comes back), is refused as a partition (42501) and stays
+// apart.
+func TestDDLGuardRefusesAPartitionHoldingADeletedCommunitysRows(t *testing.T) {
+	t.Parallel()
+	b := guardedAsOwner(t)
+	require.NoError(t, b.exec(t, "GRANT CREATE ON SCHEMA public TO "+string(fixture.RoleServing)))
+	service := b.as(fixture.RoleServing)
+	gone := b.createCommunity(t)
+	for _, sql := range []string{
+		`CREATE TABLE public.kept_aside (community_id uuid NOT NULL, id bigint NOT NULL, kind text NOT NULL,
+			PRIMARY KEY (community_id, id))`,
+		`CREATE TRIGGER community_write_fence_insert AFTER INSERT ON public.kept_aside REFERENCING NEW TABLE AS community_fence_new
+			FOR EACH STATEMENT EXECUTE FUNCTION community_deletion.enforce_community_write_fence()`,
+		`CREATE TRIGGER community_write_fence_update AFTER UPDATE ON public.kept_aside
+			REFERENCING OLD TABLE AS community_fence_old NEW TABLE AS community_fence_new
+			FOR EACH STATEMENT EXECUTE FUNCTION community_deletion.enforce_community_write_fence()`,
+		`CREATE TRIGGER community_write_fence_delete AFTER DELETE ON public.kept_aside REFERENCING OLD TABLE AS community_fence_old
+			FOR EACH STATEMENT EXECUTE FUNCTION community_deletion.enforce_community_write_fence()`,
+		`CREATE TRIGGER community_write_fence_truncate BEFORE TRUNCATE ON public.kept_aside
+			FOR EACH STATEMENT EXECUTE FUNCTION community_deletion.enforce_community_truncate_fence()`,
+		fmt.Sprintf("INSERT INTO public.kept_aside (community_id, id, kind) VALUES ('%s', 1, 'kept aside')", gone),
+	} {
+		_, err := service.Exec(t.Context(), sql)
+		require.NoError(t, err, sql)
+	}
+	b.quiesce(t, gone)
+	b.fence(t, gone)
+	b.tombstone(t, gone)
+	_, err := service.Exec(t.Context(), fmt.Sprintf("ALTER TABLE fixture_activity ATTACH PARTITION public.kept_aside FOR VALUES IN ('%s')", gone))
+	requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "holds rows of a community that was deleted")
+	var attached bool
+	require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT relispartition FROM pg_class WHERE oid = 'public.kept_aside'::regclass").Scan(&attached))
+	require.False(t, attached)
+	_, err = service.Exec(t.Context(), "DROP TABLE public.kept_aside")
+	require.NoError(t, err)
 	require.Empty(t, drift(t, b))
 }
