@@ -225,7 +225,54 @@ func TestDDLGuardInstallReplacesAnEarlierReleasesGuard(t *testing.T) {
 	var guards int
 	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM pg_event_trigger e JOIN pg_proc p ON p.oid = e.evtfoid
 		WHERE p.pronamespace = 'community_deletion'::regnamespace`).Scan(&guards))
-	require.Equal(t, 3, guards)
+	require.Equal(t, 4, guards)
 	_, err = db.Exec(ctx, "ALTER TABLE notes DISABLE TRIGGER community_write_fence_truncate")
 	requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "public.notes unfenced: no TRUNCATE fence")
+}
+
+// The control table and guard triggers of migrations 00025 and 00026 are
+// held like the others: the owner of schema community_deletion, given
+// community_deletion_references, communities and community_deletion_requests
+// in a migration run, cannot outside one disable, drop or re-enable for
+// replication a guard trigger of theirs, drop their keys and checks, or add
+// a trigger there (42501); each table stays as it was.
+func TestDDLGuardHoldsTheTenantKeyControlTables(t *testing.T) {
+	t.Parallel()
+	b, owner := guardedWithSchemaOwner(t)
+	b.execInRun(t,
+		"ALTER TABLE community_deletion.community_deletion_references OWNER TO "+schemaOwnerLogin,
+		"ALTER TABLE community_deletion.communities OWNER TO "+schemaOwnerLogin,
+		"ALTER TABLE community_deletion.community_deletion_requests OWNER TO "+schemaOwnerLogin)
+	_, err := owner.Exec(t.Context(), `CREATE FUNCTION public.declare_anything() RETURNS trigger LANGUAGE plpgsql
+		AS $$ BEGIN RETURN NEW; END $$`)
+	require.NoError(t, err)
+	for _, tc := range []struct{ table, sql string }{
+		{"community_deletion.community_deletion_references",
+			"ALTER TABLE community_deletion.community_deletion_references DISABLE TRIGGER community_deletion_references_guard"},
+		{"community_deletion.community_deletion_references",
+			"DROP TRIGGER community_deletion_references_truncate_guard ON community_deletion.community_deletion_references"},
+		{"community_deletion.community_deletion_references",
+			"ALTER TABLE community_deletion.community_deletion_references DROP CONSTRAINT community_deletion_references_pkey"},
+		{"community_deletion.community_deletion_references",
+			"ALTER TABLE community_deletion.community_deletion_references DROP CONSTRAINT community_deletion_references_reason_check"},
+		{"community_deletion.community_deletion_references",
+			`CREATE TRIGGER declare_anything BEFORE INSERT ON community_deletion.community_deletion_references
+				FOR EACH ROW EXECUTE FUNCTION public.declare_anything()`},
+		{"community_deletion.communities",
+			"ALTER TABLE community_deletion.communities DISABLE TRIGGER communities_tenant_key_guard"},
+		{"community_deletion.communities",
+			"ALTER TABLE community_deletion.communities DROP CONSTRAINT communities_tenant_key_check"},
+		{"community_deletion.community_deletion_requests",
+			"DROP TRIGGER community_deletion_requests_tenant_key_guard ON community_deletion.community_deletion_requests"},
+		{"community_deletion.community_deletion_requests",
+			"ALTER TABLE community_deletion.community_deletion_requests ENABLE REPLICA TRIGGER community_deletion_requests_tenant_key_guard"},
+	} {
+		t.Run(tc.sql, func(t *testing.T) {
+			before := controlSnapshot(t, b, tc.table)
+			_, err := owner.Exec(t.Context(), tc.sql)
+			requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "DDL refused: ")
+			require.Equal(t, before, controlSnapshot(t, b, tc.table))
+			require.Empty(t, drift(t, b))
+		})
+	}
 }

@@ -1,14 +1,20 @@
 package integration
 
 import (
+	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	communitydeletion "github.com/tombstoneworks/communitydeletion"
+	"github.com/tombstoneworks/communitydeletion/internal/ephemeralpg"
 	"github.com/tombstoneworks/communitydeletion/internal/fixture"
 )
 
@@ -176,6 +182,17 @@ func TestDDLGuardChecksFencesWhole(t *testing.T) {
 			"ALTER TABLE fixture_activity_default ENABLE REPLICA TRIGGER community_write_fence_insert"},
 		{"a fence trigger dropped from a partition", "fixture_activity_default",
 			"DROP TRIGGER community_write_fence_update ON fixture_activity_default"},
+		{"a fence trigger re-created on another column", "fixture_messages",
+			`CREATE OR REPLACE TRIGGER community_write_fence_insert AFTER INSERT ON fixture_messages
+				REFERENCING NEW TABLE AS community_fence_new FOR EACH STATEMENT
+				EXECUTE FUNCTION enforce_community_write_fence('author_id')`},
+		{"the partitioned table's row fence disabled", "fixture_activity",
+			"ALTER TABLE fixture_activity DISABLE TRIGGER community_write_fence_row"},
+		{"the partitioned table's row fence re-created with a WHEN clause", "fixture_activity",
+			`CREATE OR REPLACE TRIGGER community_write_fence_row AFTER INSERT OR UPDATE OR DELETE ON fixture_activity
+				FOR EACH ROW WHEN (false) EXECUTE FUNCTION enforce_community_write_fence_row()`},
+		{"the partitioned table's row fence dropped", "fixture_activity",
+			"DROP TRIGGER community_write_fence_row ON fixture_activity"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := triggerSnapshot(t, b, tc.table)
@@ -376,17 +393,18 @@ func TestDDLGuardRefusesRowSecurityThatHidesRows(t *testing.T) {
 }
 
 // A table rewrite cannot move rows out of a fenced community (nor into it):
-// ALTER COLUMN ... TYPE ... USING that re-keys them is refused as the
-// table's owner issues it, and the rows stay where they were; a rewrite that
-// leaves them as they were passes. (The table has no foreign key to
-// communities: rebuilding one needs REFERENCES on communities, which the
-// service lacks.)
+// ALTER COLUMN ... TYPE ... USING on the key column is refused while a
+// deletion is under way, as the table's owner issues it, and so is dropping
+// and adding the key column again; the rows stay where they were. A rewrite
+// of another column passes, even one that changes how it is stored. (The
+// table has no foreign key to communities: rebuilding one needs REFERENCES
+// on communities, which the service lacks.)
 func TestDDLGuardRefusesRewritesThatMoveRowsOfADeletion(t *testing.T) {
 	t.Parallel()
 	b := guardedAsOwner(t)
 	service := b.as(fixture.RoleServing)
 	require.NoError(t, b.exec(t, `CREATE TABLE tenant_notes (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-		community_id uuid NOT NULL, body text NOT NULL)`))
+		community_id uuid NOT NULL, body text NOT NULL, score integer NOT NULL DEFAULT 7)`))
 	require.NoError(t, b.exec(t, "ALTER TABLE tenant_notes OWNER TO "+string(fixture.RoleServing)))
 	_, err := service.Exec(t.Context(), "SELECT attach_community_write_fence('tenant_notes')")
 	require.NoError(t, err)
@@ -409,11 +427,581 @@ func TestDDLGuardRefusesRewritesThatMoveRowsOfADeletion(t *testing.T) {
 		fmt.Sprintf("CASE WHEN community_id = '%s' THEN '%s'::uuid ELSE community_id END", active, doomed),
 	} {
 		_, err := service.Exec(t.Context(), "ALTER TABLE tenant_notes ALTER COLUMN community_id TYPE uuid USING ("+using+")")
-		requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "rewrites public.tenant_notes and changes rows")
+		requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "rewrites public.tenant_notes and changes community_id")
 		require.Equal(t, before, notes())
 	}
+	// Nor without a rewrite: the key column dropped and added again with a
+	// default that gives every row another community.
+	_, err = service.Exec(t.Context(), fmt.Sprintf(
+		"ALTER TABLE tenant_notes DROP COLUMN community_id, ADD COLUMN community_id uuid NOT NULL DEFAULT '%s'", active))
+	requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "drops column community_id of public.tenant_notes")
+	require.Equal(t, before, notes())
 	_, err = service.Exec(t.Context(), "ALTER TABLE tenant_notes ALTER COLUMN body TYPE varchar USING body")
 	require.NoError(t, err, "a rewrite that moves nothing")
 	require.Equal(t, before, notes())
+	// One that changes how a column is stored, while the fenced community
+	// has rows there: the guard reads no row while the table holds the old
+	// representation (reading it then crashed the server).
+	_, err = service.Exec(t.Context(), "ALTER TABLE tenant_notes ALTER COLUMN score TYPE text")
+	require.NoError(t, err, "a rewrite of a column that decides no tenant")
+	require.Equal(t, before, notes())
 	require.Empty(t, drift(t, b))
+}
+
+// keyedKind is a deployment's tenant key kind: the type of the tenant
+// table's key, of projects' narrower key column and of the other tables'
+// key columns, and the keys of the tenants the tests use (the first is
+// active, the second is fenced, the others are active and hold nothing).
+type keyedKind struct {
+	name                 string
+	tenant, narrow, wide string
+	keys                 [6]string
+}
+
+// expand puts the kind's name, types and first two keys into sql's
+// {kind}, {tenant}, {narrow}, {wide}, {k0} and {k1}.
+func (k keyedKind) expand(sql string) string {
+	return strings.NewReplacer("{kind}", k.name, "{tenant}", k.tenant, "{narrow}", k.narrow, "{wide}", k.wide,
+		"{k0}", k.keys[0], "{k1}", k.keys[1]).Replace(sql)
+}
+
+var keyedKinds = []keyedKind{
+	{"integer", "bigint", "integer", "bigint", [6]string{"101", "202", "303", "404", "505", "606"}},
+	{"text", "text", "varchar(26)", "text", [6]string{"acme_01", "doom_02", "late_03", "staged_04", "sub_05", "run_06"}},
+}
+
+// keyedSchema is a service with a tenant key that is not a uuid, created
+// and adopted by its owner in schema svc: the tenant table accounts;
+// projects keyed by account_id (a narrower type, no foreign key, as in
+// services that declare few); tasks attached through their foreign key to
+// projects; comments through a declared reference to tasks (two levels
+// down); events partitioned by account_id; notes kept ('nullify') with a
+// nullable key, in keyedKind.expand's placeholders.
+var keyedSchema = []string{
+	"CREATE TABLE svc.accounts (id {tenant} PRIMARY KEY, name text NOT NULL)",
+	"CREATE TABLE svc.projects (id bigint PRIMARY KEY, account_id {narrow} NOT NULL, title text NOT NULL)",
+	"CREATE TABLE svc.tasks (id bigint PRIMARY KEY, project_id bigint NOT NULL REFERENCES svc.projects (id), body text NOT NULL)",
+	"CREATE TABLE svc.comments (id bigint PRIMARY KEY, task_ref bigint NOT NULL, body text NOT NULL)",
+	`CREATE TABLE svc.events (account_id {wide} NOT NULL, id bigint NOT NULL, kind text NOT NULL, PRIMARY KEY (account_id, id))
+		PARTITION BY LIST (account_id)`,
+	"CREATE TABLE svc.events_active PARTITION OF svc.events FOR VALUES IN ('{k0}')",
+	"CREATE TABLE svc.events_doomed PARTITION OF svc.events FOR VALUES IN ('{k1}')",
+	"CREATE TABLE svc.notes (id bigint PRIMARY KEY, account_id {wide}, body text NOT NULL)",
+	"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA svc TO community_deletion_serving",
+	"INSERT INTO svc.accounts (id, name) VALUES ('{k0}', 'active'), ('{k1}', 'doomed')",
+	"SELECT community_deletion.declare_tenant_table('svc.accounts')",
+	"SELECT community_deletion.attach_community_write_fence('svc.projects', 'delete', 'account_id')",
+	"SELECT community_deletion.attach_child_table('svc.tasks')",
+	"SELECT community_deletion.declare_reference('svc.comments', '{task_ref}', 'svc.tasks')",
+	"SELECT community_deletion.attach_child_table('svc.comments')",
+	"SELECT community_deletion.attach_community_write_fence('svc.events', 'delete', 'account_id')",
+	"SELECT community_deletion.attach_community_write_fence('svc.notes', 'nullify', 'account_id')",
+}
+
+// keyedRows are one project, task, comment, event and note of each of the
+// first two tenants ({tenant}, {narrow}), written by the service.
+var keyedRows = []string{
+	"INSERT INTO svc.projects (id, account_id, title) VALUES (1, '{k0}', 'kept'), (2, '{k1}', 'doomed')",
+	"INSERT INTO svc.tasks (id, project_id, body) VALUES (1, 1, 'kept'), (2, 2, 'doomed')",
+	"INSERT INTO svc.comments (id, task_ref, body) VALUES (1, 1, 'kept'), (2, 2, 'doomed')",
+	"INSERT INTO svc.events (account_id, id, kind) VALUES ('{k0}', 1, 'kept'), ('{k1}', 2, 'doomed')",
+	"INSERT INTO svc.notes (id, account_id, body) VALUES (1, '{k0}', 'kept'), (2, '{k1}', 'doomed')",
+}
+
+// keyedDeployment is keyedSchema in a database without the fixture, with
+// rows of two tenants, the second fenced.
+type keyedDeployment struct {
+	b              *testBundle
+	kind           keyedKind
+	ownerName      string
+	owner          *pgx.Conn // owns schema svc and its tables; no superuser
+	active, doomed uuid.UUID
+}
+
+// setupBare is setup on a database with the migrations only.
+func setupBare(t *testing.T) *testBundle {
+	t.Helper()
+	url := ephemeralpg.NewTestDatabase(t, server, fixture.Template{})
+	pool, err := pgxpool.New(t.Context(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return &testBundle{t: t, url: url, pool: pool, pools: map[fixture.Role]*pgxpool.Pool{}}
+}
+
+// newKeyedDeployment builds keyedDeployment for kind. Its owner is a
+// service login, or (schemaOwner) the login that also owns schema
+// community_deletion, as where one migrating login runs both histories.
+// With guardFirst the DDL guard is installed before the service adopts the
+// library, else after.
+func newKeyedDeployment(t *testing.T, kind keyedKind, schemaOwner, guardFirst bool) *keyedDeployment {
+	t.Helper()
+	b := setupBare(t)
+	b.as(fixture.RoleServing) // creates the test logins
+	d := &keyedDeployment{b: b, kind: kind}
+	password := "pw"
+	if schemaOwner {
+		d.ownerName, password = schemaOwnerLogin, schemaOwnerLogin+"-password"
+		handSchemaTo(t, b, d.ownerName, password)
+	} else {
+		d.ownerName = "cd_test_svc_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+		require.NoError(t, b.exec(t, fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD 'pw'", d.ownerName)))
+		t.Cleanup(func() {
+			cleanup := context.Background()
+			_, uninstall := communitydeletion.DDLGuard()
+			_, _ = b.pool.Exec(cleanup, uninstall)
+			_, _ = b.pool.Exec(cleanup, "DROP OWNED BY "+d.ownerName+" CASCADE")
+			_, _ = b.pool.Exec(cleanup, "DROP ROLE "+d.ownerName)
+		})
+	}
+	for _, sql := range []string{
+		"CREATE SCHEMA svc AUTHORIZATION " + d.ownerName,
+		"GRANT USAGE ON SCHEMA svc TO community_deletion_serving, community_deletion_executor, community_deletion_operator",
+	} {
+		require.NoError(t, b.exec(t, sql), sql)
+	}
+	if guardFirst {
+		installDDLGuard(t, b)
+	}
+	d.owner = connectAs(t, b, d.ownerName, password)
+	for _, sql := range keyedSchema {
+		d.run(t, kind.expand(sql))
+	}
+	for _, sql := range keyedRows {
+		require.NoError(t, b.execAs(t, fixture.RoleServing, kind.expand(sql)), sql)
+	}
+	d.active, d.doomed = d.tenant(t, kind.keys[0]), d.tenant(t, kind.keys[1])
+	b.quiesce(t, d.doomed)
+	b.fence(t, d.doomed)
+	if !guardFirst {
+		installDDLGuard(t, b)
+	}
+	require.Empty(t, drift(t, b))
+	return d
+}
+
+// run runs statements as the owner and fails the test on an error.
+func (d *keyedDeployment) run(t *testing.T, sqls ...string) {
+	t.Helper()
+	for _, sql := range sqls {
+		_, err := d.owner.Exec(t.Context(), sql)
+		require.NoError(t, err, sql)
+	}
+}
+
+// exec runs one statement as the owner and returns its error.
+func (d *keyedDeployment) exec(t *testing.T, sql string) error {
+	t.Helper()
+	_, err := d.owner.Exec(t.Context(), sql)
+	return err
+}
+
+// tenant is the lifecycle id of the tenant whose key is key.
+func (d *keyedDeployment) tenant(t *testing.T, key string) uuid.UUID {
+	t.Helper()
+	var id uuid.UUID
+	require.NoError(t, d.b.pool.QueryRow(t.Context(), "SELECT id FROM community_deletion.communities WHERE tenant_key = $1", key).Scan(&id))
+	return id
+}
+
+// snapshot is everything of schema svc an attack could change: every
+// trigger whole (arguments and state too), every column's type and
+// nullability, every constraint, the partition tree and every row.
+func (d *keyedDeployment) snapshot(t *testing.T) string {
+	t.Helper()
+	var s string
+	require.NoError(t, d.b.pool.QueryRow(t.Context(), `SELECT concat_ws(E'\n',
+		(SELECT string_agg(concat_ws(' ', c.relname, t.tgname, t.tgtype, t.tgenabled, encode(t.tgargs, 'escape'), t.tgqual,
+		                             t.tgattr::text, t.tgfoid::regprocedure::text), E'\n' ORDER BY c.relname, t.tgname)
+		 FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid WHERE c.relnamespace = 'svc'::regnamespace AND NOT t.tgisinternal),
+		(SELECT string_agg(concat_ws(' ', c.relname, a.attnum, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull),
+		                   E'\n' ORDER BY c.relname, a.attnum)
+		 FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+		 WHERE c.relnamespace = 'svc'::regnamespace AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped),
+		(SELECT string_agg(k.conname || ' ' || pg_get_constraintdef(k.oid), E'\n' ORDER BY k.conname)
+		 FROM pg_constraint k WHERE k.connamespace = 'svc'::regnamespace),
+		(SELECT string_agg(i.inhrelid::regclass::text || ' < ' || i.inhparent::regclass::text, E'\n' ORDER BY 1)
+		 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE c.relnamespace = 'svc'::regnamespace),
+		(SELECT md5(string_agg(r.line, E'\n' ORDER BY r.line)) FROM (
+			SELECT 'project ' || p::text FROM svc.projects p UNION ALL SELECT 'task ' || t::text FROM svc.tasks t
+			UNION ALL SELECT 'comment ' || c::text FROM svc.comments c UNION ALL SELECT 'event ' || e::text FROM svc.events e
+			UNION ALL SELECT 'note ' || n::text FROM svc.notes n) r (line)))`).Scan(&s))
+	return s
+}
+
+// fenceArgs is each fence trigger of relation with its arguments and state,
+// "name args state", sorted.
+func fenceArgs(t *testing.T, b *testBundle, relation string) []string {
+	t.Helper()
+	rows, err := b.pool.Query(t.Context(), `SELECT t.tgname || ' ' || encode(t.tgargs, 'escape') || ' ' || t.tgenabled::text
+		FROM pg_trigger t WHERE t.tgrelid = $1::regclass AND NOT t.tgisinternal ORDER BY t.tgname`, relation)
+	require.NoError(t, err)
+	args, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return args
+}
+
+// keyedFence is the fence attach gives a leaf partition of svc.events of
+// kind: the statement-level fences with the key column and kind, the
+// TRUNCATE fence, and the partitioned table's row fence cloned but disabled.
+func keyedFence(kind keyedKind) []string {
+	args := `account_id\000` + kind.name + `\000`
+	return []string{
+		"community_write_fence_delete " + args + " O",
+		"community_write_fence_insert " + args + " O",
+		"community_write_fence_row " + args + " D",
+		"community_write_fence_truncate  O",
+		"community_write_fence_update " + args + " O",
+	}
+}
+
+// With the DDL guard installed first, a service keyed by an integer or a
+// text key adopts the library as docs/adopting.md says: it declares its
+// tenant table and attaches a table of each shape (a narrower key column,
+// a child table through its foreign key, one through a declared reference,
+// a partitioned table, a kept table with a nullable key) as their owner,
+// attaches again, and then changes its own tables (an index, a column, a
+// rewrite of a child table holding a fenced tenant's rows) unhindered. The
+// fences hold with the arguments attach gave them.
+func TestDDLGuardPassesAdoptionWithEveryKeyKind(t *testing.T) {
+	t.Parallel()
+	for _, kind := range keyedKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			t.Parallel()
+			d := newKeyedDeployment(t, kind, false, true)
+			before := d.snapshot(t)
+			d.run(t,
+				"SELECT community_deletion.attach_community_write_fence('svc.events', 'delete', 'account_id')",
+				"SELECT community_deletion.attach_child_table('svc.tasks')",
+				"SELECT community_deletion.attach_community_write_fence('svc.notes', 'nullify', 'account_id')",
+			)
+			require.Equal(t, before, d.snapshot(t), "attaching again changes nothing")
+			d.run(t,
+				"CREATE INDEX tasks_project_idx ON svc.tasks (project_id)",
+				"ALTER TABLE svc.comments ADD COLUMN edited_at timestamptz",
+				"ALTER TABLE svc.tasks ALTER COLUMN body TYPE varchar USING body",
+				"ALTER TABLE svc.projects ALTER COLUMN title TYPE varchar USING title",
+				"ALTER TABLE svc.notes ALTER COLUMN body SET DEFAULT ''",
+			)
+			require.Empty(t, drift(t, d.b))
+			require.Equal(t, keyedFence(kind), fenceArgs(t, d.b, "svc.events_doomed"))
+			serving := d.b.as(fixture.RoleServing)
+			_, err := serving.Exec(t.Context(), "INSERT INTO svc.comments (id, task_ref, body) VALUES (3, 1, 'more')")
+			require.NoError(t, err, "the active tenant writes through two levels of parents")
+			_, err = serving.Exec(t.Context(), "INSERT INTO svc.comments (id, task_ref, body) VALUES (4, 2, 'late')")
+			requireSQLState(t, err, sqlstateFenced, "community write to comments refused: community "+kind.keys[1]+" is fenced")
+			_, err = serving.Exec(t.Context(), fmt.Sprintf("UPDATE svc.projects SET title = 'late' WHERE account_id = '%s'", kind.keys[1]))
+			requireSQLState(t, err, sqlstateFenced, "community write to projects refused")
+		})
+	}
+}
+
+// keyedAttacks are what the owner of a keyed deployment's tables (or the
+// owner of schema community_deletion who owns them too) can try against
+// its fences and registrations; each is refused (42501) naming what it
+// would leave. kinds limits an attack to some key kinds.
+var keyedAttacks = []struct {
+	name, sql, message string
+	kinds              []string
+}{
+	{name: "the integer-keyed table's fence re-created on another column",
+		sql: `CREATE OR REPLACE TRIGGER community_write_fence_insert AFTER INSERT ON svc.projects
+			REFERENCING NEW TABLE AS community_fence_new FOR EACH STATEMENT
+			EXECUTE FUNCTION community_deletion.enforce_community_write_fence('id', '{kind}')`,
+		message: "svc.projects unfenced"},
+	{name: "a partition's fence re-created with a uuid key's arguments",
+		sql: `CREATE OR REPLACE TRIGGER community_write_fence_update AFTER UPDATE ON svc.events_doomed
+			REFERENCING OLD TABLE AS community_fence_old NEW TABLE AS community_fence_new FOR EACH STATEMENT
+			EXECUTE FUNCTION community_deletion.enforce_community_write_fence('account_id')`,
+		message: "svc.events unfenced"},
+	{name: "a child table's fence re-created on a path through another column",
+		sql: `CREATE OR REPLACE TRIGGER community_write_fence_delete AFTER DELETE ON svc.tasks
+			REFERENCING OLD TABLE AS community_fence_old FOR EACH STATEMENT
+			EXECUTE FUNCTION community_deletion.enforce_community_write_fence('through',
+				'{"kind": "{kind}", "paths": [{"key": "account_id", "hops": [{"table": "projects", "schema": "svc", "columns": ["id"], "parent_columns": ["id"]}]}]}')`,
+		message: "svc.tasks unfenced"},
+	{name: "a second child table's fence beside the whole one, with other arguments",
+		sql: `CREATE TRIGGER community_write_fence_insert_too AFTER INSERT ON svc.comments
+			REFERENCING NEW TABLE AS community_fence_new FOR EACH STATEMENT
+			EXECUTE FUNCTION community_deletion.enforce_community_write_fence('through', '{"kind": "{kind}", "paths": []}')`,
+		message: "svc.comments unfenced"},
+	{name: "the partitioned table's row fence disabled",
+		sql:     "ALTER TABLE svc.events DISABLE TRIGGER community_write_fence_row",
+		message: "svc.events unfenced: its row fence community_write_fence_row"},
+	{name: "the partitioned table's row fence firing for replication sessions only",
+		sql:     "ALTER TABLE svc.events ENABLE REPLICA TRIGGER community_write_fence_row",
+		message: "svc.events unfenced: its row fence community_write_fence_row"},
+	{name: "the partitioned table's row fence re-created with other arguments",
+		sql: `CREATE OR REPLACE TRIGGER community_write_fence_row AFTER INSERT OR UPDATE OR DELETE ON svc.events
+			FOR EACH ROW EXECUTE FUNCTION community_deletion.enforce_community_write_fence_row('id', '{kind}')`,
+		message: "svc.events unfenced: its row fence community_write_fence_row"},
+	{name: "the partitioned table's row fence dropped",
+		sql:     "DROP TRIGGER community_write_fence_row ON svc.events",
+		message: "drops trigger community_write_fence_row of svc.events"},
+	{name: "a child table's foreign key dropped",
+		sql:     "ALTER TABLE svc.tasks DROP CONSTRAINT tasks_project_id_fkey",
+		message: "svc.tasks parents_changed"},
+	{name: "a child table's referencing column dropped and added again",
+		sql:     "ALTER TABLE svc.tasks DROP COLUMN project_id, ADD COLUMN project_id bigint REFERENCES svc.projects (id)",
+		message: "drops column project_id of svc.tasks"},
+	{name: "a declared reference's column retyped",
+		sql:     "ALTER TABLE svc.comments ALTER COLUMN task_ref TYPE text",
+		message: "svc.comments parents_changed"},
+	{name: "the column a declared reference names renamed",
+		sql:     "ALTER TABLE svc.tasks RENAME COLUMN id TO task_id",
+		message: "svc.comments parents_changed"},
+	{name: "the integer key retyped to text", kinds: []string{"integer"},
+		sql:     "ALTER TABLE svc.projects ALTER COLUMN account_id TYPE text",
+		message: "svc.projects shape"},
+	{name: "the text key retyped to bytea", kinds: []string{"text"},
+		sql:     "ALTER TABLE svc.projects ALTER COLUMN account_id TYPE bytea USING convert_to(account_id, 'UTF8')",
+		message: "svc.projects shape"},
+	{name: "the key column dropped and added again, empty",
+		sql:     "ALTER TABLE svc.projects DROP COLUMN account_id, ADD COLUMN account_id {narrow}",
+		message: "drops column account_id of svc.projects"},
+	{name: "a kept table's key made NOT NULL",
+		sql:     "ALTER TABLE svc.notes ALTER COLUMN account_id SET NOT NULL",
+		message: "svc.notes shape"},
+	{name: "a kept table's fence disabled",
+		sql:     "ALTER TABLE svc.notes DISABLE TRIGGER community_kept_row_fence_insert",
+		message: "svc.notes unfenced: no kept-row fence"},
+	{name: "a write fence on a kept table",
+		sql: `CREATE TRIGGER community_write_fence_insert AFTER INSERT ON svc.notes
+			REFERENCING NEW TABLE AS community_fence_new FOR EACH STATEMENT
+			EXECUTE FUNCTION community_deletion.enforce_community_write_fence('account_id', '{kind}')`,
+		message: "svc.notes stray_fence"},
+	{name: "every trigger of a partition disabled",
+		sql:     "ALTER TABLE svc.events_doomed DISABLE TRIGGER USER",
+		message: "svc.events unfenced"},
+}
+
+// The attacks on a keyed deployment, as the owner of its tables and as the
+// owner of schema community_deletion who owns them too, outside a migration
+// run: each is refused (42501) naming what it would leave, nothing of schema
+// svc changes, and the drift report stays empty.
+func TestDDLGuardRefusesTamperingWithKeyedFences(t *testing.T) {
+	t.Parallel()
+	for _, kind := range keyedKinds {
+		for _, schemaOwner := range []bool{false, true} {
+			attacker := "the table owner"
+			if schemaOwner {
+				attacker = "the schema owner"
+			}
+			t.Run(kind.name+"/"+attacker, func(t *testing.T) {
+				t.Parallel()
+				d := newKeyedDeployment(t, kind, schemaOwner, false)
+				for _, attack := range keyedAttacks {
+					if attack.kinds != nil && !slices.Contains(attack.kinds, kind.name) {
+						continue
+					}
+					t.Run(attack.name, func(t *testing.T) {
+						before := d.snapshot(t)
+						err := d.exec(t, kind.expand(attack.sql))
+						requireSQLState(t, err, pgerrcode.InsufficientPrivilege, attack.message)
+						require.Equal(t, before, d.snapshot(t))
+						require.Empty(t, drift(t, d.b))
+					})
+				}
+			})
+		}
+	}
+}
+
+// A partition of an integer- or text-keyed table created by CREATE TABLE
+// ... PARTITION OF, or attached with ALTER TABLE ... ATTACH PARTITION, as
+// the table's owner, is fenced as attach would fence it: the statement
+// fences with the key column and kind, the TRUNCATE fence, the row fence's
+// clone disabled; a partitioned partition keeps its clone enabled for the
+// partitions it gets. A partition created in a migration run is fenced by
+// its clone alone, which its owner cannot then disable. One holding rows
+// of the fenced tenant is refused; the fenced tenant's own partition,
+// detached, comes back whole.
+func TestDDLGuardFencesNewPartitionsOfAKeyedTable(t *testing.T) {
+	t.Parallel()
+	for _, kind := range keyedKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			t.Parallel()
+			d := newKeyedDeployment(t, kind, false, false)
+			b, k := d.b, kind.keys
+			require.NoError(t, b.execAs(t, fixture.RoleServing, fmt.Sprintf(
+				"INSERT INTO svc.accounts (id, name) VALUES ('%s', 'late'), ('%s', 'staged'), ('%s', 'sub'), ('%s', 'run')", k[2], k[3], k[4], k[5])))
+			d.run(t,
+				fmt.Sprintf("CREATE TABLE svc.events_late PARTITION OF svc.events FOR VALUES IN ('%s')", k[2]),
+				fmt.Sprintf(`CREATE TABLE svc.events_staged (account_id %s NOT NULL, id bigint NOT NULL, kind text NOT NULL,
+					PRIMARY KEY (account_id, id))`, kind.wide),
+				fmt.Sprintf("INSERT INTO svc.events_staged (account_id, id, kind) VALUES ('%s', 1, 'staged')", k[3]),
+				fmt.Sprintf("ALTER TABLE svc.events ATTACH PARTITION svc.events_staged FOR VALUES IN ('%s')", k[3]),
+				fmt.Sprintf("CREATE TABLE svc.events_sub PARTITION OF svc.events FOR VALUES IN ('%s') PARTITION BY RANGE (id)", k[4]),
+				"CREATE TABLE svc.events_sub_low PARTITION OF svc.events_sub FOR VALUES FROM (0) TO (1000)",
+				"GRANT INSERT ON svc.events_late, svc.events_staged, svc.events_sub_low TO community_deletion_serving",
+			)
+			for _, partition := range []string{"svc.events_late", "svc.events_staged", "svc.events_sub_low"} {
+				require.Equal(t, keyedFence(kind), fenceArgs(t, b, partition), partition)
+				var granted bool
+				require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT has_table_privilege('community_deletion_executor', $1, 'SELECT, UPDATE, DELETE')
+					AND has_column_privilege('community_deletion_operator', $1, 'account_id', 'SELECT')`, partition).Scan(&granted))
+				require.True(t, granted, partition)
+			}
+			sub := keyedFence(kind)
+			sub[2] = strings.TrimSuffix(sub[2], "D") + "O"
+			require.Equal(t, sub, fenceArgs(t, b, "svc.events_sub"), "a partitioned partition keeps its clone enabled")
+			require.Empty(t, drift(t, b))
+
+			// Fenced for real: the partitions refuse their tenant once it is fenced.
+			serving := b.as(fixture.RoleServing)
+			for i, partition := range map[int]string{2: "svc.events_late", 3: "svc.events_staged", 4: "svc.events_sub_low"} {
+				_, err := serving.Exec(t.Context(), fmt.Sprintf("INSERT INTO %s (account_id, id, kind) VALUES ('%s', 10, 'before')", partition, k[i]))
+				require.NoError(t, err, partition)
+				b.quiesce(t, d.tenant(t, k[i]))
+				_, err = serving.Exec(t.Context(), fmt.Sprintf("INSERT INTO %s (account_id, id, kind) VALUES ('%s', 11, 'after')", partition, k[i]))
+				requireSQLState(t, err, sqlstateFenced, "community "+k[i]+" is quiescing")
+			}
+
+			// Made in a migration run, a partition is fenced by its clone alone,
+			// and its owner cannot disable that.
+			b.execInRun(t,
+				fmt.Sprintf("CREATE TABLE svc.events_run PARTITION OF svc.events FOR VALUES IN ('%s')", k[5]),
+				"ALTER TABLE svc.events_run OWNER TO "+d.ownerName)
+			d.run(t, "CREATE INDEX notes_body_idx ON svc.notes (body)")
+			require.Equal(t, []string{"community_write_fence_row " + `account_id\000` + kind.name + `\000` + " O"}, fenceArgs(t, b, "svc.events_run"))
+			require.Empty(t, drift(t, b))
+			before := d.snapshot(t)
+			err := d.exec(t, "ALTER TABLE svc.events_run DISABLE TRIGGER community_write_fence_row")
+			requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "svc.events unfenced")
+			require.Equal(t, before, d.snapshot(t))
+
+			// The fenced tenant's partition, detached, may come back; another
+			// table holding its rows may not become a partition.
+			d.run(t, "ALTER TABLE svc.events DETACH PARTITION svc.events_doomed",
+				fmt.Sprintf(`CREATE TABLE svc.events_smuggled (account_id %s NOT NULL, id bigint NOT NULL, kind text NOT NULL,
+					PRIMARY KEY (account_id, id))`, kind.wide),
+				fmt.Sprintf("INSERT INTO svc.events_smuggled (account_id, id, kind) VALUES ('%s', 9, 'smuggled')", k[1]))
+			err = d.exec(t, fmt.Sprintf("ALTER TABLE svc.events ATTACH PARTITION svc.events_smuggled FOR VALUES IN ('%s')", k[1]))
+			requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "holds rows of a community that is being deleted")
+			d.run(t, fmt.Sprintf("ALTER TABLE svc.events ATTACH PARTITION svc.events_doomed FOR VALUES IN ('%s')", k[1]))
+			require.Equal(t, keyedFence(kind), fenceArgs(t, b, "svc.events_doomed"), "attach's fence, its clone disabled again")
+			d.run(t, "DROP TABLE svc.events_smuggled")
+			require.Empty(t, drift(t, b))
+		})
+	}
+}
+
+// With the DDL guard, rows of a deleted community never come back into a
+// registered table: a table the service kept aside with such rows, fenced
+// whole as attach would fence it (so that it passes as a partition that was
+// detached and comes back), is refused as a partition (42501) and stays
+// apart.
+func TestDDLGuardRefusesAPartitionHoldingADeletedCommunitysRows(t *testing.T) {
+	t.Parallel()
+	b := guardedAsOwner(t)
+	require.NoError(t, b.exec(t, "GRANT CREATE ON SCHEMA public TO "+string(fixture.RoleServing)))
+	service := b.as(fixture.RoleServing)
+	gone := b.createCommunity(t)
+	for _, sql := range []string{
+		`CREATE TABLE public.kept_aside (community_id uuid NOT NULL, id bigint NOT NULL, kind text NOT NULL,
+			PRIMARY KEY (community_id, id))`,
+		`CREATE TRIGGER community_write_fence_insert AFTER INSERT ON public.kept_aside REFERENCING NEW TABLE AS community_fence_new
+			FOR EACH STATEMENT EXECUTE FUNCTION community_deletion.enforce_community_write_fence()`,
+		`CREATE TRIGGER community_write_fence_update AFTER UPDATE ON public.kept_aside
+			REFERENCING OLD TABLE AS community_fence_old NEW TABLE AS community_fence_new
+			FOR EACH STATEMENT EXECUTE FUNCTION community_deletion.enforce_community_write_fence()`,
+		`CREATE TRIGGER community_write_fence_delete AFTER DELETE ON public.kept_aside REFERENCING OLD TABLE AS community_fence_old
+			FOR EACH STATEMENT EXECUTE FUNCTION community_deletion.enforce_community_write_fence()`,
+		`CREATE TRIGGER community_write_fence_truncate BEFORE TRUNCATE ON public.kept_aside
+			FOR EACH STATEMENT EXECUTE FUNCTION community_deletion.enforce_community_truncate_fence()`,
+		fmt.Sprintf("INSERT INTO public.kept_aside (community_id, id, kind) VALUES ('%s', 1, 'kept aside')", gone),
+	} {
+		_, err := service.Exec(t.Context(), sql)
+		require.NoError(t, err, sql)
+	}
+	b.quiesce(t, gone)
+	b.fence(t, gone)
+	b.tombstone(t, gone)
+	_, err := service.Exec(t.Context(), fmt.Sprintf("ALTER TABLE fixture_activity ATTACH PARTITION public.kept_aside FOR VALUES IN ('%s')", gone))
+	requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "holds rows of a community that was deleted")
+	var attached bool
+	require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT relispartition FROM pg_class WHERE oid = 'public.kept_aside'::regclass").Scan(&attached))
+	require.False(t, attached)
+	_, err = service.Exec(t.Context(), "DROP TABLE public.kept_aside")
+	require.NoError(t, err)
+	require.Empty(t, drift(t, b))
+}
+
+// The guard's own copies of what the migrations compute about a fence (its
+// arguments, whether a table has the statement or row fences, a child
+// table's paths; the guard runs as a superuser and so never calls the
+// schema owner's functions) agree with the migrations' functions for
+// every registered table and partition of a keyed deployment, fenced
+// whole and tampered with in several ways.
+func TestDDLGuardAgreesWithTheMigrationsOnFences(t *testing.T) {
+	t.Parallel()
+	for _, kind := range keyedKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			t.Parallel()
+			d := newKeyedDeployment(t, kind, false, false)
+			b := d.b
+			d.run(t, fmt.Sprintf("CREATE TABLE svc.events_sub PARTITION OF svc.events FOR VALUES IN ('%s') PARTITION BY RANGE (id)", kind.keys[4]),
+				"CREATE TABLE svc.events_sub_low PARTITION OF svc.events_sub FOR VALUES FROM (0) TO (1000)")
+			b.execInRun(t, fmt.Sprintf("CREATE TABLE svc.events_run PARTITION OF svc.events FOR VALUES IN ('%s')", kind.keys[5]))
+			disagreements := func() []string {
+				t.Helper()
+				rows, err := b.pool.Query(t.Context(), `
+					WITH migrations AS (
+						SELECT reg.relid, reg.root, reg.purge_action, reg.args AS guard_args,
+						       CASE r.purge_action WHEN 'delete' THEN community_deletion.community_deletion_fence_args(r.tenant_key, r.key_kind, r.parents)
+						            ELSE community_deletion.community_deletion_kept_row_args(r.tenant_key, r.key_kind) END AS args,
+						       CASE r.purge_action WHEN 'delete' THEN 'community_deletion.enforce_community_write_fence()'
+						            ELSE 'community_deletion.enforce_community_kept_row_fence()' END::regprocedure AS fence,
+						       CASE r.purge_action WHEN 'delete' THEN 'community_deletion.enforce_community_write_fence_row()'
+						            ELSE 'community_deletion.enforce_community_kept_row_fence_row()' END::regprocedure AS row_fence,
+						       r.parents, coalesce(r.key_kind, 'uuid') AS key_kind
+						FROM community_deletion.community_deletion_ddl_guard_registered() reg
+						JOIN community_deletion.community_scoped_tables r ON r.table_schema = reg.table_schema AND r.table_name = reg.table_name)
+					SELECT m.relid::regclass::text || ' ' || x.what
+					FROM migrations m
+					CROSS JOIN LATERAL (VALUES
+						('args', m.guard_args IS DISTINCT FROM m.args),
+						('trigger args', community_deletion.community_deletion_ddl_guard_trigger_args(m.args)
+						                 IS DISTINCT FROM community_deletion.community_deletion_trigger_args(m.args)),
+						('statement fenced', community_deletion.community_deletion_ddl_guard_statement_fenced(m.relid, m.purge_action, m.args)
+						                     IS DISTINCT FROM community_deletion.community_deletion_statement_fenced(m.relid, m.fence, m.args)),
+						('row fenced', community_deletion.community_deletion_ddl_guard_row_fenced(m.relid, m.purge_action, m.args, true)
+						               IS DISTINCT FROM community_deletion.community_deletion_row_fenced(m.relid, m.row_fence, m.args, true)),
+						('row fence present', community_deletion.community_deletion_ddl_guard_row_fenced(m.relid, m.purge_action, m.args, false)
+						                      IS DISTINCT FROM community_deletion.community_deletion_row_fenced(m.relid, m.row_fence, m.args, false)),
+						('paths', m.parents IS NOT NULL AND m.relid = m.root AND
+						          community_deletion.community_deletion_ddl_guard_child_paths(m.relid, NULL)
+						          IS DISTINCT FROM community_deletion.community_deletion_child_paths(m.relid, NULL))
+					) x (what, differs)
+					WHERE x.differs ORDER BY 1`)
+				require.NoError(t, err)
+				found, err := pgx.CollectRows(rows, pgx.RowTo[string])
+				require.NoError(t, err)
+				return found
+			}
+			require.Empty(t, disagreements(), "fenced whole")
+			for _, tamper := range [][2]string{
+				{"ALTER TABLE svc.projects DISABLE TRIGGER community_write_fence_update",
+					"ALTER TABLE svc.projects ENABLE TRIGGER community_write_fence_update"},
+				{`CREATE OR REPLACE TRIGGER community_write_fence_insert AFTER INSERT ON svc.projects
+					REFERENCING NEW TABLE AS community_fence_new FOR EACH STATEMENT
+					EXECUTE FUNCTION community_deletion.enforce_community_write_fence('id', 'integer')`,
+					"SELECT community_deletion.attach_community_write_fence('svc.projects', 'delete', 'account_id')"},
+				{"ALTER TABLE svc.events DISABLE TRIGGER community_write_fence_row",
+					"SELECT community_deletion.attach_community_write_fence('svc.events', 'delete', 'account_id')"},
+				{"ALTER TABLE svc.events_run DISABLE TRIGGER community_write_fence_row",
+					"ALTER TABLE svc.events_run ENABLE TRIGGER community_write_fence_row"},
+				{"DROP TRIGGER community_kept_row_fence_update ON svc.notes",
+					"SELECT community_deletion.attach_community_write_fence('svc.notes', 'nullify', 'account_id')"},
+				{"ALTER TABLE svc.tasks DROP CONSTRAINT tasks_project_id_fkey",
+					"ALTER TABLE svc.tasks ADD CONSTRAINT tasks_project_id_fkey FOREIGN KEY (project_id) REFERENCES svc.projects (id)"},
+				{"ALTER TABLE svc.comments ENABLE REPLICA TRIGGER community_write_fence_delete",
+					"ALTER TABLE svc.comments ENABLE TRIGGER community_write_fence_delete"},
+			} {
+				b.execInRun(t, tamper[0])
+				require.Empty(t, disagreements(), tamper[0])
+				b.execInRun(t, tamper[1])
+			}
+			require.Empty(t, disagreements(), "put back")
+		})
+	}
 }

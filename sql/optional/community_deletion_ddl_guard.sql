@@ -2,7 +2,8 @@
 -- deletion schema impossible, not only visible. A table's owner can always
 -- ALTER its own objects, and the owner of schema community_deletion can drop
 -- or create anything in it; an event trigger sees every DDL command of every
--- role, so a superuser installs it once, after the migrations:
+-- role, so a superuser installs it once, after the migrations (it needs
+-- migration 00026; install it again after upgrading to a later release):
 --
 --     go run ./cmd/migrate install-ddl-guard   (or: psql -f this file, as a superuser)
 --
@@ -11,9 +12,14 @@
 -- community_deletion.x or pg_catalog.x (operators too), so nothing another
 -- role plants runs inside it. Of the migrations' functions it calls only the
 -- constant lists community_deletion_guard_triggers() and
--- community_deletion_control_table(). Installing it over a guard an earlier
--- release installed in the schema of communities removes that one first
--- (its event triggers, functions, tables and TRUNCATE fences).
+-- community_deletion_control_table(): what it needs of the others (a
+-- registered table's fence arguments, whether a table carries its fences,
+-- the paths of a table attached through its parents) it computes with its
+-- own copies, which TestDDLGuardAgreesWithTheMigrationsOnFences holds to
+-- the migrations', so that the schema's owner never has code of its own run
+-- as a superuser. Installing it over a guard an earlier release installed
+-- in the schema of communities removes that one first (its event triggers,
+-- functions, tables and TRUNCATE fences).
 --
 -- At the end of every DDL command outside a migration run it refuses
 -- (SQLSTATE 42501) a command that:
@@ -31,35 +37,66 @@
 --   * changes a control table's indexes, constraints, triggers or column
 --     domains (their digest is kept in community_deletion_ddl_guard_state
 --     and moves on only in migration runs);
---   * leaves a registered 'delete' table, or any of its partitions, without
---     a whole fence: for each of INSERT, UPDATE and DELETE an enabled AFTER
---     ... FOR EACH STATEMENT trigger of enforce_community_write_fence() with
---     its transition tables, no WHEN clause and no column list, and the
---     BEFORE TRUNCATE trigger of enforce_community_truncate_fence() that
---     attach creates (community_write_fence_truncate), enabled, no WHEN;
+--   * leaves a registered table, or any of its partitions, without its whole
+--     fence, with exactly the arguments its registration gives it (none for
+--     a community_id key, the column for another uuid key, the column and
+--     kind for an integer or text key, 'through' and the paths for a table
+--     attached through its parents): for a 'delete' table, for each of
+--     INSERT, UPDATE and DELETE an enabled AFTER ... FOR EACH STATEMENT
+--     trigger of enforce_community_write_fence() with its transition tables,
+--     no WHEN clause and no column list, and attach's BEFORE TRUNCATE
+--     trigger community_write_fence_truncate; for a 'nullify' table, the
+--     kept-row fence on INSERT and UPDATE. A partition that has none of
+--     these and was not attached in this transaction (one made in a
+--     migration run) is fenced by the enabled clone of its partitioned
+--     table's row fence instead; disabling that clone unfences it;
+--   * leaves a fence trigger of a registered table with a WHEN clause or a
+--     column list, or a fence of the other purge action on it;
+--   * leaves the row fence community_write_fence_row of a registered
+--     partitioned table (which PostgreSQL clones onto every partition made
+--     later) disabled, firing for replication sessions only, or re-created
+--     otherwise than attach creates it; a clone on a partition that has its
+--     statement fences may be enabled or not (attach disables it);
 --   * leaves a table outside the registry (a detached partition) that holds
 --     rows and carries part of a write fence;
---   * leaves a registered table dropped, renamed, or reshaped (its tenant
---     key column gone, retyped or of the wrong nullability);
+--   * leaves a registered table dropped, renamed, or reshaped: its tenant key
+--     column gone, of a type of another kind than the registered one (uuid;
+--     smallint, integer or bigint; text or varchar), or NOT NULL on a
+--     'nullify' table (a 'delete' table's key may be nullable);
+--   * leaves a table attached through its parents with other paths than it
+--     was attached by (a foreign key or declared reference it follows gone,
+--     a referencing column renamed), or with a column of a path (its own or
+--     a parent's) gone or of another kind than the column it joins;
 --   * leaves a registered table (or partition) whose row-level security
 --     applies to a login of the executor or operator role;
 --   * rewrites a registered table (ALTER COLUMN ... TYPE ... USING, for one)
---     and changes any row of a community that is not active: a second event
+--     and changes any row of a tenant that is not active: a second event
 --     trigger, on table_rewrite, digests those rows before the rewrite (this
 --     one holds in migration runs too).
--- A third, at the start of DROP FUNCTION, DROP ROUTINE, DROP SCHEMA and
--- DROP OWNED, refuses them to a member of community_deletion's owner that
--- is not a superuser, outside a migration run: a schema's owner may drop
--- every object in it, the guard's own functions too (and CASCADE takes the
--- event triggers with them, after which nothing fires at the command's end).
+-- A third, on sql_drop, refuses outside a migration run a command that
+-- drops a column a registration needs (a tenant key column, a column of a
+-- child table's path, on the table or a parent: dropped and added again in
+-- one ALTER TABLE, a column would give every row another tenant or none,
+-- with no rewrite to see), or the row fence of a registered partitioned
+-- table (the drop of a whole table is the check above's). A fourth, at the
+-- start of DROP FUNCTION, DROP ROUTINE, DROP SCHEMA and DROP OWNED, refuses
+-- them to a member of community_deletion's owner that is not a superuser,
+-- outside a migration run: a schema's owner may drop every object in it, the
+-- guard's own functions too (and CASCADE takes the event triggers with
+-- them, after which nothing fires at the command's end).
 --
--- Entitled paths pass: attach_community_write_fence() (each command only
--- creates fence triggers exactly as attach does, which can only add or
--- restore protection); a new partition of a registered 'delete' table
--- (CREATE TABLE ... PARTITION OF, ALTER TABLE ... ATTACH PARTITION) is
--- fenced and granted at once as attach would, and refused when it holds
--- rows of a community that is not active; any DDL that leaves none of the
--- above.
+-- Entitled paths pass: attach_community_write_fence() and
+-- attach_child_table() (each command only creates fence triggers exactly
+-- as attach does, with the registered arguments once the table is
+-- registered, which can only add or restore protection; the rest leaves
+-- whole fences); declare_reference() and drop_reference(), which write no
+-- DDL; a new partition of a registered table (CREATE TABLE ... PARTITION OF,
+-- ALTER TABLE ... ATTACH PARTITION) is fenced and granted at once as attach
+-- would, with its clone of the row fence disabled on a leaf, and refused
+-- when it holds rows of a tenant that is not active; a partition attached
+-- with its fence whole (one detached and re-attached) gets its clone
+-- disabled likewise, and is refused when it holds rows of a tenant that was
+-- deleted; any DDL that leaves none of the above.
 --
 -- The exemption is a migration run: a session whose login (session_user) is
 -- a member of the owner of schema community_deletion and that has opened a
@@ -88,6 +125,11 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '55000',
             MESSAGE = 'DDL guard not installed: community_deletion.communities does not exist; migrate the database (migrate up) first';
     END IF;
+    IF pg_catalog.to_regprocedure('community_deletion.enforce_community_write_fence_row()') IS NULL
+       OR pg_catalog.to_regclass('community_deletion.community_deletion_references') IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '55000',
+            MESSAGE = 'DDL guard not installed: this guard needs migration 00026 (real schemas), and the database is older; migrate it up (migrate up) first';
+    END IF;
 END
 $check$;
 
@@ -96,6 +138,7 @@ $check$;
 DROP EVENT TRIGGER IF EXISTS community_deletion_ddl_guard;
 DROP EVENT TRIGGER IF EXISTS community_deletion_ddl_guard_rewrite;
 DROP EVENT TRIGGER IF EXISTS community_deletion_ddl_guard_drop;
+DROP EVENT TRIGGER IF EXISTS community_deletion_ddl_guard_sql_drop;
 DO $remove$
 DECLARE
     item record;
@@ -268,51 +311,472 @@ INSERT INTO community_deletion.community_deletion_ddl_guard_state (control_table
 SELECT t.oids, community_deletion.community_deletion_ddl_guard_control_digest(t.oids)
 FROM (SELECT community_deletion.community_deletion_ddl_guard_control_tables() AS oids) t;
 
--- The tables of a registered table's partition tree (the registered table
--- itself first), by the registry's (table_schema, table_name), with the
--- registered table's tenant key column.
-CREATE FUNCTION community_deletion.community_deletion_ddl_guard_registered() RETURNS TABLE (
-        table_schema pg_catalog.name, table_name pg_catalog.name, purge_action pg_catalog.text,
-        root pg_catalog.oid, relid pg_catalog.oid, tenant_key pg_catalog.name)
+
+-- What the migrations compute about a registered table's fence, copied so
+-- that the guard, a superuser's, calls none of the schema owner's functions
+-- (migration 00026's community_deletion_key_kind(), fence_args(),
+-- kept_row_args(), trigger_args(), statement_fenced(), row_fenced(),
+-- table_references() and child_paths(); TestDDLGuardAgreesWithTheMigrationsOnFences
+-- holds them to each other).
+
+-- The kind of a tenant key column's type: 'uuid', 'integer' (smallint,
+-- integer, bigint) or 'text' (text, varchar); NULL for any other.
+CREATE FUNCTION community_deletion.community_deletion_ddl_guard_key_kind(key_type pg_catalog.oid) RETURNS pg_catalog.text
+    LANGUAGE sql IMMUTABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $body$
+    SELECT CASE
+        WHEN key_type OPERATOR(pg_catalog.=) 'pg_catalog.uuid'::pg_catalog.regtype::pg_catalog.oid THEN 'uuid'
+        WHEN key_type OPERATOR(pg_catalog.=) ANY (ARRAY['pg_catalog.int2'::pg_catalog.regtype::pg_catalog.oid,
+                                                       'pg_catalog.int4'::pg_catalog.regtype::pg_catalog.oid,
+                                                       'pg_catalog.int8'::pg_catalog.regtype::pg_catalog.oid]) THEN 'integer'
+        WHEN key_type OPERATOR(pg_catalog.=) ANY (ARRAY['pg_catalog.text'::pg_catalog.regtype::pg_catalog.oid,
+                                                       'pg_catalog.varchar'::pg_catalog.regtype::pg_catalog.oid]) THEN 'text'
+    END
+$body$;
+
+-- The arguments of a registered table's fence: for a 'delete' table none
+-- for a uuid community_id key, the column for another uuid key, (column,
+-- kind) for an integer or text key, ('through', {kind, paths}) for a table
+-- attached through its parents; for a 'nullify' table's kept-row fence the
+-- column, and its kind unless it is a uuid.
+CREATE FUNCTION community_deletion.community_deletion_ddl_guard_fence_args(
+        purge_action pg_catalog.text, tenant_key pg_catalog.name, key_kind pg_catalog.text, parents pg_catalog.jsonb)
+    RETURNS pg_catalog.text[]
+    LANGUAGE sql IMMUTABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $body$
+    SELECT CASE
+        WHEN purge_action OPERATOR(pg_catalog.<>) 'delete'::pg_catalog.text
+            THEN CASE WHEN coalesce(key_kind, 'uuid') OPERATOR(pg_catalog.=) 'uuid'::pg_catalog.text
+                      THEN ARRAY[tenant_key::pg_catalog.text] ELSE ARRAY[tenant_key::pg_catalog.text, key_kind] END
+        WHEN parents IS NOT NULL
+            THEN ARRAY['through'::pg_catalog.text,
+                       pg_catalog.jsonb_build_object('kind', coalesce(key_kind, 'uuid'), 'paths', parents)::pg_catalog.text]
+        WHEN coalesce(key_kind, 'uuid') OPERATOR(pg_catalog.=) 'uuid'::pg_catalog.text
+             AND tenant_key OPERATOR(pg_catalog.=) 'community_id'::pg_catalog.name THEN '{}'::pg_catalog.text[]
+        WHEN coalesce(key_kind, 'uuid') OPERATOR(pg_catalog.=) 'uuid'::pg_catalog.text THEN ARRAY[tenant_key::pg_catalog.text]
+        ELSE ARRAY[tenant_key::pg_catalog.text, key_kind]
+    END
+$body$;
+
+-- args as pg_trigger.tgargs stores them.
+CREATE FUNCTION community_deletion.community_deletion_ddl_guard_trigger_args(args pg_catalog.text[]) RETURNS pg_catalog.bytea
+    LANGUAGE sql IMMUTABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $body$
+    SELECT coalesce((SELECT pg_catalog.string_agg(pg_catalog.convert_to(a.value, 'UTF8') OPERATOR(pg_catalog.||) '\x00'::pg_catalog.bytea,
+                                                  ''::pg_catalog.bytea ORDER BY a.ordinality)
+                     FROM pg_catalog.unnest(args) WITH ORDINALITY a (value, ordinality)), ''::pg_catalog.bytea)
+$body$;
+
+-- Whether relation has the whole statement-level fence of purge_action
+-- ('delete': enforce_community_write_fence() on INSERT, UPDATE and DELETE;
+-- 'nullify': the kept-row fence on INSERT and UPDATE), enabled, firing for
+-- every row change, and every such trigger with exactly the arguments args.
+CREATE FUNCTION community_deletion.community_deletion_ddl_guard_statement_fenced(
+        relation pg_catalog.oid, purge_action pg_catalog.text, args pg_catalog.text[]) RETURNS pg_catalog.bool
     LANGUAGE sql STABLE
     SET search_path = pg_catalog, pg_temp
     AS $body$
-    SELECT r.table_schema, r.table_name, r.purge_action::pg_catalog.text, c.oid, part.relid, r.tenant_key
+    SELECT coalesce(pg_catalog.bool_or((t.tgtype::pg_catalog.int4 OPERATOR(pg_catalog.&) 4) OPERATOR(pg_catalog.=) 4
+                                       AND t.tgnewtable OPERATOR(pg_catalog.=) 'community_fence_new'::pg_catalog.name)
+                    AND pg_catalog.bool_or((t.tgtype::pg_catalog.int4 OPERATOR(pg_catalog.&) 16) OPERATOR(pg_catalog.=) 16
+                                           AND t.tgoldtable OPERATOR(pg_catalog.=) 'community_fence_old'::pg_catalog.name
+                                           AND t.tgnewtable OPERATOR(pg_catalog.=) 'community_fence_new'::pg_catalog.name)
+                    AND (purge_action OPERATOR(pg_catalog.<>) 'delete'::pg_catalog.text
+                         OR pg_catalog.bool_or((t.tgtype::pg_catalog.int4 OPERATOR(pg_catalog.&) 8) OPERATOR(pg_catalog.=) 8
+                                               AND t.tgoldtable OPERATOR(pg_catalog.=) 'community_fence_old'::pg_catalog.name))
+                    AND pg_catalog.bool_and(t.tgnargs::pg_catalog.int4 OPERATOR(pg_catalog.=) pg_catalog.cardinality(args)
+                                            AND t.tgargs OPERATOR(pg_catalog.=) community_deletion.community_deletion_ddl_guard_trigger_args(args)),
+                    false)
+    FROM pg_catalog.pg_trigger t
+    WHERE t.tgrelid OPERATOR(pg_catalog.=) relation
+      AND t.tgfoid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure(CASE WHEN purge_action OPERATOR(pg_catalog.=) 'delete'::pg_catalog.text
+                                                                          THEN 'community_deletion.enforce_community_write_fence()'
+                                                                          ELSE 'community_deletion.enforce_community_kept_row_fence()' END)::pg_catalog.oid
+      AND NOT t.tgisinternal
+      AND t.tgenabled OPERATOR(pg_catalog.=) ANY (ARRAY['O', 'A']::pg_catalog."char"[])
+      AND (t.tgtype::pg_catalog.int4 OPERATOR(pg_catalog.&) (1 OPERATOR(pg_catalog.|) 2 OPERATOR(pg_catalog.|) 64)) OPERATOR(pg_catalog.=) 0
+      AND t.tgqual IS NULL
+      AND pg_catalog.cardinality(t.tgattr::pg_catalog.int2[]) OPERATOR(pg_catalog.=) 0
+$body$;
+
+-- Whether relation has the row fence community_write_fence_row of
+-- purge_action that attach puts on a partitioned table (for INSERT, UPDATE
+-- and, 'delete', DELETE), with exactly the arguments args; enabled when
+-- enabled is true (a partition's clone), in whatever state otherwise.
+CREATE FUNCTION community_deletion.community_deletion_ddl_guard_row_fenced(
+        relation pg_catalog.oid, purge_action pg_catalog.text, args pg_catalog.text[], enabled pg_catalog.bool) RETURNS pg_catalog.bool
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $body$
+    SELECT EXISTS (
+        SELECT 1 FROM pg_catalog.pg_trigger t
+        WHERE t.tgrelid OPERATOR(pg_catalog.=) relation
+          AND t.tgfoid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure(CASE WHEN purge_action OPERATOR(pg_catalog.=) 'delete'::pg_catalog.text
+                                                                              THEN 'community_deletion.enforce_community_write_fence_row()'
+                                                                              ELSE 'community_deletion.enforce_community_kept_row_fence_row()' END)::pg_catalog.oid
+          AND t.tgname OPERATOR(pg_catalog.=) 'community_write_fence_row'::pg_catalog.name
+          AND (NOT enabled OR t.tgenabled OPERATOR(pg_catalog.=) ANY (ARRAY['O', 'A']::pg_catalog."char"[]))
+          AND (t.tgtype::pg_catalog.int4 OPERATOR(pg_catalog.&) 1) OPERATOR(pg_catalog.=) 1
+          AND (t.tgtype::pg_catalog.int4 OPERATOR(pg_catalog.&) (2 OPERATOR(pg_catalog.|) 64)) OPERATOR(pg_catalog.=) 0
+          AND (t.tgtype::pg_catalog.int4 OPERATOR(pg_catalog.&) (4 OPERATOR(pg_catalog.|) 16)) OPERATOR(pg_catalog.=) (4 OPERATOR(pg_catalog.|) 16)
+          AND (purge_action OPERATOR(pg_catalog.<>) 'delete'::pg_catalog.text
+               OR (t.tgtype::pg_catalog.int4 OPERATOR(pg_catalog.&) 8) OPERATOR(pg_catalog.=) 8)
+          AND t.tgqual IS NULL
+          AND pg_catalog.cardinality(t.tgattr::pg_catalog.int2[]) OPERATOR(pg_catalog.=) 0
+          AND t.tgnargs::pg_catalog.int4 OPERATOR(pg_catalog.=) pg_catalog.cardinality(args)
+          AND t.tgargs OPERATOR(pg_catalog.=) community_deletion.community_deletion_ddl_guard_trigger_args(args))
+$body$;
+
+-- The references of relation target to other tables: its foreign keys (on
+-- the table itself, not a partition's clones) and those its owner declared
+-- (community_deletion_references), each with its columns and the
+-- referenced table's, in key order.
+CREATE FUNCTION community_deletion.community_deletion_ddl_guard_references(target pg_catalog.oid)
+    RETURNS TABLE (columns pg_catalog.name[], parent pg_catalog.oid, parent_schema pg_catalog.name,
+                   parent_table pg_catalog.name, parent_columns pg_catalog.name[])
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $body$
+    SELECT ARRAY(SELECT a.attname FROM pg_catalog.unnest(f.conkey) WITH ORDINALITY k (attnum, ordinality)
+                 JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) f.conrelid AND a.attnum OPERATOR(pg_catalog.=) k.attnum
+                 ORDER BY k.ordinality),
+           f.confrelid, pn.nspname, pc.relname,
+           ARRAY(SELECT a.attname FROM pg_catalog.unnest(f.confkey) WITH ORDINALITY k (attnum, ordinality)
+                 JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) f.confrelid AND a.attnum OPERATOR(pg_catalog.=) k.attnum
+                 ORDER BY k.ordinality)
+    FROM pg_catalog.pg_constraint f
+    JOIN pg_catalog.pg_class pc ON pc.oid OPERATOR(pg_catalog.=) f.confrelid
+    JOIN pg_catalog.pg_namespace pn ON pn.oid OPERATOR(pg_catalog.=) pc.relnamespace
+    WHERE f.contype OPERATOR(pg_catalog.=) 'f'::pg_catalog."char" AND f.conrelid OPERATOR(pg_catalog.=) target
+      AND f.conparentid OPERATOR(pg_catalog.=) 0::pg_catalog.oid
+    UNION ALL
+    SELECT r.child_columns, pc.oid, r.parent_schema, r.parent_table, r.parent_columns
+    FROM community_deletion.community_deletion_references r
+    JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) target
+    JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace AND n.nspname OPERATOR(pg_catalog.=) r.child_schema
+    LEFT JOIN pg_catalog.pg_namespace pn ON pn.nspname OPERATOR(pg_catalog.=) r.parent_schema
+    LEFT JOIN pg_catalog.pg_class pc ON pc.relnamespace OPERATOR(pg_catalog.=) pn.oid AND pc.relname OPERATOR(pg_catalog.=) r.parent_table
+        AND pc.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'p']::pg_catalog."char"[])
+    WHERE r.child_table OPERATOR(pg_catalog.=) c.relname
+$body$;
+
+-- The paths by which relation target reaches its tenant through its
+-- references to registered 'delete' tables other than itself (only to
+-- only_parents, when given): {"kind": the root key's kind, "paths": [...]}
+-- in a canonical order, or NULL when there is none.
+CREATE FUNCTION community_deletion.community_deletion_ddl_guard_child_paths(target pg_catalog.oid, only_parents pg_catalog.oid[])
+    RETURNS pg_catalog.jsonb
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $body$
+    WITH hops AS (
+        SELECT ref.parent,
+               pg_catalog.jsonb_build_object('schema', ref.parent_schema, 'table', ref.parent_table,
+                                             'columns', pg_catalog.to_jsonb(ref.columns::pg_catalog.text[]),
+                                             'parent_columns', pg_catalog.to_jsonb(ref.parent_columns::pg_catalog.text[])) AS hop,
+               r.tenant_key, coalesce(r.key_kind, 'uuid') AS kind, r.parents
+        FROM community_deletion.community_deletion_ddl_guard_references(target) ref
+        JOIN community_deletion.community_scoped_tables r
+            ON r.table_schema OPERATOR(pg_catalog.=) ref.parent_schema AND r.table_name OPERATOR(pg_catalog.=) ref.parent_table
+        WHERE ref.parent IS NOT NULL AND ref.parent OPERATOR(pg_catalog.<>) target
+          AND r.purge_action OPERATOR(pg_catalog.=) 'delete'::pg_catalog.text
+          AND (only_parents IS NULL OR ref.parent OPERATOR(pg_catalog.=) ANY (only_parents))
+    ), paths AS (
+        SELECT hops.kind, pg_catalog.jsonb_build_object('hops', pg_catalog.jsonb_build_array(hops.hop), 'key', hops.tenant_key) AS path
+        FROM hops WHERE hops.parents IS NULL
+        UNION ALL
+        SELECT hops.kind,
+               pg_catalog.jsonb_build_object('hops', pg_catalog.jsonb_build_array(hops.hop) OPERATOR(pg_catalog.||) (p.value OPERATOR(pg_catalog.->) 'hops'),
+                                             'key', p.value OPERATOR(pg_catalog.->) 'key')
+        FROM hops CROSS JOIN pg_catalog.jsonb_array_elements(hops.parents) p
+        WHERE hops.parents IS NOT NULL
+    )
+    SELECT CASE WHEN pg_catalog.count(*) OPERATOR(pg_catalog.=) 0 THEN NULL
+                ELSE pg_catalog.jsonb_build_object('kind', pg_catalog.min(paths.kind),
+                                                   'paths', pg_catalog.jsonb_agg(paths.path ORDER BY paths.path::pg_catalog.text)) END
+    FROM paths
+$body$;
+
+-- The tables of a registered table's partition tree (the registered table
+-- itself among them, relid = root), by the registry's (table_schema,
+-- table_name), with the registration: its purge action, key column (NULL
+-- for a table attached through its parents), key kind, paths and its
+-- fence's arguments; leaf is false for a partitioned table.
+CREATE FUNCTION community_deletion.community_deletion_ddl_guard_registered() RETURNS TABLE (
+        table_schema pg_catalog.name, table_name pg_catalog.name, purge_action pg_catalog.text,
+        root pg_catalog.oid, relid pg_catalog.oid, tenant_key pg_catalog.name, key_kind pg_catalog.text,
+        parents pg_catalog.jsonb, args pg_catalog.text[], leaf pg_catalog.bool)
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $body$
+    SELECT r.table_schema, r.table_name, r.purge_action::pg_catalog.text, c.oid, part.relid, r.tenant_key,
+           coalesce(r.key_kind, 'uuid'), r.parents,
+           community_deletion.community_deletion_ddl_guard_fence_args(r.purge_action, r.tenant_key, r.key_kind, r.parents),
+           part.leaf
     FROM community_deletion.community_scoped_tables r
     JOIN pg_catalog.pg_namespace n ON n.nspname OPERATOR(pg_catalog.=) r.table_schema
     JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) n.oid AND c.relname OPERATOR(pg_catalog.=) r.table_name
         AND c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'p']::pg_catalog."char"[]) AND NOT c.relispartition
-    CROSS JOIN LATERAL (SELECT c.oid UNION SELECT tree.relid::pg_catalog.oid
-                        FROM pg_catalog.pg_partition_tree(c.oid::pg_catalog.regclass) tree) part (relid)
+    CROSS JOIN LATERAL (SELECT c.oid, c.relkind OPERATOR(pg_catalog.<>) 'p'::pg_catalog."char"
+                        UNION SELECT tree.relid::pg_catalog.oid, tree.isleaf
+                        FROM pg_catalog.pg_partition_tree(c.oid::pg_catalog.regclass) tree) part (relid, leaf)
 $body$;
-REVOKE ALL ON FUNCTION community_deletion.community_deletion_ddl_guard_registered() FROM PUBLIC;
 
--- Table rewrites of registered tables: the rows of every community that is
--- not active, digested before the rewrite and compared after it.
-CREATE FUNCTION community_deletion.community_deletion_ddl_guard_rows_digest(relation pg_catalog.regclass) RETURNS pg_catalog.text
-    LANGUAGE plpgsql STABLE
+-- Whether a row of a registered table (alias) belongs to a tenant that is
+-- not active, or with only_deleted to one that was deleted (a tombstone):
+-- SQL over alias's columns for the fence arguments args, resolving the
+-- tenant by the key column or, for a table attached through its parents,
+-- through each path as the fence does. Names come from the registry,
+-- quoted as identifiers.
+CREATE FUNCTION community_deletion.community_deletion_ddl_guard_foreign_rows(
+        args pg_catalog.text[], alias pg_catalog.text, only_deleted pg_catalog.bool) RETURNS pg_catalog.text
+    LANGUAGE plpgsql IMMUTABLE
     SET search_path = pg_catalog, pg_temp
     AS $body$
 DECLARE
-    digest pg_catalog.text;
-    key pg_catalog.name;
+    kind pg_catalog.text;
+    spec pg_catalog.jsonb;
+    path pg_catalog.jsonb;
+    hop pg_catalog.jsonb;
+    depth pg_catalog.int4;
+    hops pg_catalog.int4;
+    tables pg_catalog.text[];
+    conditions pg_catalog.text[];
+    filters pg_catalog.text[] := '{}';
+    tenants pg_catalog.text := pg_catalog.format(
+        '(SELECT c.id FROM community_deletion.communities c WHERE c.deletion_state %s)',
+        CASE WHEN only_deleted THEN 'OPERATOR(pg_catalog.=) ''tombstone''::pg_catalog.text'
+             ELSE 'OPERATOR(pg_catalog.<>) ''active''::pg_catalog.text' END);
+    id_of pg_catalog.text;
 BEGIN
-    SELECT reg.tenant_key INTO key FROM community_deletion.community_deletion_ddl_guard_registered() reg
-    WHERE reg.relid OPERATOR(pg_catalog.=) relation::pg_catalog.oid LIMIT 1;
-    EXECUTE pg_catalog.format('SELECT pg_catalog.md5(coalesce(pg_catalog.string_agg(m.line, E''\n'' ORDER BY m.line), '''')) '
-                              'FROM (SELECT m::pg_catalog.text AS line FROM %s m '
-                              'WHERE m.%I IN (SELECT c.id FROM community_deletion.communities c '
-                              'WHERE c.deletion_state OPERATOR(pg_catalog.<>) ''active''::pg_catalog.text)) m',
-                              relation, coalesce(key, 'community_id'::pg_catalog.name)) INTO digest;
-    RETURN digest;
+    IF pg_catalog.cardinality(args) OPERATOR(pg_catalog.<) 2 OR args[1] OPERATOR(pg_catalog.<>) 'through'::pg_catalog.text THEN
+        kind := CASE WHEN pg_catalog.cardinality(args) OPERATOR(pg_catalog.<) 2 THEN 'uuid' ELSE args[2] END;
+        id_of := pg_catalog.format('%I.%I', alias, coalesce(args[1], 'community_id'));
+        IF kind OPERATOR(pg_catalog.<>) 'uuid'::pg_catalog.text THEN
+            id_of := pg_catalog.format('pg_catalog.md5(''community_deletion tenant '' OPERATOR(pg_catalog.||) %s::pg_catalog.text)::pg_catalog.uuid', id_of);
+        END IF;
+        RETURN pg_catalog.format('(%s OPERATOR(pg_catalog.=) ANY %s)', id_of, tenants);
+    END IF;
+    spec := args[2]::pg_catalog.jsonb;
+    kind := spec OPERATOR(pg_catalog.->>) 'kind';
+    FOR path IN SELECT p.value FROM pg_catalog.jsonb_array_elements(spec OPERATOR(pg_catalog.->) 'paths') p LOOP
+        tables := '{}';
+        conditions := '{}';
+        hops := pg_catalog.jsonb_array_length(path OPERATOR(pg_catalog.->) 'hops');
+        FOR depth IN 1 .. hops LOOP
+            hop := (path OPERATOR(pg_catalog.->) 'hops') OPERATOR(pg_catalog.->) (depth OPERATOR(pg_catalog.-) 1);
+            tables := tables OPERATOR(pg_catalog.||) pg_catalog.format('%I.%I p%s', hop OPERATOR(pg_catalog.->>) 'schema',
+                                                                       hop OPERATOR(pg_catalog.->>) 'table', depth);
+            conditions := conditions OPERATOR(pg_catalog.||) ARRAY(
+                SELECT pg_catalog.format('p%s.%I OPERATOR(pg_catalog.=) %I.%I', depth, pc.value,
+                                         CASE WHEN depth OPERATOR(pg_catalog.=) 1 THEN alias
+                                              ELSE 'p' OPERATOR(pg_catalog.||) (depth OPERATOR(pg_catalog.-) 1)::pg_catalog.text END,
+                                         cc.value)
+                FROM pg_catalog.jsonb_array_elements_text(hop OPERATOR(pg_catalog.->) 'columns') WITH ORDINALITY cc
+                JOIN pg_catalog.jsonb_array_elements_text(hop OPERATOR(pg_catalog.->) 'parent_columns') WITH ORDINALITY pc
+                    ON pc.ordinality OPERATOR(pg_catalog.=) cc.ordinality
+                ORDER BY cc.ordinality);
+        END LOOP;
+        id_of := pg_catalog.format('p%s.%I', hops, path OPERATOR(pg_catalog.->>) 'key');
+        IF kind OPERATOR(pg_catalog.<>) 'uuid'::pg_catalog.text THEN
+            id_of := pg_catalog.format('pg_catalog.md5(''community_deletion tenant '' OPERATOR(pg_catalog.||) %s::pg_catalog.text)::pg_catalog.uuid', id_of);
+        END IF;
+        filters := filters OPERATOR(pg_catalog.||) pg_catalog.format(
+            'EXISTS (SELECT 1 FROM %s WHERE %s AND %s OPERATOR(pg_catalog.=) ANY %s)',
+            pg_catalog.array_to_string(tables, ', '), pg_catalog.array_to_string(conditions, ' AND '), id_of, tenants);
+    END LOOP;
+    IF pg_catalog.cardinality(filters) OPERATOR(pg_catalog.=) 0 THEN
+        RETURN 'false';
+    END IF;
+    RETURN '(' OPERATOR(pg_catalog.||) pg_catalog.array_to_string(filters, ' OR ') OPERATOR(pg_catalog.||) ')';
 END
 $body$;
-REVOKE ALL ON FUNCTION community_deletion.community_deletion_ddl_guard_rows_digest(pg_catalog.regclass) FROM PUBLIC;
+REVOKE ALL ON FUNCTION community_deletion.community_deletion_ddl_guard_key_kind(pg_catalog.oid),
+    community_deletion.community_deletion_ddl_guard_fence_args(pg_catalog.text, pg_catalog.name, pg_catalog.text, pg_catalog.jsonb),
+    community_deletion.community_deletion_ddl_guard_trigger_args(pg_catalog.text[]),
+    community_deletion.community_deletion_ddl_guard_statement_fenced(pg_catalog.oid, pg_catalog.text, pg_catalog.text[]),
+    community_deletion.community_deletion_ddl_guard_row_fenced(pg_catalog.oid, pg_catalog.text, pg_catalog.text[], pg_catalog.bool),
+    community_deletion.community_deletion_ddl_guard_references(pg_catalog.oid),
+    community_deletion.community_deletion_ddl_guard_child_paths(pg_catalog.oid, pg_catalog.oid[]),
+    community_deletion.community_deletion_ddl_guard_registered(),
+    community_deletion.community_deletion_ddl_guard_foreign_rows(pg_catalog.text[], pg_catalog.text, pg_catalog.bool)
+    FROM PUBLIC;
 
+-- The columns the registrations need, by (schema, table) of the table
+-- that has them: every tenant key column, and each column of a path of a
+-- table attached through its parents, on the table that holds it (the
+-- child's referencing columns, each parent's referenced ones) with the
+-- registered table whose registration needs it.
+CREATE FUNCTION community_deletion.community_deletion_ddl_guard_needed_columns() RETURNS TABLE (
+        table_schema pg_catalog.name, table_name pg_catalog.name, column_name pg_catalog.name, registered pg_catalog.text)
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $body$
+    SELECT r.table_schema, r.table_name, r.tenant_key,
+           pg_catalog.quote_ident(r.table_schema::pg_catalog.text) OPERATOR(pg_catalog.||) '.'
+               OPERATOR(pg_catalog.||) pg_catalog.quote_ident(r.table_name::pg_catalog.text)
+    FROM community_deletion.community_scoped_tables r
+    WHERE r.tenant_key IS NOT NULL
+    UNION
+    SELECT CASE WHEN h.depth OPERATOR(pg_catalog.=) 1 THEN r.table_schema
+                ELSE ((p.value OPERATOR(pg_catalog.->) 'hops') OPERATOR(pg_catalog.->) (h.depth::pg_catalog.int4 OPERATOR(pg_catalog.-) 2)
+                      OPERATOR(pg_catalog.->>) 'schema')::pg_catalog.name END,
+           CASE WHEN h.depth OPERATOR(pg_catalog.=) 1 THEN r.table_name
+                ELSE ((p.value OPERATOR(pg_catalog.->) 'hops') OPERATOR(pg_catalog.->) (h.depth::pg_catalog.int4 OPERATOR(pg_catalog.-) 2)
+                      OPERATOR(pg_catalog.->>) 'table')::pg_catalog.name END,
+           c.value::pg_catalog.name,
+           pg_catalog.quote_ident(r.table_schema::pg_catalog.text) OPERATOR(pg_catalog.||) '.'
+               OPERATOR(pg_catalog.||) pg_catalog.quote_ident(r.table_name::pg_catalog.text)
+    FROM community_deletion.community_scoped_tables r
+    CROSS JOIN LATERAL pg_catalog.jsonb_array_elements(r.parents) p
+    CROSS JOIN LATERAL pg_catalog.jsonb_array_elements(p.value OPERATOR(pg_catalog.->) 'hops') WITH ORDINALITY h (hop, depth)
+    CROSS JOIN LATERAL pg_catalog.jsonb_array_elements_text(h.hop OPERATOR(pg_catalog.->) 'columns') c
+    WHERE r.parents IS NOT NULL
+    UNION
+    SELECT (h.hop OPERATOR(pg_catalog.->>) 'schema')::pg_catalog.name, (h.hop OPERATOR(pg_catalog.->>) 'table')::pg_catalog.name,
+           c.value::pg_catalog.name,
+           pg_catalog.quote_ident(r.table_schema::pg_catalog.text) OPERATOR(pg_catalog.||) '.'
+               OPERATOR(pg_catalog.||) pg_catalog.quote_ident(r.table_name::pg_catalog.text)
+    FROM community_deletion.community_scoped_tables r
+    CROSS JOIN LATERAL pg_catalog.jsonb_array_elements(r.parents) p
+    CROSS JOIN LATERAL pg_catalog.jsonb_array_elements(p.value OPERATOR(pg_catalog.->) 'hops') h (hop)
+    CROSS JOIN LATERAL pg_catalog.jsonb_array_elements_text(h.hop OPERATOR(pg_catalog.->) 'parent_columns') c
+    WHERE r.parents IS NOT NULL
+$body$;
+REVOKE ALL ON FUNCTION community_deletion.community_deletion_ddl_guard_needed_columns() FROM PUBLIC;
+
+-- The hops of the paths of tables attached through their parents whose
+-- columns are gone, or of another type than the columns they join and not
+-- of the same kind (declare_reference()'s rule), one row per registered
+-- table: what its fence, purge and proofs could no longer join.
+CREATE FUNCTION community_deletion.community_deletion_ddl_guard_broken_paths() RETURNS TABLE (
+        registered pg_catalog.text, detail pg_catalog.text)
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $body$
+    WITH hop_columns AS (
+        SELECT pg_catalog.quote_ident(r.table_schema::pg_catalog.text) OPERATOR(pg_catalog.||) '.'
+                   OPERATOR(pg_catalog.||) pg_catalog.quote_ident(r.table_name::pg_catalog.text) AS registered,
+               CASE WHEN h.depth OPERATOR(pg_catalog.=) 1 THEN r.table_schema::pg_catalog.text
+                    ELSE (p.value OPERATOR(pg_catalog.->) 'hops') OPERATOR(pg_catalog.->) (h.depth::pg_catalog.int4 OPERATOR(pg_catalog.-) 2)
+                         OPERATOR(pg_catalog.->>) 'schema' END AS child_schema,
+               CASE WHEN h.depth OPERATOR(pg_catalog.=) 1 THEN r.table_name::pg_catalog.text
+                    ELSE (p.value OPERATOR(pg_catalog.->) 'hops') OPERATOR(pg_catalog.->) (h.depth::pg_catalog.int4 OPERATOR(pg_catalog.-) 2)
+                         OPERATOR(pg_catalog.->>) 'table' END AS child_table,
+               h.hop OPERATOR(pg_catalog.->>) 'schema' AS parent_schema, h.hop OPERATOR(pg_catalog.->>) 'table' AS parent_table,
+               cc.value AS child_column, pc.value AS parent_column
+        FROM community_deletion.community_scoped_tables r
+        CROSS JOIN LATERAL pg_catalog.jsonb_array_elements(r.parents) p
+        CROSS JOIN LATERAL pg_catalog.jsonb_array_elements(p.value OPERATOR(pg_catalog.->) 'hops') WITH ORDINALITY h (hop, depth)
+        CROSS JOIN LATERAL pg_catalog.jsonb_array_elements_text(h.hop OPERATOR(pg_catalog.->) 'columns') WITH ORDINALITY cc
+        JOIN LATERAL pg_catalog.jsonb_array_elements_text(h.hop OPERATOR(pg_catalog.->) 'parent_columns') WITH ORDINALITY pc
+            ON pc.ordinality OPERATOR(pg_catalog.=) cc.ordinality
+        WHERE r.parents IS NOT NULL
+    ), typed AS (
+        SELECT hop_columns.*,
+               (SELECT a.atttypid FROM pg_catalog.pg_attribute a
+                JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) a.attrelid
+                JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+                WHERE n.nspname OPERATOR(pg_catalog.=) hop_columns.child_schema AND c.relname OPERATOR(pg_catalog.=) hop_columns.child_table
+                  AND a.attname OPERATOR(pg_catalog.=) hop_columns.child_column AND a.attnum OPERATOR(pg_catalog.>) 0
+                  AND NOT a.attisdropped) AS child_type,
+               (SELECT a.atttypid FROM pg_catalog.pg_attribute a
+                JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) a.attrelid
+                JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+                WHERE n.nspname OPERATOR(pg_catalog.=) hop_columns.parent_schema AND c.relname OPERATOR(pg_catalog.=) hop_columns.parent_table
+                  AND a.attname OPERATOR(pg_catalog.=) hop_columns.parent_column AND a.attnum OPERATOR(pg_catalog.>) 0
+                  AND NOT a.attisdropped) AS parent_type
+        FROM hop_columns
+    )
+    SELECT typed.registered,
+           pg_catalog.string_agg(DISTINCT CASE
+               WHEN typed.child_type IS NULL
+                   THEN pg_catalog.format('%I.%I.%I is gone', typed.child_schema, typed.child_table, typed.child_column)
+               WHEN typed.parent_type IS NULL
+                   THEN pg_catalog.format('%I.%I.%I is gone', typed.parent_schema, typed.parent_table, typed.parent_column)
+               ELSE pg_catalog.format('%I.%I.%I is %s, which does not join %I.%I.%I (%s)',
+                                      typed.child_schema, typed.child_table, typed.child_column,
+                                      pg_catalog.format_type(typed.child_type, NULL),
+                                      typed.parent_schema, typed.parent_table, typed.parent_column,
+                                      pg_catalog.format_type(typed.parent_type, NULL)) END, '; ')
+    FROM typed
+    WHERE typed.child_type IS NULL OR typed.parent_type IS NULL
+       OR (typed.child_type OPERATOR(pg_catalog.<>) typed.parent_type
+           AND community_deletion.community_deletion_ddl_guard_key_kind(typed.child_type)
+               IS DISTINCT FROM community_deletion.community_deletion_ddl_guard_key_kind(typed.parent_type))
+    GROUP BY typed.registered
+$body$;
+REVOKE ALL ON FUNCTION community_deletion.community_deletion_ddl_guard_broken_paths() FROM PUBLIC;
+
+-- Whether trigger (one a command just created) is a fence trigger exactly as
+-- attach creates it: under the name of its event, enabled, no WHEN clause,
+-- no column list, of the purge action of its table's registration and with
+-- the registered arguments when its table is (a partition of) a registered
+-- table, any arguments while it is not (attach fences before it
+-- registers, and registration checks the arguments). Such a trigger can
+-- only add or restore protection.
+CREATE FUNCTION community_deletion.community_deletion_ddl_guard_builds_fence(trigger_oid pg_catalog.oid) RETURNS pg_catalog.bool
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $body$
+    SELECT EXISTS (
+        SELECT 1
+        FROM pg_catalog.pg_trigger t
+        JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) t.tgrelid
+        LEFT JOIN LATERAL (SELECT reg.purge_action, reg.args FROM community_deletion.community_deletion_ddl_guard_registered() reg
+                           WHERE reg.relid OPERATOR(pg_catalog.=) t.tgrelid LIMIT 1) reg ON true
+        CROSS JOIN LATERAL (SELECT (reg.args IS NULL
+                                    OR (t.tgnargs::pg_catalog.int4 OPERATOR(pg_catalog.=) pg_catalog.cardinality(reg.args)
+                                        AND t.tgargs OPERATOR(pg_catalog.=) community_deletion.community_deletion_ddl_guard_trigger_args(reg.args))) AS registered_args,
+                                   coalesce(reg.purge_action, 'delete') OPERATOR(pg_catalog.=) 'delete'::pg_catalog.text AS may_delete,
+                                   coalesce(reg.purge_action, 'nullify') OPERATOR(pg_catalog.=) 'nullify'::pg_catalog.text AS may_nullify) k
+        WHERE t.oid OPERATOR(pg_catalog.=) trigger_oid
+          AND NOT t.tgisinternal AND t.tgenabled OPERATOR(pg_catalog.=) 'O'::pg_catalog."char"
+          AND t.tgqual IS NULL
+          AND pg_catalog.cardinality(t.tgattr::pg_catalog.int2[]) OPERATOR(pg_catalog.=) 0
+          AND ((k.may_delete AND k.registered_args
+                AND t.tgfoid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure('community_deletion.enforce_community_write_fence()')::pg_catalog.oid
+                AND ((t.tgname OPERATOR(pg_catalog.=) 'community_write_fence_insert'::pg_catalog.name AND t.tgtype OPERATOR(pg_catalog.=) 4
+                      AND t.tgoldtable IS NULL AND t.tgnewtable OPERATOR(pg_catalog.=) 'community_fence_new'::pg_catalog.name)
+                  OR (t.tgname OPERATOR(pg_catalog.=) 'community_write_fence_update'::pg_catalog.name AND t.tgtype OPERATOR(pg_catalog.=) 16
+                      AND t.tgoldtable OPERATOR(pg_catalog.=) 'community_fence_old'::pg_catalog.name
+                      AND t.tgnewtable OPERATOR(pg_catalog.=) 'community_fence_new'::pg_catalog.name)
+                  OR (t.tgname OPERATOR(pg_catalog.=) 'community_write_fence_delete'::pg_catalog.name AND t.tgtype OPERATOR(pg_catalog.=) 8
+                      AND t.tgoldtable OPERATOR(pg_catalog.=) 'community_fence_old'::pg_catalog.name AND t.tgnewtable IS NULL)))
+            OR (k.may_delete
+                AND t.tgfoid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure('community_deletion.enforce_community_truncate_fence()')::pg_catalog.oid
+                AND t.tgname OPERATOR(pg_catalog.=) 'community_write_fence_truncate'::pg_catalog.name
+                AND t.tgtype OPERATOR(pg_catalog.=) 34 AND t.tgnargs OPERATOR(pg_catalog.=) 0
+                AND t.tgoldtable IS NULL AND t.tgnewtable IS NULL)
+            OR (k.may_nullify AND k.registered_args
+                AND t.tgfoid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure('community_deletion.enforce_community_kept_row_fence()')::pg_catalog.oid
+                AND ((t.tgname OPERATOR(pg_catalog.=) 'community_kept_row_fence_insert'::pg_catalog.name AND t.tgtype OPERATOR(pg_catalog.=) 4
+                      AND t.tgoldtable IS NULL AND t.tgnewtable OPERATOR(pg_catalog.=) 'community_fence_new'::pg_catalog.name)
+                  OR (t.tgname OPERATOR(pg_catalog.=) 'community_kept_row_fence_update'::pg_catalog.name AND t.tgtype OPERATOR(pg_catalog.=) 16
+                      AND t.tgoldtable OPERATOR(pg_catalog.=) 'community_fence_old'::pg_catalog.name
+                      AND t.tgnewtable OPERATOR(pg_catalog.=) 'community_fence_new'::pg_catalog.name)))
+            OR (k.registered_args
+                AND t.tgname OPERATOR(pg_catalog.=) 'community_write_fence_row'::pg_catalog.name
+                AND c.relkind OPERATOR(pg_catalog.=) 'p'::pg_catalog."char" AND NOT c.relispartition
+                AND t.tgoldtable IS NULL AND t.tgnewtable IS NULL
+                AND ((k.may_delete AND t.tgtype OPERATOR(pg_catalog.=) 29
+                      AND t.tgfoid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure('community_deletion.enforce_community_write_fence_row()')::pg_catalog.oid)
+                  OR (k.may_nullify AND t.tgtype OPERATOR(pg_catalog.=) 21
+                      AND t.tgfoid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure('community_deletion.enforce_community_kept_row_fence_row()')::pg_catalog.oid)))))
+$body$;
+REVOKE ALL ON FUNCTION community_deletion.community_deletion_ddl_guard_builds_fence(pg_catalog.oid) FROM PUBLIC;
+
+-- Table rewrites of registered tables (and their partitions) in this
+-- transaction, recorded by the table_rewrite trigger and judged at the
+-- command's end. The rewrite trigger reads no row: by then the catalog has
+-- the columns' new types while the table still holds the old ones, and
+-- reading it would misread them (PostgreSQL 15 crashes).
 CREATE TABLE community_deletion.community_deletion_ddl_guard_rewrites (
     xid pg_catalog.int8 NOT NULL,
     relid pg_catalog.oid NOT NULL,
-    digest pg_catalog.text,
     PRIMARY KEY (xid, relid)
 );
 REVOKE ALL ON community_deletion.community_deletion_ddl_guard_rewrites FROM PUBLIC;
@@ -320,23 +784,137 @@ REVOKE ALL ON community_deletion.community_deletion_ddl_guard_rewrites FROM PUBL
 CREATE FUNCTION community_deletion.community_deletion_ddl_guard_rewrite() RETURNS event_trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
+    SET jit = off
     AS $body$
 DECLARE
     relation pg_catalog.oid := pg_catalog.pg_event_trigger_table_rewrite_oid();
 BEGIN
-    IF EXISTS (SELECT 1 FROM community_deletion.community_deletion_ddl_guard_registered() reg
-               JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) relation
-                   AND a.attname OPERATOR(pg_catalog.=) reg.tenant_key AND NOT a.attisdropped
-               WHERE reg.relid OPERATOR(pg_catalog.=) relation) THEN
-        INSERT INTO community_deletion.community_deletion_ddl_guard_rewrites (xid, relid, digest)
-        VALUES (pg_catalog.txid_current(), relation,
-                community_deletion.community_deletion_ddl_guard_rows_digest(relation::pg_catalog.regclass));
+    IF pg_catalog.to_regclass('community_deletion.community_scoped_tables'::pg_catalog.text) IS NOT NULL
+       AND EXISTS (SELECT 1 FROM community_deletion.community_deletion_ddl_guard_registered() reg
+                   WHERE reg.relid OPERATOR(pg_catalog.=) relation) THEN
+        INSERT INTO community_deletion.community_deletion_ddl_guard_rewrites (xid, relid)
+        VALUES (pg_catalog.txid_current(), relation)
+        ON CONFLICT DO NOTHING;
     END IF;
 END
 $body$;
 REVOKE ALL ON FUNCTION community_deletion.community_deletion_ddl_guard_rewrite() FROM PUBLIC;
 CREATE EVENT TRIGGER community_deletion_ddl_guard_rewrite ON table_rewrite
     EXECUTE FUNCTION community_deletion.community_deletion_ddl_guard_rewrite();
+
+-- What the rewrites of this transaction's command did to the tenants of
+-- registered tables' rows, or NULL: a rewrite that changes a column that
+-- decides a row's tenant (a tenant key column, a column of a path of a
+-- table attached through its parents, on either side) is refused while a
+-- deletion is under way (a tenant quiescing or fenced), since it could move
+-- rows into or out of it; at any time when it leaves a row of a tenant that
+-- was deleted. Which columns changed, pg_attribute says: the rows this
+-- transaction wrote. Holds in migration runs too. Consumes the records.
+CREATE FUNCTION community_deletion.community_deletion_ddl_guard_rewritten(command pg_catalog.text) RETURNS pg_catalog.text
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+    SET jit = off
+    AS $body$
+DECLARE
+    member record;
+    changed pg_catalog.text;
+    deleted_rows pg_catalog.bool;
+    problem pg_catalog.text;
+BEGIN
+    FOR member IN
+        SELECT w.relid::pg_catalog.regclass AS relid, reg.table_schema, reg.table_name, reg.args
+        FROM community_deletion.community_deletion_ddl_guard_rewrites w
+        CROSS JOIN LATERAL (SELECT r.table_schema, r.table_name, r.args
+                            FROM community_deletion.community_deletion_ddl_guard_registered() r
+                            WHERE r.relid OPERATOR(pg_catalog.=) w.relid LIMIT 1) reg
+        WHERE w.xid OPERATOR(pg_catalog.=) pg_catalog.txid_current()
+        ORDER BY w.relid
+    LOOP
+        SELECT pg_catalog.string_agg(DISTINCT pg_catalog.quote_ident(a.attname::pg_catalog.text), ', ') INTO changed
+        FROM pg_catalog.pg_attribute a
+        JOIN community_deletion.community_deletion_ddl_guard_needed_columns() n
+            ON n.table_schema OPERATOR(pg_catalog.=) member.table_schema AND n.table_name OPERATOR(pg_catalog.=) member.table_name
+           AND n.column_name OPERATOR(pg_catalog.=) a.attname
+        WHERE a.attrelid OPERATOR(pg_catalog.=) member.relid::pg_catalog.oid AND NOT a.attisdropped
+          AND pg_catalog.age(a.xmin) OPERATOR(pg_catalog.<=) 0;
+        IF changed IS NULL THEN
+            CONTINUE;
+        END IF;
+        IF EXISTS (SELECT 1 FROM community_deletion.communities c
+                   WHERE c.deletion_state OPERATOR(pg_catalog.=) ANY (ARRAY['quiescing', 'fenced']::pg_catalog.text[])) THEN
+            problem := pg_catalog.format('DDL refused: %s rewrites %s and changes %s, which decide its rows'' tenants, while a deletion is under way; change them once no deletion is under way, without moving rows between tenants',
+                                         command, member.relid, changed);
+            EXIT;
+        END IF;
+        EXECUTE pg_catalog.format('SELECT EXISTS (SELECT 1 FROM %s m WHERE %s)', member.relid,
+                                  community_deletion.community_deletion_ddl_guard_foreign_rows(member.args, 'm', true))
+            INTO deleted_rows;
+        IF deleted_rows THEN
+            problem := pg_catalog.format('DDL refused: %s rewrites %s and changes %s so that rows belong to a tenant that was deleted; a deleted tenant''s key is never reused',
+                                         command, member.relid, changed);
+            EXIT;
+        END IF;
+    END LOOP;
+    DELETE FROM community_deletion.community_deletion_ddl_guard_rewrites w WHERE w.xid OPERATOR(pg_catalog.=) pg_catalog.txid_current();
+    RETURN problem;
+END
+$body$;
+REVOKE ALL ON FUNCTION community_deletion.community_deletion_ddl_guard_rewritten(pg_catalog.text) FROM PUBLIC;
+
+-- At the end of a command that drops something (sql_drop): refused
+-- outside a migration run, a column a registration needs, of a table that
+-- is still there (dropped and added again in one ALTER TABLE, a key column
+-- would give every row another tenant or none, and no rewrite shows it),
+-- and the row fence of a registered partitioned table, which
+-- detach_community_write_fence() alone removes (after unregistering).
+CREATE FUNCTION community_deletion.community_deletion_ddl_guard_dropped() RETURNS event_trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    SET jit = off
+    AS $body$
+DECLARE
+    problem record;
+BEGIN
+    IF community_deletion.community_deletion_ddl_guard_in_run()
+       OR pg_catalog.to_regclass('community_deletion.community_scoped_tables'::pg_catalog.text) IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT found.message INTO problem
+    FROM (
+        SELECT pg_catalog.format('drops column %I of %s, which the registration of %s needs; detach %s first (community_deletion.detach_community_write_fence), or change the column without dropping it',
+                                 d.address_names[3], d.objid::pg_catalog.regclass, n.registered, n.registered) AS message
+        FROM pg_catalog.pg_event_trigger_dropped_objects() d
+        JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) d.objid
+        JOIN pg_catalog.pg_class root ON root.oid OPERATOR(pg_catalog.=) coalesce(pg_catalog.pg_partition_root(c.oid::pg_catalog.regclass)::pg_catalog.oid, c.oid)
+        JOIN pg_catalog.pg_namespace rn ON rn.oid OPERATOR(pg_catalog.=) root.relnamespace
+        JOIN community_deletion.community_deletion_ddl_guard_needed_columns() n
+            ON n.table_schema OPERATOR(pg_catalog.=) rn.nspname AND n.table_name OPERATOR(pg_catalog.=) root.relname
+           AND n.column_name::pg_catalog.text OPERATOR(pg_catalog.=) d.address_names[3]
+        WHERE d.object_type OPERATOR(pg_catalog.=) 'table column'::pg_catalog.text
+          AND d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass::pg_catalog.oid
+        UNION ALL
+        SELECT pg_catalog.format('drops trigger community_write_fence_row of %I.%I, the row fence that fences its partitions as they are made; only community_deletion.detach_community_write_fence() removes it',
+                                 d.address_names[1], d.address_names[2])
+        FROM pg_catalog.pg_event_trigger_dropped_objects() d
+        JOIN community_deletion.community_scoped_tables r
+            ON r.table_schema::pg_catalog.text OPERATOR(pg_catalog.=) d.address_names[1]
+           AND r.table_name::pg_catalog.text OPERATOR(pg_catalog.=) d.address_names[2]
+        JOIN pg_catalog.pg_namespace n ON n.nspname::pg_catalog.text OPERATOR(pg_catalog.=) d.address_names[1]
+        JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) n.oid AND c.relname::pg_catalog.text OPERATOR(pg_catalog.=) d.address_names[2]
+        WHERE d.object_type OPERATOR(pg_catalog.=) 'trigger'::pg_catalog.text
+          AND d.address_names[3] OPERATOR(pg_catalog.=) 'community_write_fence_row'::pg_catalog.text
+    ) found
+    ORDER BY 1
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = '42501',
+            MESSAGE = pg_catalog.format('DDL refused: %s %s', TG_TAG, problem.message);
+    END IF;
+END
+$body$;
+REVOKE ALL ON FUNCTION community_deletion.community_deletion_ddl_guard_dropped() FROM PUBLIC;
+CREATE EVENT TRIGGER community_deletion_ddl_guard_sql_drop ON sql_drop
+    EXECUTE FUNCTION community_deletion.community_deletion_ddl_guard_dropped();
 
 -- At the start of a DROP that could take the guard's functions with it
 -- (the owner of a schema may drop anything in it): refused to a member of
@@ -366,38 +944,41 @@ CREATE EVENT TRIGGER community_deletion_ddl_guard_drop ON ddl_command_start
     WHEN TAG IN ('DROP FUNCTION', 'DROP ROUTINE', 'DROP SCHEMA', 'DROP OWNED')
     EXECUTE FUNCTION community_deletion.community_deletion_ddl_guard_drop();
 
+-- The checks at the end of every DDL command. jit is off here and in the
+-- other event triggers: the checks' plan is costed high (function scans
+-- estimate a thousand rows each) and JIT-compiling it took seconds a
+-- command.
 CREATE FUNCTION community_deletion.community_deletion_ddl_guard() RETURNS event_trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
+    SET jit = off
     AS $body$
 DECLARE
     home pg_catalog.oid := pg_catalog.to_regnamespace('community_deletion'::pg_catalog.text)::pg_catalog.oid;
     fence_function pg_catalog.oid;
     truncate_function pg_catalog.oid;
+    kept_function pg_catalog.oid;
+    row_function pg_catalog.oid;
+    kept_row_function pg_catalog.oid;
     member record;
     problem record;
+    rewrite_problem pg_catalog.text;
     foreign_rows pg_catalog.bool;
+    arg_list pg_catalog.text;
+    read_columns pg_catalog.text;
 BEGIN
     -- A table rewrite of a registered table (ALTER COLUMN ... TYPE ...
-    -- USING, for one) must leave the rows of every community that is not
-    -- active as they were: recorded before it by the table_rewrite trigger.
-    -- This holds in migration runs too.
-    FOR member IN
-        SELECT w.relid::pg_catalog.regclass AS relid, w.digest
-        FROM community_deletion.community_deletion_ddl_guard_rewrites w
-        WHERE w.xid OPERATOR(pg_catalog.=) pg_catalog.txid_current()
-    LOOP
-        DELETE FROM community_deletion.community_deletion_ddl_guard_rewrites w
-        WHERE w.xid OPERATOR(pg_catalog.=) pg_catalog.txid_current()
-          AND w.relid OPERATOR(pg_catalog.=) member.relid::pg_catalog.oid;
-        IF community_deletion.community_deletion_ddl_guard_rows_digest(member.relid) IS DISTINCT FROM member.digest THEN
-            RAISE EXCEPTION USING ERRCODE = '42501',
-                MESSAGE = pg_catalog.format('DDL refused: %s rewrites %s and changes rows of a community that is being deleted or deleted; change it once no deletion is under way, without moving rows between communities',
-                                            TG_TAG, member.relid);
-        END IF;
-    END LOOP;
+    -- USING, for one) must not move rows into or out of a tenant being
+    -- deleted, nor into a deleted one. This holds in migration runs too,
+    -- and is reported last: a reshape is the more telling refusal.
+    IF pg_catalog.to_regclass('community_deletion.community_scoped_tables'::pg_catalog.text) IS NOT NULL THEN
+        rewrite_problem := community_deletion.community_deletion_ddl_guard_rewritten(TG_TAG);
+    END IF;
     -- A migration run, opened by a login of the schema's owner.
     IF community_deletion.community_deletion_ddl_guard_in_run() THEN
+        IF rewrite_problem IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = '42501', MESSAGE = rewrite_problem;
+        END IF;
         IF pg_catalog.to_regprocedure('community_deletion.community_deletion_control_table(text)'::pg_catalog.text) IS NOT NULL THEN
             UPDATE community_deletion.community_deletion_ddl_guard_state s
             SET control_tables = t.oids, control_digest = community_deletion.community_deletion_ddl_guard_control_digest(t.oids)
@@ -405,12 +986,16 @@ BEGIN
         END IF;
         RETURN;
     END IF;
-    IF pg_catalog.to_regclass('community_deletion.communities'::pg_catalog.text) IS NULL THEN
+    IF pg_catalog.to_regclass('community_deletion.communities'::pg_catalog.text) IS NULL
+       OR pg_catalog.to_regclass('community_deletion.community_scoped_tables'::pg_catalog.text) IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '42501',
             MESSAGE = pg_catalog.format('DDL refused: %s runs while community_deletion.communities is gone; put schema community_deletion back, or uninstall the DDL guard (migrate uninstall-ddl-guard)', TG_TAG);
     END IF;
     fence_function := pg_catalog.to_regprocedure('community_deletion.enforce_community_write_fence()'::pg_catalog.text);
     truncate_function := pg_catalog.to_regprocedure('community_deletion.enforce_community_truncate_fence()'::pg_catalog.text);
+    kept_function := pg_catalog.to_regprocedure('community_deletion.enforce_community_kept_row_fence()'::pg_catalog.text);
+    row_function := pg_catalog.to_regprocedure('community_deletion.enforce_community_write_fence_row()'::pg_catalog.text);
+    kept_row_function := pg_catalog.to_regprocedure('community_deletion.enforce_community_kept_row_fence_row()'::pg_catalog.text);
 
     -- Schema community_deletion changes only in migration runs: nothing is
     -- created or altered in it, nor moved into it (ALTER ... SET SCHEMA),
@@ -465,69 +1050,100 @@ BEGIN
                                         TG_TAG);
     END IF;
 
-    -- Building a fence (attach, or the fencing below) creates its triggers
-    -- one command at a time. A command that only creates triggers exactly as
-    -- attach does, each under the name of its event, can only add or restore
-    -- protection. (A DROP command lists nothing here, and is checked.)
+    -- Building a fence (attach, attach_child_table, or the fencing below)
+    -- creates its triggers one command at a time. A command that only
+    -- creates triggers exactly as attach does, each under the name of its
+    -- event and with its table's registered arguments, can only add or
+    -- restore protection. (A DROP command lists nothing here, and is
+    -- checked.)
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger_ddl_commands()) AND NOT EXISTS (
         SELECT 1 FROM pg_catalog.pg_event_trigger_ddl_commands() cmd
-        WHERE NOT (cmd.object_type OPERATOR(pg_catalog.=) 'trigger'::pg_catalog.text AND EXISTS (
-            SELECT 1 FROM pg_catalog.pg_trigger t
-            WHERE t.oid OPERATOR(pg_catalog.=) cmd.objid
-              AND NOT t.tgisinternal AND t.tgenabled OPERATOR(pg_catalog.=) 'O'::pg_catalog."char"
-              AND t.tgqual IS NULL
-              AND pg_catalog.cardinality(t.tgattr::pg_catalog.int2[]) OPERATOR(pg_catalog.=) 0
-              AND ((t.tgfoid OPERATOR(pg_catalog.=) fence_function
-                    AND ((t.tgname OPERATOR(pg_catalog.=) 'community_write_fence_insert'::pg_catalog.name AND t.tgtype OPERATOR(pg_catalog.=) 4
-                          AND t.tgoldtable IS NULL AND t.tgnewtable OPERATOR(pg_catalog.=) 'community_fence_new'::pg_catalog.name)
-                      OR (t.tgname OPERATOR(pg_catalog.=) 'community_write_fence_update'::pg_catalog.name AND t.tgtype OPERATOR(pg_catalog.=) 16
-                          AND t.tgoldtable OPERATOR(pg_catalog.=) 'community_fence_old'::pg_catalog.name
-                          AND t.tgnewtable OPERATOR(pg_catalog.=) 'community_fence_new'::pg_catalog.name)
-                      OR (t.tgname OPERATOR(pg_catalog.=) 'community_write_fence_delete'::pg_catalog.name AND t.tgtype OPERATOR(pg_catalog.=) 8
-                          AND t.tgoldtable OPERATOR(pg_catalog.=) 'community_fence_old'::pg_catalog.name AND t.tgnewtable IS NULL)))
-                OR (t.tgfoid OPERATOR(pg_catalog.=) truncate_function
-                    AND t.tgname OPERATOR(pg_catalog.=) 'community_write_fence_truncate'::pg_catalog.name
-                    AND t.tgtype OPERATOR(pg_catalog.=) 34 AND t.tgoldtable IS NULL AND t.tgnewtable IS NULL))))) THEN
+        WHERE NOT (cmd.object_type OPERATOR(pg_catalog.=) 'trigger'::pg_catalog.text
+                   AND community_deletion.community_deletion_ddl_guard_builds_fence(cmd.objid))) THEN
+        IF rewrite_problem IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = '42501', MESSAGE = rewrite_problem;
+        END IF;
         RETURN;
     END IF;
 
-    -- New partitions of registered 'delete' tables (no fence trigger at
-    -- all): fence and grant them as attach would, unless they hold rows of
-    -- a community that is not active.
+    -- Partitions new to a registered table: one without any fence trigger
+    -- (neither attach's statement fences nor a clone of the row fence: made
+    -- before the row fence existed), or one attached or created in this
+    -- transaction without attach's statement fences, is fenced and granted
+    -- as attach would, unless it holds rows of a tenant that is not active;
+    -- one attached in this transaction with its statement fences (detached
+    -- and re-attached) is refused when it holds rows of a tenant that was
+    -- deleted. On a leaf, the clone of the row fence goes disabled, as
+    -- attach leaves it.
     FOR member IN
-        SELECT reg.relid::pg_catalog.regclass AS relid, reg.table_name, reg.tenant_key,
-               -- A community_id fence takes no argument; any other key is its one argument.
-               pg_catalog.rtrim(fence_function::pg_catalog.regprocedure::pg_catalog.text, ')')
-                   OPERATOR(pg_catalog.||) CASE WHEN reg.tenant_key OPERATOR(pg_catalog.=) 'community_id'::pg_catalog.name THEN ''
-                                                ELSE pg_catalog.quote_literal(reg.tenant_key) END
-                   OPERATOR(pg_catalog.||) ')' AS fence_call
+        SELECT reg.relid::pg_catalog.regclass AS relid, reg.table_name, reg.purge_action, reg.tenant_key, reg.parents, reg.args, reg.leaf,
+               EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
+                       WHERE t.tgrelid OPERATOR(pg_catalog.=) reg.relid AND NOT t.tgisinternal
+                         AND t.tgfoid OPERATOR(pg_catalog.=) ANY (CASE WHEN reg.purge_action OPERATOR(pg_catalog.=) 'delete'::pg_catalog.text
+                                                                       THEN ARRAY[fence_function, truncate_function]
+                                                                       ELSE ARRAY[kept_function] END)) AS statement_triggers,
+               EXISTS (SELECT 1 FROM pg_catalog.pg_inherits i
+                       WHERE i.inhrelid OPERATOR(pg_catalog.=) reg.relid AND pg_catalog.age(i.xmin) OPERATOR(pg_catalog.<=) 0) AS attached_now
         FROM community_deletion.community_deletion_ddl_guard_registered() reg
-        WHERE reg.purge_action OPERATOR(pg_catalog.=) 'delete'::pg_catalog.text
-          AND reg.relid OPERATOR(pg_catalog.<>) reg.root
-          AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
-                          WHERE t.tgrelid OPERATOR(pg_catalog.=) reg.relid AND NOT t.tgisinternal
-                            AND t.tgfoid OPERATOR(pg_catalog.=) ANY (ARRAY[fence_function, truncate_function]))
+        WHERE reg.relid OPERATOR(pg_catalog.<>) reg.root
+        ORDER BY reg.relid
     LOOP
-        EXECUTE pg_catalog.format('SELECT EXISTS (SELECT 1 FROM %s m JOIN community_deletion.communities c ON c.id OPERATOR(pg_catalog.=) m.%I '
-                                  'WHERE c.deletion_state OPERATOR(pg_catalog.<>) ''active''::pg_catalog.text)', member.relid, member.tenant_key) INTO foreign_rows;
+        IF NOT member.attached_now AND EXISTS (
+            SELECT 1 FROM pg_catalog.pg_trigger t
+            WHERE t.tgrelid OPERATOR(pg_catalog.=) member.relid::pg_catalog.oid AND NOT t.tgisinternal
+              AND t.tgfoid OPERATOR(pg_catalog.=) ANY (ARRAY[fence_function, truncate_function, kept_function, row_function, kept_row_function])) THEN
+            CONTINUE; -- a partition the checks below judge
+        END IF;
+        EXECUTE pg_catalog.format('SELECT EXISTS (SELECT 1 FROM %s m WHERE %s)', member.relid,
+                                  community_deletion.community_deletion_ddl_guard_foreign_rows(member.args, 'm', member.statement_triggers))
+            INTO foreign_rows;
         IF foreign_rows THEN
             RAISE EXCEPTION USING ERRCODE = '42501',
-                MESSAGE = pg_catalog.format('DDL refused: %s makes %s a partition of %s while it holds rows of a community that is being deleted',
-                                            TG_TAG, member.relid, member.table_name);
+                MESSAGE = pg_catalog.format('DDL refused: %s makes %s a partition of %s while it holds rows of a community that %s; delete those rows from it first, or keep it apart',
+                                            TG_TAG, member.relid, member.table_name,
+                                            CASE WHEN member.statement_triggers THEN 'was deleted' ELSE 'is being deleted or was deleted' END);
         END IF;
-        EXECUTE pg_catalog.format('CREATE OR REPLACE TRIGGER community_write_fence_insert AFTER INSERT ON %s '
-                                  'REFERENCING NEW TABLE AS community_fence_new '
-                                  'FOR EACH STATEMENT EXECUTE FUNCTION %s', member.relid, member.fence_call);
-        EXECUTE pg_catalog.format('CREATE OR REPLACE TRIGGER community_write_fence_update AFTER UPDATE ON %s '
-                                  'REFERENCING OLD TABLE AS community_fence_old NEW TABLE AS community_fence_new '
-                                  'FOR EACH STATEMENT EXECUTE FUNCTION %s', member.relid, member.fence_call);
-        EXECUTE pg_catalog.format('CREATE OR REPLACE TRIGGER community_write_fence_delete AFTER DELETE ON %s '
-                                  'REFERENCING OLD TABLE AS community_fence_old '
-                                  'FOR EACH STATEMENT EXECUTE FUNCTION %s', member.relid, member.fence_call);
-        EXECUTE pg_catalog.format('CREATE OR REPLACE TRIGGER community_write_fence_truncate BEFORE TRUNCATE ON %s '
-                                  'FOR EACH STATEMENT EXECUTE FUNCTION %s', member.relid, truncate_function::pg_catalog.regprocedure);
-        EXECUTE pg_catalog.format('GRANT SELECT, UPDATE, DELETE ON %s TO community_deletion_executor', member.relid);
-        EXECUTE pg_catalog.format('GRANT SELECT (%I) ON %s TO community_deletion_operator', member.tenant_key, member.relid);
+        IF NOT member.statement_triggers THEN
+            arg_list := coalesce((SELECT pg_catalog.string_agg(pg_catalog.quote_literal(a.value), ', ' ORDER BY a.ordinality)
+                                  FROM pg_catalog.unnest(member.args) WITH ORDINALITY a (value, ordinality)), '');
+            -- What the operator reads of it: its key, or the columns of its paths' first hops.
+            read_columns := coalesce(pg_catalog.quote_ident(member.tenant_key::pg_catalog.text), (
+                SELECT pg_catalog.string_agg(DISTINCT pg_catalog.quote_ident(c.value), ', ')
+                FROM pg_catalog.jsonb_array_elements(member.parents) p,
+                     pg_catalog.jsonb_array_elements_text(((p.value OPERATOR(pg_catalog.->) 'hops') OPERATOR(pg_catalog.->) 0)
+                                                          OPERATOR(pg_catalog.->) 'columns') c));
+            IF member.purge_action OPERATOR(pg_catalog.=) 'delete'::pg_catalog.text THEN
+                EXECUTE pg_catalog.format('CREATE OR REPLACE TRIGGER community_write_fence_insert AFTER INSERT ON %s '
+                                          'REFERENCING NEW TABLE AS community_fence_new '
+                                          'FOR EACH STATEMENT EXECUTE FUNCTION community_deletion.enforce_community_write_fence(%s)', member.relid, arg_list);
+                EXECUTE pg_catalog.format('CREATE OR REPLACE TRIGGER community_write_fence_update AFTER UPDATE ON %s '
+                                          'REFERENCING OLD TABLE AS community_fence_old NEW TABLE AS community_fence_new '
+                                          'FOR EACH STATEMENT EXECUTE FUNCTION community_deletion.enforce_community_write_fence(%s)', member.relid, arg_list);
+                EXECUTE pg_catalog.format('CREATE OR REPLACE TRIGGER community_write_fence_delete AFTER DELETE ON %s '
+                                          'REFERENCING OLD TABLE AS community_fence_old '
+                                          'FOR EACH STATEMENT EXECUTE FUNCTION community_deletion.enforce_community_write_fence(%s)', member.relid, arg_list);
+                EXECUTE pg_catalog.format('CREATE OR REPLACE TRIGGER community_write_fence_truncate BEFORE TRUNCATE ON %s '
+                                          'FOR EACH STATEMENT EXECUTE FUNCTION community_deletion.enforce_community_truncate_fence()', member.relid);
+                EXECUTE pg_catalog.format('GRANT SELECT, UPDATE, DELETE ON %s TO community_deletion_executor', member.relid);
+            ELSE
+                EXECUTE pg_catalog.format('CREATE OR REPLACE TRIGGER community_kept_row_fence_insert AFTER INSERT ON %s '
+                                          'REFERENCING NEW TABLE AS community_fence_new '
+                                          'FOR EACH STATEMENT EXECUTE FUNCTION community_deletion.enforce_community_kept_row_fence(%s)', member.relid, arg_list);
+                EXECUTE pg_catalog.format('CREATE OR REPLACE TRIGGER community_kept_row_fence_update AFTER UPDATE ON %s '
+                                          'REFERENCING OLD TABLE AS community_fence_old NEW TABLE AS community_fence_new '
+                                          'FOR EACH STATEMENT EXECUTE FUNCTION community_deletion.enforce_community_kept_row_fence(%s)', member.relid, arg_list);
+                EXECUTE pg_catalog.format('GRANT SELECT, UPDATE (%s) ON %s TO community_deletion_executor', read_columns, member.relid);
+            END IF;
+            EXECUTE pg_catalog.format('GRANT SELECT (%s) ON %s TO community_deletion_operator', read_columns, member.relid);
+        END IF;
+        IF member.leaf
+           AND community_deletion.community_deletion_ddl_guard_statement_fenced(member.relid::pg_catalog.oid, member.purge_action, member.args)
+           AND EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
+                       WHERE t.tgrelid OPERATOR(pg_catalog.=) member.relid::pg_catalog.oid
+                         AND t.tgname OPERATOR(pg_catalog.=) 'community_write_fence_row'::pg_catalog.name
+                         AND t.tgenabled OPERATOR(pg_catalog.<>) 'D'::pg_catalog."char") THEN
+            EXECUTE pg_catalog.format('ALTER TABLE %s DISABLE TRIGGER community_write_fence_row', member.relid);
+        END IF;
     END LOOP;
 
     -- Everything else the drift report flags about registered tables,
@@ -537,30 +1153,51 @@ BEGIN
     -- table not yet registered (attach fences before it registers) unless
     -- that table holds rows and its fence is incomplete.
     WITH registered AS (
-        -- oid is NULL when the table is gone or has no uuid column named by its tenant key.
-        SELECT r.table_schema, r.table_name, r.purge_action, t.oid, t.attnotnull,
+        -- oid is NULL when the table is gone; key is its tenant key column.
+        SELECT r.table_schema, r.table_name, r.purge_action, r.tenant_key, coalesce(r.key_kind, 'uuid') AS key_kind, r.parents,
+               t.oid, key.atttypid AS key_type, key.attnotnull AS key_not_null,
+               community_deletion.community_deletion_ddl_guard_fence_args(r.purge_action, r.tenant_key, r.key_kind, r.parents) AS args,
                pg_catalog.quote_ident(r.table_schema::pg_catalog.text) OPERATOR(pg_catalog.||) '.'::pg_catalog.text
                    OPERATOR(pg_catalog.||) pg_catalog.quote_ident(r.table_name::pg_catalog.text) AS display_name
         FROM community_deletion.community_scoped_tables r
         LEFT JOIN LATERAL (
-            SELECT c.oid, a.attnotnull
+            SELECT c.oid
             FROM pg_catalog.pg_class c
             JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
-            JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) c.oid
-                AND a.attname OPERATOR(pg_catalog.=) r.tenant_key AND NOT a.attisdropped
-                AND a.atttypid OPERATOR(pg_catalog.=) 'pg_catalog.uuid'::pg_catalog.regtype::pg_catalog.oid
             WHERE c.relname OPERATOR(pg_catalog.=) r.table_name AND n.nspname OPERATOR(pg_catalog.=) r.table_schema
               AND c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'p']::pg_catalog."char"[]) AND NOT c.relispartition) t ON true
+        LEFT JOIN pg_catalog.pg_attribute key
+            ON key.attrelid OPERATOR(pg_catalog.=) t.oid AND key.attname OPERATOR(pg_catalog.=) r.tenant_key
+           AND key.attnum OPERATOR(pg_catalog.>) 0 AND NOT key.attisdropped
     ), members AS (
-        -- Every table of a registered 'delete' table's partition tree.
-        SELECT registered.display_name, part.relid
+        -- Every table of a registered table's partition tree.
+        SELECT registered.display_name, registered.purge_action, registered.args, part.relid,
+               part.relid OPERATOR(pg_catalog.=) registered.oid AS root
         FROM registered
         CROSS JOIN LATERAL (SELECT registered.oid
                             UNION SELECT tree.relid::pg_catalog.oid
                                   FROM pg_catalog.pg_partition_tree(registered.oid::pg_catalog.regclass) tree) part (relid)
-        WHERE registered.purge_action OPERATOR(pg_catalog.=) 'delete'::pg_catalog.text AND registered.oid IS NOT NULL
+        WHERE registered.oid IS NOT NULL
+    ), member_fences AS (
+        -- How each is fenced: by attach's statement fences (and, 'delete',
+        -- its TRUNCATE fence), or, for a partition that has none of them,
+        -- by the enabled clone of its partitioned table's row fence.
+        SELECT members.*,
+               community_deletion.community_deletion_ddl_guard_statement_fenced(members.relid, members.purge_action, members.args) AS statement_fenced,
+               EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
+                       WHERE t.tgrelid OPERATOR(pg_catalog.=) members.relid AND NOT t.tgisinternal
+                         AND t.tgfoid OPERATOR(pg_catalog.=) ANY (CASE WHEN members.purge_action OPERATOR(pg_catalog.=) 'delete'::pg_catalog.text
+                                                                       THEN ARRAY[fence_function, truncate_function]
+                                                                       ELSE ARRAY[kept_function] END)) AS statement_triggers,
+               (NOT members.root
+                AND community_deletion.community_deletion_ddl_guard_row_fenced(members.relid, members.purge_action, members.args, true)) AS clone_fenced,
+               EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
+                       WHERE t.tgrelid OPERATOR(pg_catalog.=) members.relid AND t.tgfoid OPERATOR(pg_catalog.=) truncate_function
+                         AND t.tgtype OPERATOR(pg_catalog.=) 34 AND t.tgqual IS NULL AND NOT t.tgisinternal
+                         AND t.tgenabled OPERATOR(pg_catalog.=) ANY (ARRAY['O', 'A']::pg_catalog."char"[])) AS truncate_fenced
+        FROM members
     ), fence_state AS (
-        -- Per table with a fence trigger: is each event covered whole?
+        -- Per table with a write fence trigger: is each event covered whole?
         SELECT t.tgrelid AS relid,
                pg_catalog.bool_or(t.tgtype OPERATOR(pg_catalog.=) 4
                                   AND t.tgnewtable OPERATOR(pg_catalog.=) 'community_fence_new'::pg_catalog.name AND ok.whole) AS on_insert,
@@ -589,39 +1226,92 @@ BEGIN
                d.digest
         FROM community_deletion.community_deletion_function_digests d
     ), row_secured AS (
-        SELECT registered.display_name
-        FROM registered
-        CROSS JOIN LATERAL (SELECT registered.oid
-                            UNION SELECT tree.relid::pg_catalog.oid
-                                  FROM pg_catalog.pg_partition_tree(registered.oid::pg_catalog.regclass) tree) part (relid)
-        JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) part.relid AND c.relrowsecurity
+        SELECT members.display_name
+        FROM members
+        JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) members.relid AND c.relrowsecurity
         JOIN pg_catalog.pg_roles login ON login.rolcanlogin AND NOT login.rolsuper AND NOT login.rolbypassrls
             AND (pg_catalog.pg_has_role(login.oid, 'community_deletion_executor'::pg_catalog.name, 'MEMBER'::pg_catalog.text)
                  OR pg_catalog.pg_has_role(login.oid, 'community_deletion_operator'::pg_catalog.name, 'MEMBER'::pg_catalog.text))
             AND (c.relforcerowsecurity OR NOT pg_catalog.pg_has_role(login.oid, c.relowner, 'USAGE'::pg_catalog.text))
-        WHERE registered.oid IS NOT NULL
     )
     SELECT found.subject, found.problem INTO problem
     FROM (
         SELECT registered.display_name AS subject, 'missing'::pg_catalog.text AS problem
         FROM registered WHERE registered.oid IS NULL
         UNION ALL
-        SELECT registered.display_name, 'shape'
+        -- A table registered by its own key column: the column there, of
+        -- the registered kind, nullable for 'nullify'.
+        SELECT registered.display_name,
+               CASE WHEN registered.key_type IS NULL
+                        THEN pg_catalog.format('shape: its tenant key column %I is gone', registered.tenant_key)
+                    WHEN community_deletion.community_deletion_ddl_guard_key_kind(registered.key_type) IS DISTINCT FROM registered.key_kind
+                        THEN pg_catalog.format('shape: its tenant key column %I is %s, not of the kind it was registered with (%s)',
+                                               registered.tenant_key, pg_catalog.format_type(registered.key_type, NULL), registered.key_kind)
+                    ELSE pg_catalog.format('shape: its tenant key column %I is NOT NULL, but deletion clears a ''nullify'' table''s key',
+                                           registered.tenant_key) END
         FROM registered
-        WHERE registered.oid IS NOT NULL
-          AND registered.attnotnull OPERATOR(pg_catalog.<>) (registered.purge_action OPERATOR(pg_catalog.=) 'delete'::pg_catalog.text)
+        WHERE registered.oid IS NOT NULL AND registered.parents IS NULL
+          AND (registered.key_type IS NULL
+               OR community_deletion.community_deletion_ddl_guard_key_kind(registered.key_type) IS DISTINCT FROM registered.key_kind
+               OR (registered.purge_action OPERATOR(pg_catalog.=) 'nullify'::pg_catalog.text AND registered.key_not_null))
         UNION ALL
-        SELECT members.display_name, 'unfenced'
-        FROM members LEFT JOIN fence_state f ON f.relid OPERATOR(pg_catalog.=) members.relid
-        WHERE NOT coalesce(f.on_insert AND f.on_update AND f.on_delete, false)
+        -- A table attached through its parents: its references to them as
+        -- it was attached by, and every column of its paths there and
+        -- joining its counterpart.
+        SELECT registered.display_name,
+               'parents_changed: its references to registered tables are not those it was attached by; put them back, or detach it and attach it again with community_deletion.attach_child_table()'
+        FROM registered
+        WHERE registered.oid IS NOT NULL AND registered.parents IS NOT NULL
+          AND community_deletion.community_deletion_ddl_guard_child_paths(registered.oid,
+                  ARRAY(SELECT c.oid FROM pg_catalog.jsonb_array_elements(registered.parents) p
+                        JOIN pg_catalog.pg_namespace n
+                            ON n.nspname OPERATOR(pg_catalog.=) (((p.value OPERATOR(pg_catalog.->) 'hops') OPERATOR(pg_catalog.->) 0) OPERATOR(pg_catalog.->>) 'schema')
+                        JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) n.oid
+                            AND c.relname OPERATOR(pg_catalog.=) (((p.value OPERATOR(pg_catalog.->) 'hops') OPERATOR(pg_catalog.->) 0) OPERATOR(pg_catalog.->>) 'table')))
+              IS DISTINCT FROM pg_catalog.jsonb_build_object('kind', registered.key_kind, 'paths', registered.parents)
         UNION ALL
-        SELECT members.display_name, 'unfenced: no TRUNCATE fence'
+        SELECT broken.registered, 'parents_changed: ' OPERATOR(pg_catalog.||) broken.detail
+        FROM community_deletion.community_deletion_ddl_guard_broken_paths() broken
+        UNION ALL
+        SELECT member_fences.display_name,
+               CASE WHEN member_fences.purge_action OPERATOR(pg_catalog.<>) 'delete'::pg_catalog.text THEN 'unfenced: no kept-row fence'
+                    WHEN member_fences.statement_fenced THEN 'unfenced: no TRUNCATE fence'
+                    ELSE 'unfenced' END
+        FROM member_fences
+        WHERE NOT ((member_fences.statement_fenced
+                    AND (member_fences.truncate_fenced OR member_fences.purge_action OPERATOR(pg_catalog.<>) 'delete'::pg_catalog.text))
+                   OR (NOT member_fences.statement_triggers AND member_fences.clone_fenced))
+        UNION ALL
+        -- The row fence of a registered partitioned table, when it has one
+        -- (a registration older than migration 00026 has none until attach
+        -- runs again), is attach's, enabled.
+        SELECT member_fences.display_name,
+               'unfenced: its row fence community_write_fence_row, which fences its partitions as they are made, is disabled or not the one attach creates; run attach again'
+        FROM member_fences
+        JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) member_fences.relid AND c.relkind OPERATOR(pg_catalog.=) 'p'::pg_catalog."char"
+        WHERE member_fences.root
+          AND EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
+                      WHERE t.tgrelid OPERATOR(pg_catalog.=) member_fences.relid AND NOT t.tgisinternal
+                        AND (t.tgname OPERATOR(pg_catalog.=) 'community_write_fence_row'::pg_catalog.name
+                             OR t.tgfoid OPERATOR(pg_catalog.=) ANY (ARRAY[row_function, kept_row_function])))
+          AND NOT community_deletion.community_deletion_ddl_guard_row_fenced(member_fences.relid, member_fences.purge_action, member_fences.args, true)
+        UNION ALL
+        -- A fence trigger that fires for only some writes, even beside a
+        -- whole fence; a fence of the other purge action.
+        SELECT members.display_name,
+               CASE WHEN t.tgfoid OPERATOR(pg_catalog.=) ANY (CASE WHEN members.purge_action OPERATOR(pg_catalog.=) 'delete'::pg_catalog.text
+                                                                  THEN ARRAY[kept_function, kept_row_function]
+                                                                  ELSE ARRAY[fence_function, row_function, truncate_function] END)
+                        THEN pg_catalog.format('stray_fence: trigger %s on %s is a fence of the other purge action', t.tgname, members.relid::pg_catalog.regclass)
+                    ELSE pg_catalog.format('unfenced: fence trigger %s on %s has %s', t.tgname, members.relid::pg_catalog.regclass,
+                                           CASE WHEN t.tgqual IS NOT NULL THEN 'a WHEN clause' ELSE 'a column list' END) END
         FROM members
-        WHERE NOT EXISTS (
-            SELECT 1 FROM pg_catalog.pg_trigger t
-            WHERE t.tgrelid OPERATOR(pg_catalog.=) members.relid AND t.tgfoid OPERATOR(pg_catalog.=) truncate_function
-              AND t.tgtype OPERATOR(pg_catalog.=) 34 AND t.tgqual IS NULL AND NOT t.tgisinternal
-              AND t.tgenabled OPERATOR(pg_catalog.=) ANY (ARRAY['O', 'A']::pg_catalog."char"[]))
+        JOIN pg_catalog.pg_trigger t ON t.tgrelid OPERATOR(pg_catalog.=) members.relid AND NOT t.tgisinternal
+        WHERE (t.tgfoid OPERATOR(pg_catalog.=) ANY (ARRAY[fence_function, kept_function, row_function, kept_row_function])
+               AND (t.tgqual IS NOT NULL OR pg_catalog.cardinality(t.tgattr::pg_catalog.int2[]) OPERATOR(pg_catalog.>) 0))
+           OR t.tgfoid OPERATOR(pg_catalog.=) ANY (CASE WHEN members.purge_action OPERATOR(pg_catalog.=) 'delete'::pg_catalog.text
+                                                       THEN ARRAY[kept_function, kept_row_function]
+                                                       ELSE ARRAY[fence_function, row_function, truncate_function] END)
         UNION ALL
         SELECT c.oid::pg_catalog.regclass::pg_catalog.text, 'partly fenced and holding rows'
         FROM fence_state f
@@ -671,6 +1361,9 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '42501',
             MESSAGE = pg_catalog.format('DDL refused: %s leaves %s %s (see community_deletion.community_deletion_catalog_drift()); change the deletion schema only through its migrations',
                                         TG_TAG, problem.subject, problem.problem);
+    END IF;
+    IF rewrite_problem IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '42501', MESSAGE = rewrite_problem;
     END IF;
 END
 $body$;

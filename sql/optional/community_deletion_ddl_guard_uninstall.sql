@@ -10,6 +10,7 @@ SET LOCAL search_path = pg_catalog, pg_temp;
 DROP EVENT TRIGGER IF EXISTS community_deletion_ddl_guard;
 DROP EVENT TRIGGER IF EXISTS community_deletion_ddl_guard_rewrite;
 DROP EVENT TRIGGER IF EXISTS community_deletion_ddl_guard_drop;
+DROP EVENT TRIGGER IF EXISTS community_deletion_ddl_guard_sql_drop;
 DO $uninstall$
 DECLARE
     item record;
