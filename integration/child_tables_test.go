@@ -156,7 +156,7 @@ func TestChildTablesAttachedThroughTheirParents(t *testing.T) {
 		`INSERT INTO svc."Task" ("projectId", no, title) VALUES ('p-wa', 3, 'ok'), ('p-wb', 1, 'ok')`,
 		`INSERT INTO svc."Comment" ("taskProjectId", "taskNo", body) VALUES ('p-wa', 3, 'ok'), ('p-wb', 1, 'ok'), (NULL, NULL, 'no task')`,
 		`INSERT INTO svc."_ProjectToTag" ("A", "B") VALUES ('p-wb', 't-wa')`,
-		`INSERT INTO svc."ExternalRef" ("projectRef", "externalId") VALUES ('p-wb', 'ok'), ('p-gone', 'no project')`,
+		`INSERT INTO svc."ExternalRef" ("projectRef", "externalId") VALUES ('p-wb', 'ok')`,
 		`INSERT INTO svc."Task" ("projectId", no, title) VALUES ('p-none', 1, 'no workspace')`,
 		`INSERT INTO svc."Comment" ("taskProjectId", "taskNo", body) VALUES ('p-none', 1, 'no workspace')`,
 		`UPDATE svc."Task" SET title = 'edited' WHERE "projectId" IN ('p-wa', 'p-none')`,
@@ -164,6 +164,10 @@ func TestChildTablesAttachedThroughTheirParents(t *testing.T) {
 	} {
 		require.NoError(t, w.write(t, sql), sql)
 	}
+	// A declared reference holds like a foreign key for the rows the fence
+	// sees: a row naming no project is refused.
+	requireSQLState(t, w.write(t, `INSERT INTO svc."ExternalRef" ("projectRef", "externalId") VALUES ('p-gone', 'no project')`),
+		sqlstateFenced, `declared reference to svc."Project" names no row there`)
 	tx, err := w.serving.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
 	require.NoError(t, err)
 	_, err = tx.Exec(ctx, `INSERT INTO svc."Comment" ("taskProjectId", "taskNo", body) VALUES ('p-wa', 1, 'rr')`)

@@ -10,11 +10,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	communitydeletion "github.com/tombstoneworks/communitydeletion"
-	"github.com/tombstoneworks/communitydeletion/internal/ephemeralpg"
 	"github.com/tombstoneworks/communitydeletion/internal/fixture"
 )
 
@@ -516,16 +514,6 @@ type keyedDeployment struct {
 	ownerName      string
 	owner          *pgx.Conn // owns schema svc and its tables; no superuser
 	active, doomed uuid.UUID
-}
-
-// setupBare is setup on a database with the migrations only.
-func setupBare(t *testing.T) *testBundle {
-	t.Helper()
-	url := ephemeralpg.NewTestDatabase(t, server, fixture.Template{})
-	pool, err := pgxpool.New(t.Context(), url)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	return &testBundle{t: t, url: url, pool: pool, pools: map[fixture.Role]*pgxpool.Pool{}}
 }
 
 // newKeyedDeployment builds keyedDeployment for kind. Its owner is a

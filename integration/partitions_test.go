@@ -10,11 +10,24 @@ import (
 	"github.com/tombstoneworks/communitydeletion/internal/fixture"
 )
 
-// notes returns the catalog notes, "table: note" each.
+// notes returns the catalog notes, "table: note" each, but those about
+// what a table's fence costs (fenceCostNotes has them).
 func notes(t *testing.T, b *testBundle) []string {
 	t.Helper()
 	var out []string
-	require.NoError(t, pgxscanStrings(t, b, "SELECT table_name || ': ' || note FROM community_deletion_catalog_notes()", &out))
+	require.NoError(t, pgxscanStrings(t, b, "SELECT table_name || ': ' || note FROM community_deletion_catalog_notes() "+
+		"WHERE note NOT LIKE 'its fence checks every write%'", &out))
+	return out
+}
+
+// fenceCostNotes returns the catalog notes about what a table's fence
+// costs: the tables a foreign key could bind, or that should be attached
+// again to take the near-free path.
+func fenceCostNotes(t *testing.T, b *testBundle) []string {
+	t.Helper()
+	var out []string
+	require.NoError(t, pgxscanStrings(t, b, "SELECT table_name || ': ' || note FROM community_deletion_catalog_notes() "+
+		"WHERE note LIKE 'its fence checks every write%'", &out))
 	return out
 }
 

@@ -122,6 +122,16 @@ func migrateDown(t *testing.T, url string) error {
 	return err
 }
 
+// downTo26 rolls the database at url back to migration 00026.
+func downTo26(t *testing.T, url string) {
+	t.Helper()
+	migrator, err := migration.Open(t.Context(), url)
+	require.NoError(t, err)
+	defer migrator.Close()
+	_, err = migrator.DownTo(t.Context(), 26)
+	require.NoError(t, err)
+}
+
 // migrationVersion is the database's applied version.
 func migrationVersion(t *testing.T, url string) int64 {
 	t.Helper()
@@ -133,11 +143,13 @@ func migrationVersion(t *testing.T, url string) int64 {
 	return version
 }
 
-// requireDownRefused asserts that rolling back the newest migration is
-// refused (55000) with a message containing contains, and that the
-// database stays at its version.
+// requireDownRefused asserts that rolling back migration 00026 is refused
+// (55000) with a message containing contains, and that the database stays
+// at version 26: the migrations after it roll back first, and migrate up
+// again after.
 func requireDownRefused(t *testing.T, url string, contains string) {
 	t.Helper()
+	downTo26(t, url)
 	version := migrationVersion(t, url)
 	err := migrateDown(t, url)
 	var pgErr *pgconn.PgError
@@ -145,6 +157,11 @@ func requireDownRefused(t *testing.T, url string, contains string) {
 	require.Equal(t, sqlstateFenced, pgErr.Code, pgErr.Message)
 	require.Contains(t, pgErr.Message, contains)
 	require.Equal(t, version, migrationVersion(t, url))
+	migrator, err := migration.Open(t.Context(), url)
+	require.NoError(t, err)
+	defer migrator.Close()
+	_, err = migrator.Up(t.Context())
+	require.NoError(t, err)
 }
 
 // A uuid deployment of release 24, with a deletion approved and pending,

@@ -1422,6 +1422,7 @@ CREATE FUNCTION community_deletion.community_deletion_installed_functions() RETU
             'community_deletion_fence_args(name,text,jsonb)',
             'community_deletion_fence_bit(uuid)',
             'community_deletion_fence_bound(oid,name,jsonb)',
+            'community_deletion_fence_marker_holders()',
             'community_deletion_fence_marker_lock()',
             'community_deletion_fence_query(text,text[])',
             'community_deletion_fenced(oid,name)',
@@ -4440,9 +4441,10 @@ DECLARE
     old_key pg_catalog.text;
     new_key pg_catalog.text;
 BEGIN
+    -- (TG_ARGV counts from 0, args from 1.)
     args := CASE TG_NARGS WHEN 0 THEN ARRAY['community_id', 'uuid']
                           WHEN 1 THEN ARRAY[TG_ARGV[0], 'uuid']
-                          ELSE TG_ARGV END;
+                          ELSE ARRAY[TG_ARGV[0], TG_ARGV[1]] END;
     -- The statement-level fence's path 0, a row at a time.
     IF TG_NARGS OPERATOR(pg_catalog.=) 3
        AND pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.=) 'read committed'
@@ -5930,6 +5932,7 @@ GRANT ALL ON FUNCTION community_deletion.community_deletion_fence_admit(touched 
 -- Name: FUNCTION community_deletion_fence_marker_holders(); Type: ACL; Schema: community_deletion; Owner: -
 --
 
+REVOKE ALL ON FUNCTION community_deletion.community_deletion_fence_marker_holders() FROM PUBLIC;
 GRANT ALL ON FUNCTION community_deletion.community_deletion_fence_marker_holders() TO community_deletion_operator;
 GRANT ALL ON FUNCTION community_deletion.community_deletion_fence_marker_holders() TO community_deletion_executor;
 

@@ -2671,7 +2671,7 @@ DECLARE
 BEGIN
     FOR trig IN
         SELECT t.oid, pg_catalog.pg_get_triggerdef(t.oid) AS def,
-               pg_catalog.convert_from(pg_catalog.substring(t.tgargs FROM 1 FOR pg_catalog.position('\x00'::bytea IN t.tgargs) OPERATOR(pg_catalog.-) 1), 'UTF8') AS key
+               pg_catalog.convert_from(pg_catalog.substring(t.tgargs, 1, pg_catalog.position(t.tgargs, '\x00'::bytea) OPERATOR(pg_catalog.-) 1), 'UTF8') AS key
         FROM pg_catalog.pg_trigger t
         WHERE NOT t.tgisinternal AND t.tgnargs OPERATOR(pg_catalog.=) 3
           AND t.tgfoid IN ('community_deletion.enforce_community_write_fence()'::pg_catalog.regprocedure,

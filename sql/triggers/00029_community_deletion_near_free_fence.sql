@@ -403,9 +403,10 @@ DECLARE
     old_key pg_catalog.text;
     new_key pg_catalog.text;
 BEGIN
+    -- (TG_ARGV counts from 0, args from 1.)
     args := CASE TG_NARGS WHEN 0 THEN ARRAY['community_id', 'uuid']
                           WHEN 1 THEN ARRAY[TG_ARGV[0], 'uuid']
-                          ELSE TG_ARGV END;
+                          ELSE ARRAY[TG_ARGV[0], TG_ARGV[1]] END;
     -- The statement-level fence's path 0, a row at a time.
     IF TG_NARGS OPERATOR(pg_catalog.=) 3
        AND pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.=) 'read committed'
@@ -713,6 +714,7 @@ CREATE OR REPLACE FUNCTION community_deletion.community_deletion_installed_funct
             'community_deletion_fence_args(name,text,jsonb)',
             'community_deletion_fence_bit(uuid)',
             'community_deletion_fence_bound(oid,name,jsonb)',
+            'community_deletion_fence_marker_holders()',
             'community_deletion_fence_marker_lock()',
             'community_deletion_fence_query(text,text[])',
             'community_deletion_fenced(oid,name)',
