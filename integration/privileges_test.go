@@ -827,6 +827,7 @@ func TestEveryInstalledFunctionIsSealed(t *testing.T) {
 	qualified := map[string]bool{
 		"community_deletion_lock_key(uuid)": true, "enforce_community_write_fence()": true,
 		"enforce_community_write_fence_row()": true, "community_deletion_tenant_uuid(text)": true,
+		"community_deletion_fence_bit(uuid)": true,
 	}
 	// The proofs read tenant tables with row security off, so a policy that
 	// would hide a row is an error, not a skip.
@@ -845,6 +846,8 @@ func TestEveryInstalledFunctionIsSealed(t *testing.T) {
 		"enforce_community_kept_row_fence()": true, "enforce_community_tenant_created()": true,
 		"enforce_community_write_fence()": true, "community_deletion_control_table(text)": true,
 		"enforce_community_truncate_fence()": true, "community_deletion_tenant_schema(oid)": true,
+		"community_deletion_fence_bound(oid,name,jsonb)": true, "community_deletion_bound_args(text[])": true,
+		"community_deletion_fence_bit(uuid)": true,
 	}
 	require.NotEmpty(t, functions)
 	for _, f := range functions {
@@ -854,10 +857,13 @@ func TestEveryInstalledFunctionIsSealed(t *testing.T) {
 			require.Empty(t, f.config, f.signature)
 		case rowSecurityOff[f.signature]:
 			require.Equal(t, "row_security=off,search_path=pg_catalog, community_deletion, pg_temp", f.config, f.signature)
+		case f.signature == "community_deletion_settle_fence_marker()":
+			// It waits at most this long for writes on the near-free path.
+			require.Equal(t, "search_path=pg_catalog, community_deletion, pg_temp,lock_timeout=5s", f.config, f.signature)
 		case f.signature == "community_deletion_drop_tenant_objects(uuid)":
 			// Its DROP SEQUENCE waits at most this long for the sequence.
 			require.Equal(t, "search_path=pg_catalog, community_deletion, pg_temp,lock_timeout=2s", f.config, f.signature)
-		case f.signature == "community_deletion_catalog_drift()":
+		case f.signature == "community_deletion_catalog_drift()", f.signature == "community_deletion_catalog_drift_of_tables()":
 			// JIT compiled this catalog query for seconds; it is off.
 			require.Equal(t, "jit=off,search_path=pg_catalog, community_deletion, pg_temp", f.config, f.signature)
 		default:

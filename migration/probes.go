@@ -197,7 +197,7 @@ var legacyProbes = map[int64][]check{
 		table("community_deletion_control_digests"),
 		function("community_deletion_control_digest(text)"),
 		function("community_deletion_guard_digest(text,text)"),
-		functionBody("community_deletion_catalog_drift()", "function_planted"),
+		functionBodyOf("function_planted", "community_deletion_catalog_drift()", "community_deletion_catalog_drift_of_tables()"),
 	},
 	21: { // 00021_community_deletion_own_schema.sql
 		table("community_deletion_install"),
@@ -215,7 +215,7 @@ var legacyProbes = map[int64][]check{
 		function("enforce_community_kept_row_fence()"),
 	},
 	24: { // 00024_community_deletion_schema_usage_drift.sql
-		functionBody("community_deletion_catalog_drift()", "schema_usage_missing"),
+		functionBodyOf("schema_usage_missing", "community_deletion_catalog_drift()", "community_deletion_catalog_drift_of_tables()"),
 	},
 	25: { // 00025_community_deletion_tenant_keys.sql
 		table("community_deletion_references"),

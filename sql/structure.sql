@@ -152,6 +152,39 @@ BEGIN
             END IF;
         END IF;
     END LOOP;
+    -- The fence follows the paths as the owner of
+    -- community_deletion_path_keys(), so that no row security hides a
+    -- parent row from it: that owner reads the columns it joins on.
+    FOR hop IN
+        SELECT jsonb_build_object('schema', h.value ->> 'schema', 'table', h.value ->> 'table',
+                                  'columns', jsonb_agg(DISTINCT c.value)) AS value
+        FROM jsonb_array_elements(spec -> 'paths') p
+        CROSS JOIN LATERAL jsonb_array_elements(p.value -> 'hops') WITH ORDINALITY h (value, depth)
+        CROSS JOIN LATERAL (SELECT jsonb_array_elements_text(h.value -> 'parent_columns')
+                            UNION ALL
+                            SELECT CASE WHEN h.depth = jsonb_array_length(p.value -> 'hops') THEN p.value ->> 'key' END
+                            UNION ALL
+                            SELECT jsonb_array_elements_text(p.value -> 'hops' -> h.depth::int -> 'columns')) c (value)
+        WHERE c.value IS NOT NULL
+        GROUP BY h.value ->> 'schema', h.value ->> 'table'
+    LOOP
+        SELECT string_agg(quote_ident(c.value), ', ' ORDER BY c.value) INTO grant_needed
+        FROM jsonb_array_elements_text(hop -> 'columns') c
+        WHERE NOT has_column_privilege((SELECT f.proowner FROM pg_proc f WHERE f.oid = 'community_deletion_path_keys(jsonb,jsonb)'::regprocedure),
+                                       format('%I.%I', hop ->> 'schema', hop ->> 'table'), c.value, 'SELECT');
+        IF grant_needed IS NOT NULL THEN
+            grant_needed := format('GRANT SELECT (%s) ON %I.%I TO %I', grant_needed, hop ->> 'schema', hop ->> 'table',
+                                   (SELECT pg_get_userbyid(f.proowner) FROM pg_proc f WHERE f.oid = 'community_deletion_path_keys(jsonb,jsonb)'::regprocedure));
+            IF pg_has_role(current_user, (SELECT c.relowner FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                                          WHERE n.nspname = hop ->> 'schema' AND c.relname = hop ->> 'table'), 'USAGE') THEN
+                EXECUTE grant_needed;
+            ELSE
+                RAISE EXCEPTION USING ERRCODE = '42501',
+                    MESSAGE = format('attach of %s refused: the fence cannot read the columns it follows its parents by; have the owner of %I.%I run: %s',
+                                     target, hop ->> 'schema', hop ->> 'table', grant_needed);
+            END IF;
+        END IF;
+    END LOOP;
     args := community_deletion_fence_args(NULL, spec ->> 'kind', spec -> 'paths');
     IF community_deletion_fence_bound(target, NULL, spec -> 'paths') THEN
         args := community_deletion_bound_args(args);
@@ -1229,17 +1262,12 @@ BEGIN
         kind := spec ->> 'kind';
         FOREACH side IN ARRAY sides LOOP
             FOR path IN SELECT p.value FROM jsonb_array_elements(spec -> 'paths') p LOOP
-                joins := '';
-                FOR depth IN 1 .. jsonb_array_length(path -> 'hops') LOOP
-                    hop := path -> 'hops' -> (depth - 1);
-                    joins := joins || format(' JOIN %I.%I p%s ON %s', hop ->> 'schema', hop ->> 'table', depth,
-                        (SELECT string_agg(format('p%s.%I OPERATOR(pg_catalog.=) %s.%I', depth, pc.value,
-                                                  CASE WHEN depth = 1 THEN 'w' ELSE 'p' || (depth - 1) END, cc.value), ' AND ')
-                         FROM jsonb_array_elements_text(hop -> 'columns') WITH ORDINALITY cc
-                         JOIN jsonb_array_elements_text(hop -> 'parent_columns') WITH ORDINALITY pc ON pc.ordinality = cc.ordinality));
-                END LOOP;
-                rows := rows || format('SELECT p%s.%I::pg_catalog.text FROM %s w%s',
-                                       jsonb_array_length(path -> 'hops'), path ->> 'key', side, joins);
+                rows := rows || format('SELECT t.k FROM pg_catalog.unnest(community_deletion.community_deletion_path_keys(%L::pg_catalog.jsonb, '
+                                       '(SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_array(%s)) FROM %s w))) t (k)',
+                                       path::text,
+                                       (SELECT string_agg(format('w.%I', c.value), ', ' ORDER BY c.ordinality)
+                                        FROM jsonb_array_elements_text(path -> 'hops' -> 0 -> 'columns') WITH ORDINALITY c),
+                                       side);
             END LOOP;
         END LOOP;
     ELSE
@@ -1441,6 +1469,7 @@ CREATE FUNCTION community_deletion.community_deletion_installed_functions() RETU
             'community_deletion_lock_key(uuid)',
             'community_deletion_next_stage(text)',
             'community_deletion_operators_share_role()',
+            'community_deletion_path_keys(jsonb,jsonb)',
             'community_deletion_protection_state(uuid)',
             'community_deletion_purge_pressure()',
             'community_deletion_receipt_chain_head()',
@@ -1631,6 +1660,49 @@ CREATE FUNCTION community_deletion.community_deletion_operators_share_role() RET
         SELECT coalesce((SELECT s.operators_share_role FROM community_deletion_settings s
                          ORDER BY s.sequence DESC LIMIT 1), false)
     $$;
+
+--
+-- Name: community_deletion_path_keys(jsonb, jsonb); Type: FUNCTION; Schema: community_deletion; Owner: -
+--
+
+CREATE FUNCTION community_deletion.community_deletion_path_keys(path jsonb, first_keys jsonb) RETURNS text[]
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'community_deletion', 'pg_temp'
+    SET row_security TO 'off'
+    AS $_$
+DECLARE
+    hop jsonb;
+    depth int;
+    joins text := '';
+    cond text;
+    result text[];
+BEGIN
+    IF first_keys IS NULL OR jsonb_array_length(first_keys) = 0 THEN
+        RETURN NULL;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM community_scoped_tables r, jsonb_array_elements(r.parents) p WHERE p.value = path) THEN
+        RAISE EXCEPTION USING ERRCODE = '42501', MESSAGE = 'community_deletion_path_keys refused: not the path of a registered table';
+    END IF;
+    FOR depth IN 1 .. jsonb_array_length(path -> 'hops') LOOP
+        hop := path -> 'hops' -> (depth - 1);
+        SELECT string_agg(CASE WHEN depth = 1
+                               THEN format('p1.%I OPERATOR(pg_catalog.=) (k.value ->> %s)::%s', pc.value, pc.ordinality - 1,
+                                           (SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a
+                                            WHERE a.attrelid = format('%I.%I', hop ->> 'schema', hop ->> 'table')::regclass
+                                              AND a.attname = pc.value AND NOT a.attisdropped))
+                               ELSE format('p%s.%I OPERATOR(pg_catalog.=) p%s.%I', depth, pc.value, depth - 1, cc.value) END,
+                          ' AND ')
+        INTO cond
+        FROM jsonb_array_elements_text(hop -> 'columns') WITH ORDINALITY cc
+        JOIN jsonb_array_elements_text(hop -> 'parent_columns') WITH ORDINALITY pc ON pc.ordinality = cc.ordinality;
+        joins := joins || format(' JOIN %I.%I p%s ON %s', hop ->> 'schema', hop ->> 'table', depth, cond);
+    END LOOP;
+    EXECUTE format('SELECT array_agg(DISTINCT p%s.%I::text) FROM jsonb_array_elements($1) k%s',
+                   jsonb_array_length(path -> 'hops'), path ->> 'key', joins)
+        INTO result USING first_keys;
+    RETURN result;
+END
+$_$;
 
 --
 -- Name: community_deletion_protection_state(uuid); Type: FUNCTION; Schema: community_deletion; Owner: -
@@ -3193,6 +3265,15 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '42501',
             MESSAGE = 'community_deletion_references refused: references are declared only by community_deletion.declare_reference() and dropped only by community_deletion.drop_reference()';
     END IF;
+    -- The stack names a function as its search_path showed it when it was
+    -- compiled: any other function of these names could be the caller.
+    IF EXISTS (SELECT 1 FROM pg_proc p
+               WHERE p.proname IN ('declare_reference', 'drop_reference')
+                 AND p.oid NOT IN ('declare_reference(regclass,name[],regclass,name[],text)'::regprocedure,
+                                   'drop_reference(regclass,name[])'::regprocedure)) THEN
+        RAISE EXCEPTION USING ERRCODE = '42501',
+            MESSAGE = 'community_deletion_references refused: references are declared only by community_deletion.declare_reference() and dropped only by community_deletion.drop_reference(), and another function has one of their names; drop it';
+    END IF;
     IF TG_OP = 'DELETE' THEN
         RETURN OLD;
     END IF;
@@ -3761,7 +3842,7 @@ $$;
 CREATE FUNCTION community_deletion.enforce_community_scoped_table_guard() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'community_deletion', 'pg_temp'
-    AS $$
+    AS $_$
 DECLARE
     stack text;
     target oid;
@@ -3777,6 +3858,16 @@ BEGIN
     IF stack !~ E'\nPL/pgSQL function community_deletion_(un)?register_(child_)?table\\((regclass,text,name|name,name|regclass,jsonb)\\) line [0-9]+ at SQL statement' THEN
         RAISE EXCEPTION USING ERRCODE = '42501',
             MESSAGE = 'community_scoped_tables refused: tenant tables are registered only by attach_community_write_fence() or attach_child_table() and unregistered only by detach_community_write_fence()';
+    END IF;
+    -- The stack names a function as its search_path showed it when it was
+    -- compiled: any other function of these names could be the caller.
+    IF EXISTS (SELECT 1 FROM pg_proc p
+               WHERE p.proname ~ '^community_deletion_(un)?register_(child_)?table$'
+                 AND p.oid NOT IN ('community_deletion_register_table(regclass,text,name)'::regprocedure,
+                                   'community_deletion_unregister_table(name,name)'::regprocedure,
+                                   'community_deletion_register_child_table(regclass,jsonb)'::regprocedure)) THEN
+        RAISE EXCEPTION USING ERRCODE = '42501',
+            MESSAGE = 'community_scoped_tables refused: tenant tables are registered only by attach_community_write_fence() or attach_child_table() and unregistered only by detach_community_write_fence(), and another function has one of their names; drop it';
     END IF;
     IF TG_OP = 'DELETE' THEN
         IF EXISTS (SELECT 1 FROM community_deletion_requests r
@@ -3825,7 +3916,7 @@ BEGIN
     NEW.registered_by := session_user;
     RETURN NEW;
 END
-$$;
+$_$;
 
 --
 -- Name: enforce_community_serving_write_lease_guard(); Type: FUNCTION; Schema: community_deletion; Owner: -
@@ -6075,6 +6166,15 @@ REVOKE ALL ON FUNCTION community_deletion.community_deletion_operators_share_rol
 GRANT ALL ON FUNCTION community_deletion.community_deletion_operators_share_role() TO community_deletion_serving;
 GRANT ALL ON FUNCTION community_deletion.community_deletion_operators_share_role() TO community_deletion_operator;
 GRANT ALL ON FUNCTION community_deletion.community_deletion_operators_share_role() TO community_deletion_executor;
+
+--
+-- Name: FUNCTION community_deletion_path_keys(path jsonb, first_keys jsonb); Type: ACL; Schema: community_deletion; Owner: -
+--
+
+REVOKE ALL ON FUNCTION community_deletion.community_deletion_path_keys(path jsonb, first_keys jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION community_deletion.community_deletion_path_keys(path jsonb, first_keys jsonb) TO community_deletion_serving;
+GRANT ALL ON FUNCTION community_deletion.community_deletion_path_keys(path jsonb, first_keys jsonb) TO community_deletion_operator;
+GRANT ALL ON FUNCTION community_deletion.community_deletion_path_keys(path jsonb, first_keys jsonb) TO community_deletion_executor;
 
 --
 -- Name: FUNCTION community_deletion_protection_state(community uuid); Type: ACL; Schema: community_deletion; Owner: -
