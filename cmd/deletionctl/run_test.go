@@ -155,6 +155,13 @@ func TestRunOnce(t *testing.T) {
 		require.NotEqual(t, "DEBUG", rec["level"], "info by default")
 	}
 	require.EqualValues(t, 3, record(t, recs, "drained")["chunks_total"], "5 keys in chunks of 2")
+	// A duration says its unit: seconds under a key that ends in _seconds,
+	// never bare nanoseconds.
+	fenced := recordPrefix(t, recs, "fenced at generation ")
+	require.NotContains(t, fenced, "fence_wait")
+	wait, ok := fenced["fence_wait_seconds"].(float64)
+	require.True(t, ok, fenced)
+	require.Less(t, wait, 60.0, "seconds, not nanoseconds")
 	purged := recordPrefix(t, recs, "postgres purged in ")
 	require.EqualValues(t, 3, purged["rows_by_table"].(map[string]any)["fixture_members"])
 	require.Equal(t, "completed", lastMessage(t, out))
