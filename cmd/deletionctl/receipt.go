@@ -17,20 +17,72 @@ import (
 // receiptShow prints the receipt of cfg.requestID: its body as indented
 // JSON, then its signature.
 func receiptShow(ctx context.Context, store *lifecycle.Operator, cfg config, stdout io.Writer) error {
+	op := "receipt show of request " + cfg.requestID.String()
 	env, err := store.Receipt(ctx, cfg.requestID)
 	if err != nil {
-		return fmt.Errorf("receipt show: %w", err)
+		return failed(op, err, "deletionctl inspect --request "+cfg.requestID.String()+" shows where it is")
 	}
 	var pretty bytes.Buffer
 	if err := json.Indent(&pretty, env.Body, "", "  "); err != nil {
-		return fmt.Errorf("receipt show: the stored body of request %s is not JSON: %w", cfg.requestID, err)
+		return failed(op, fmt.Errorf("its stored body is not JSON: %w", err), "")
 	}
 	signature := "(unsigned)"
 	if len(env.Signature) > 0 {
 		signature = base64.StdEncoding.EncodeToString(env.Signature)
 	}
+	if cfg.json {
+		r, err := env.Receipt()
+		if err != nil {
+			return failed(op, err, "")
+		}
+		var sig *string
+		if len(env.Signature) > 0 {
+			sig = &signature
+		}
+		return writeJSON(stdout, receiptShowReport{Sequence: r.Sequence, RequestID: r.RequestID.String(), Signer: r.Signer,
+			Hash: env.Hash(), Signature: sig, Body: json.RawMessage(env.Body)})
+	}
 	fmt.Fprintf(stdout, "%s\nsignature: %s\nhash: %s\n", pretty.Bytes(), signature, env.Hash())
 	return nil
+}
+
+// receiptShowReport is the JSON output of receipt show --json; Signature is
+// the base64 signature, null for an unsigned receipt.
+type receiptShowReport struct {
+	Sequence  int64           `json:"sequence"`
+	RequestID string          `json:"request_id"`
+	Signer    string          `json:"signer"`
+	Hash      string          `json:"hash"`
+	Signature *string         `json:"signature"`
+	Body      json.RawMessage `json:"body"`
+}
+
+// receiptExportReport is the JSON output of receipt export --json; First
+// and Last are 0 when nothing was exported.
+type receiptExportReport struct {
+	Exported int    `json:"exported"`
+	First    int64  `json:"first"`
+	Last     int64  `json:"last"`
+	Dir      string `json:"dir"`
+}
+
+// receiptVerifyReport is the JSON output of receipt verify --json.
+type receiptVerifyReport struct {
+	Receipts []verifiedReceipt `json:"receipts"`
+	Verified int               `json:"verified"`
+	First    int64             `json:"first"`
+	Last     int64             `json:"last"`
+	Signed   int               `json:"signed"`
+	Unsigned int               `json:"unsigned"`
+	KeyID    string            `json:"key_id"`
+	LastHash string            `json:"last_hash"`
+}
+
+type verifiedReceipt struct {
+	Sequence  int64  `json:"sequence"`
+	RequestID string `json:"request_id"`
+	Signer    string `json:"signer"`
+	File      string `json:"file"`
 }
 
 // receiptExport writes the receipts after cfg.afterSequence, at most
@@ -65,6 +117,9 @@ func receiptExport(ctx context.Context, store *lifecycle.Operator, cfg config, s
 		}
 		written += len(envs)
 	}
+	if cfg.json {
+		return writeJSON(stdout, receiptExportReport{Exported: written, First: first, Last: last, Dir: cfg.dir})
+	}
 	if written == 0 {
 		fmt.Fprintf(stdout, "no receipts after %d\n", cfg.afterSequence)
 		return nil
@@ -88,6 +143,15 @@ func receiptVerify(cfg config, stdout io.Writer) error {
 	rep, err := receipt.Verify(envs, pub, receipt.VerifyOpts{AllowUnsigned: cfg.allowUnsigned})
 	if err != nil {
 		return err
+	}
+	if cfg.json {
+		out := receiptVerifyReport{Receipts: []verifiedReceipt{}, Verified: rep.Receipts, First: rep.First, Last: rep.Last,
+			Signed: rep.Signed, Unsigned: rep.Unsigned, KeyID: rep.KeyID, LastHash: rep.LastHash}
+		for _, env := range envs {
+			r, _ := env.Receipt()
+			out.Receipts = append(out.Receipts, verifiedReceipt{Sequence: r.Sequence, RequestID: r.RequestID.String(), Signer: r.Signer, File: env.Source})
+		}
+		return writeJSON(stdout, out)
 	}
 	for _, env := range envs {
 		r, _ := env.Receipt()
