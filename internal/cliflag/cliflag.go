@@ -36,8 +36,7 @@ func (e *HelpError) Is(target error) bool { return target == ErrHelp }
 
 // HelpTopic returns the topic of a *HelpError in err's chain, or nil.
 func HelpTopic(err error) []string {
-	var h *HelpError
-	if errors.As(err, &h) {
+	if h, ok := errors.AsType[*HelpError](err); ok {
 		return h.Topic
 	}
 	return nil
