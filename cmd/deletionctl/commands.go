@@ -851,7 +851,7 @@ func protection(ctx context.Context, s *session) error {
 	switch {
 	case cfg.command == "protect":
 		p, err = s.op.Protect(ctx, community, cfg.by, cfg.reason)
-		next = "a community with an open request is protected after abort; " + next
+		next = "protect is refused while the community has an open request (deletionctl list shows it); " + next
 	case cfg.command == "unprotect" && cfg.approve:
 		p, err = s.op.ApproveUnprotect(ctx, community, cfg.by, cfg.reason)
 		next = "another operator than the one who asked, from another login, approves the clear; " + next

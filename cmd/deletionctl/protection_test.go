@@ -73,6 +73,11 @@ func TestApproveWithAGracePeriod(t *testing.T) {
 	recs := records(t, stdout)
 	require.Equal(t, claimInGrace, recs[len(recs)-1]["status"])
 	require.NotEmpty(t, recs[len(recs)-1]["until"])
+	// Without --request nothing is claimable either, which is no failure:
+	// the record says how many requests wait for their grace period.
+	recs = records(t, db.ok(t, "run", "--once", "--objects-dir", t.TempDir(), "--cache", "memory:"))
+	require.Equal(t, "nothing to claim", recs[len(recs)-1]["msg"])
+	require.EqualValues(t, 1, recs[len(recs)-1]["requests_in_grace"])
 	var rep struct {
 		Request struct {
 			Claim claimView `json:"claim"`
