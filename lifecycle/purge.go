@@ -1141,8 +1141,9 @@ func (b *purgeBatcher) statement(ctx context.Context, tx pgx.Tx) (int64, bool, e
 func (b *purgeBatcher) deleteWithDependents(ctx context.Context, tx pgx.Tx, where string, community string, n int) (int64, bool, error) {
 	t := b.table
 	table := t.ident()
-	returning := []string{"tableoid AS purge_tableoid", "ctid AS purge_ctid"}
-	var ctes, counts []string
+	returning := make([]string, 0, 2+len(t.dependents))
+	returning = append(returning, "tableoid AS purge_tableoid", "ctid AS purge_ctid")
+	ctes, counts := make([]string, 0, len(t.dependents)), make([]string, 0, len(t.dependents))
 	for i, d := range t.dependents {
 		via := fmt.Sprintf("purge_ref_%d", i)
 		returning = append(returning, pgx.Identifier{d.via}.Sanitize()+" AS "+via)
