@@ -28,11 +28,8 @@ const (
 
 // deletionPlan is what deleting one community removes, as plan shows it
 // before anything is fenced. Each kind of thing a deletion removes is a
-// section of its own (Tables, Objects, Cache), beside what is kept
-// (Excluded) and what would stop it (Drift), so that the kinds the
-// registry is gaining (tables reached through a parent, object keys listed
-// in tables, per-tenant database objects such as sequences) become sections
-// of their own beside these.
+// section of its own (Tables, Objects, KeySources, Cache, Sequences),
+// beside what is kept (Excluded) and what would stop it (Drift).
 type deletionPlan struct {
 	// Request is the request planned, or null for a community planned by
 	// --host.
@@ -52,8 +49,13 @@ type deletionPlan struct {
 	Tables []planTable `json:"tables"`
 	// Objects are the object-store prefixes the deletion empties.
 	Objects []planPrefix `json:"objects"`
+	// KeySources are the columns whose values, in the tenant's rows, are
+	// the keys of objects the deletion removes wherever they are.
+	KeySources []planKeySource `json:"key_sources"`
 	// Cache are the cache key patterns of the declared storage layout.
 	Cache []planPattern `json:"cache"`
+	// Sequences are the per-tenant sequences the purge drops.
+	Sequences []planSequence `json:"sequences"`
 	// Excluded are the tables their owners excluded: kept, with why.
 	Excluded []excludedTable `json:"excluded"`
 	// Drift is the catalog drift that blocks every deletion until fixed.
@@ -102,6 +104,26 @@ type planPrefix struct {
 	BytesNow   *uint64 `json:"bytes_now"`
 }
 
+// planKeySource is one key source of a plan (storage layout kind
+// object_keys): a column, schema.table.column, whose values in the tenant's
+// rows are object keys.
+type planKeySource struct {
+	Source string `json:"source"`
+	// Objects is the frozen inventory's count of distinct keys (Source
+	// frozen_inventory), else the count now; null when not counted.
+	Objects *uint64 `json:"objects"`
+	// ObjectsNow is the distinct keys the tenant's rows list now, read from
+	// the database; null when they could not be read (catalog drift, or a
+	// source the layout no longer declares).
+	ObjectsNow *uint64 `json:"objects_now"`
+}
+
+// planSequence is one per-tenant sequence of a plan (storage layout kind
+// sequence), named for the tenant; the purge drops it.
+type planSequence struct {
+	Sequence string `json:"sequence"`
+}
+
 // planPattern is one cache key pattern of a plan; its keys are not counted
 // ahead of the purge.
 type planPattern struct {
@@ -117,6 +139,11 @@ type planTotals struct {
 	Prefixes   int     `json:"prefixes"`
 	Objects    *uint64 `json:"objects"`
 	ObjectsNow *uint64 `json:"objects_now"`
+	// KeySources, Keys and KeysNow add up the key sources as Prefixes,
+	// Objects and ObjectsNow add up the prefixes.
+	KeySources int     `json:"key_sources"`
+	Keys       *uint64 `json:"keys"`
+	KeysNow    *uint64 `json:"keys_now"`
 }
 
 // plan shows what deleting the request's community (or --host's) removes.
@@ -142,8 +169,8 @@ func plan(ctx context.Context, s *session) error {
 // buildPlan gathers the plan.
 func buildPlan(ctx context.Context, s *session) (*deletionPlan, error) {
 	cfg := s.cfg
-	p := &deletionPlan{Source: sourceLive, Tables: []planTable{}, Objects: []planPrefix{}, Cache: []planPattern{},
-		Excluded: []excludedTable{}, Drift: []driftFinding{}}
+	p := &deletionPlan{Source: sourceLive, Tables: []planTable{}, Objects: []planPrefix{}, KeySources: []planKeySource{},
+		Cache: []planPattern{}, Sequences: []planSequence{}, Excluded: []excludedTable{}, Drift: []driftFinding{}}
 	var request *lifecycle.Request
 	var community uuid.UUID
 	var tenant lifecycle.TenantKey
@@ -208,6 +235,9 @@ func buildPlan(ctx context.Context, s *session) (*deletionPlan, error) {
 		return nil, err
 	}
 	if err := p.planStorage(ctx, s.op, cfg.objects, tenant, frozen); err != nil {
+		return nil, err
+	}
+	if err := p.planKeySources(ctx, s.op, community, frozen); err != nil {
 		return nil, err
 	}
 	p.total()
@@ -304,6 +334,9 @@ func (p *deletionPlan) planStorage(ctx context.Context, store *lifecycle.Operato
 	for _, pattern := range expanded.CachePatterns {
 		p.Cache = append(p.Cache, planPattern{Pattern: pattern})
 	}
+	for _, t := range layout.Sequences {
+		p.Sequences = append(p.Sequences, planSequence{Sequence: lifecycle.ExpandTemplate(t.Template, tenant)})
+	}
 	prefixes := expanded.ObjectPrefixes
 	if frozen != nil {
 		prefixes = nil
@@ -342,6 +375,41 @@ func (p *deletionPlan) planStorage(ctx context.Context, store *lifecycle.Operato
 	return nil
 }
 
+// planKeySources fills the key sources: the frozen inventory's, which the
+// approval binds, else the declared layout's, each with the distinct keys
+// the tenant's rows list now beside the frozen count. Under catalog drift
+// nothing is read now.
+func (p *deletionPlan) planKeySources(ctx context.Context, store *lifecycle.Operator, community uuid.UUID, frozen *lifecycle.FrozenInventory) error {
+	now := map[string]uint64{}
+	var live []lifecycle.KeySourceManifest
+	if len(p.Drift) == 0 {
+		var err error
+		if live, err = store.InventoryKeySources(ctx, community); err != nil && !errors.Is(err, lifecycle.ErrRefused) {
+			return err
+		}
+		for _, k := range live {
+			now[k.Source] = k.ObjectCount
+		}
+	}
+	sources := live
+	if frozen != nil {
+		sources = frozen.Storage.KeySources
+	}
+	for _, k := range sources {
+		ks := planKeySource{Source: k.Source}
+		if n, ok := now[k.Source]; ok {
+			ks.ObjectsNow = &n
+		}
+		ks.Objects = ks.ObjectsNow
+		if frozen != nil {
+			n := k.ObjectCount
+			ks.Objects = &n
+		}
+		p.KeySources = append(p.KeySources, ks)
+	}
+	return nil
+}
+
 // total adds the sections up.
 func (p *deletionPlan) total() {
 	p.Totals = planTotals{Tables: len(p.Tables), Prefixes: len(p.Objects)}
@@ -349,6 +417,9 @@ func (p *deletionPlan) total() {
 	p.Totals.RowsNow = sum(p.Tables, func(t planTable) *int64 { return t.RowsNow })
 	p.Totals.Objects = sum(p.Objects, func(o planPrefix) *uint64 { return o.Objects })
 	p.Totals.ObjectsNow = sum(p.Objects, func(o planPrefix) *uint64 { return o.ObjectsNow })
+	p.Totals.KeySources = len(p.KeySources)
+	p.Totals.Keys = sum(p.KeySources, func(k planKeySource) *uint64 { return k.Objects })
+	p.Totals.KeysNow = sum(p.KeySources, func(k planKeySource) *uint64 { return k.ObjectsNow })
 }
 
 // sum adds what of returns over items, or nil when any is nil.
@@ -412,8 +483,19 @@ func writePlan(w io.Writer, p *deletionPlan, counted bool) error {
 	for _, o := range p.Objects {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", o.Prefix, countObjects(o.Objects, counted), countObjects(o.Bytes, counted), countObjects(o.ObjectsNow, counted))
 	}
-	if len(p.Objects) == 0 {
+	switch {
+	case len(p.Objects) == 0 && len(p.KeySources) > 0:
+		fmt.Fprintln(tw, "  none: the tenant's objects are the keys its rows list (below)")
+	case len(p.Objects) == 0:
 		fmt.Fprintln(tw, "  none: no storage layout is declared, and inventory refuses until one is")
+	}
+	if len(p.KeySources) > 0 {
+		fmt.Fprintf(tw, "\nobjects listed in the tenant's rows, in %s: %s (%s now)\n", plural(p.Totals.KeySources, "column", "columns"),
+			countObjects(p.Totals.Keys, true), countObjects(p.Totals.KeysNow, true))
+		fmt.Fprintln(tw, "  COLUMN\tKEYS\tNOW")
+		for _, k := range p.KeySources {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", k.Source, countObjects(k.Objects, true), countObjects(k.ObjectsNow, true))
+		}
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("plan: write: %w", err)
@@ -424,6 +506,12 @@ func writePlan(w io.Writer, p *deletionPlan, counted bool) error {
 		fmt.Fprintf(w, "\ncache, %s (keys are not counted ahead):\n", plural(len(p.Cache), "pattern", "patterns"))
 		for _, c := range p.Cache {
 			fmt.Fprintf(w, "  %s\n", c.Pattern)
+		}
+	}
+	if len(p.Sequences) > 0 {
+		fmt.Fprintf(w, "\nper-tenant sequences, dropped: %d\n", len(p.Sequences))
+		for _, q := range p.Sequences {
+			fmt.Fprintf(w, "  %s\n", q.Sequence)
 		}
 	}
 	fmt.Fprintf(w, "\nexcluded tables, kept: %d\n", len(p.Excluded))

@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tombstoneworks/communitydeletion/internal/ephemeralpg"
 	"github.com/tombstoneworks/communitydeletion/internal/fixture"
 	"github.com/tombstoneworks/communitydeletion/lifecycle"
 )
@@ -270,4 +272,72 @@ func withoutClock(t *testing.T, out string) map[string]any {
 	require.NoError(t, json.Unmarshal([]byte(out), &m))
 	delete(m["progress"].(map[string]any), "as_of")
 	return m
+}
+
+// plan expands the layout for the tenant's own key (here an integer, which
+// names no uuid) and lists what the layout declares besides prefixes: the
+// object keys the tenant's rows list in a key source, counted from the
+// database (the frozen inventory's count beside the count now once
+// inventoried), and the per-tenant sequences the purge drops.
+func TestPlanShowsKeysListedInRowsAndSequences(t *testing.T) {
+	t.Parallel()
+	// Without the fixture, whose uuid-keyed tables would refuse an integer
+	// tenant table.
+	url := ephemeralpg.NewTestDatabase(t, server, fixture.Template{})
+	pool, err := pgxpool.New(t.Context(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	db := &testDB{url: url, pool: pool}
+	ctx := t.Context()
+	_, err = db.pool.Exec(ctx, `
+		CREATE TABLE public.accounts (id bigint PRIMARY KEY);
+		CREATE TABLE public.blobs (
+			id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+			account_id bigint NOT NULL REFERENCES public.accounts (id),
+			key text NOT NULL
+		);
+		CREATE INDEX blobs_account_id_idx ON public.blobs (account_id, id);
+		SELECT community_deletion.declare_tenant_table('public.accounts');
+		SELECT community_deletion.attach_community_write_fence('public.blobs', 'delete', 'account_id');
+		GRANT SELECT (key) ON public.blobs TO community_deletion_operator, community_deletion_executor;
+		INSERT INTO community_deletion.community_deletion_storage_layout (kind, template, reason) VALUES
+			('objects', 'uploads/{tenant}/', 'uploads'),
+			('object_keys', 'public.blobs.key', 'blobs: random keys listed in blobs.key'),
+			('sequence', 'public.acct_seq_{tenant}', 'per-account display ids');
+		INSERT INTO public.accounts (id) VALUES (42), (421);
+		CREATE SEQUENCE public.acct_seq_42;
+		CREATE SEQUENCE public.acct_seq_421;
+		INSERT INTO public.blobs (account_id, key) VALUES (42, 'k/a'), (42, 'k/b'), (42, 'k/a'), (421, 'k/c')`)
+	require.NoError(t, err)
+
+	p := db.planOf(t, "--host", "42")
+	require.Equal(t, "42", p.Community.TenantKey)
+	require.Empty(t, p.Community.Host, "named by its key, which is not a host")
+	var prefixes []string
+	for _, o := range p.Objects {
+		prefixes = append(prefixes, o.Prefix)
+	}
+	require.Equal(t, []string{"uploads/42/"}, prefixes, "the template expanded for the tenant's key")
+	two := uint64(2)
+	require.Equal(t, []planKeySource{{Source: "public.blobs.key", Objects: &two, ObjectsNow: &two}}, p.KeySources, "distinct keys of its rows only")
+	require.Equal(t, []planSequence{{Sequence: "public.acct_seq_42"}}, p.Sequences)
+	require.Equal(t, 1, p.Totals.KeySources)
+	require.Equal(t, &two, p.Totals.Keys)
+
+	id := db.submit(t, "42", "alice")
+	db.ok(t, "inventory", "--request", id, "--store-empty")
+	frozen := db.frozenInventory(t, id)
+	require.Len(t, frozen.Storage.KeySources, 1)
+	_, err = db.pool.Exec(ctx, "INSERT INTO public.blobs (account_id, key) VALUES (42, 'k/d')")
+	require.NoError(t, err)
+	p = db.planOf(t, id)
+	three := uint64(3)
+	require.Equal(t, sourceFrozen, p.Source)
+	require.Equal(t, []planKeySource{{Source: "public.blobs.key", Objects: &frozen.Storage.KeySources[0].ObjectCount, ObjectsNow: &three}}, p.KeySources)
+	require.Equal(t, two, frozen.Storage.KeySources[0].ObjectCount, "the plan's figure is the frozen inventory's")
+
+	text := db.okAs(t, fixture.RoleOperator, "plan", id)
+	require.Contains(t, text, "\nobjects listed in the tenant's rows, in 1 column: 2 (3 now)\n")
+	require.Regexp(t, `(?m)^  public\.blobs\.key +2 +3$`, text)
+	require.Contains(t, text, "\nper-tenant sequences, dropped: 1\n  public.acct_seq_42\n")
 }

@@ -78,8 +78,8 @@ var commands = []commandSpec{
 		name: "plan", args: "[REQUEST]", summary: "show what a deletion will remove, before anything is fenced",
 		about: "Shows what deleting the community of REQUEST (or --request ID, or the community --host names) removes, " +
 			"before anything is fenced: every registered table in purge order with its rows and purge action, every object " +
-			"prefix with its objects (counted in the store --objects names, else \"not counted\"), every cache pattern, every " +
-			"excluded table with its reason, the catalog drift that would block it, and the grace period and protection. " +
+			"prefix with its objects (counted in the store --objects names, else \"not counted\"), the object keys its rows " +
+			"list, every cache pattern and per-tenant sequence, every excluded table with its reason, the catalog drift that would block it, and the grace period and protection. " +
 			"Figures of an inventoried request are its frozen inventory's, beside what the tables hold now. It changes nothing.",
 		flags: []flagDoc{flagRequest, {"host", "HOST|ID", "plan the deletion of this community instead (with or without a request)"},
 			flagObjects, flagObjectsDir},
@@ -87,14 +87,15 @@ var commands = []commandSpec{
 		exits: []exitDoc{{exitOK, "the plan is printed (even when the deletion would be refused or blocked: the plan says why)"},
 			{exitNotFound, "the request or community does not exist"}},
 		json:     "the plan: its request, community, claim, grace, protection and one section per store",
-		jsonKeys: []string{"request", "community", "source", "claim", "grace_until", "protection", "tables", "objects", "cache", "excluded", "drift", "totals"},
+		jsonKeys: []string{"request", "community", "source", "claim", "grace_until", "protection", "tables", "objects", "key_sources", "cache", "sequences", "excluded", "drift", "totals"},
 	},
 	{
 		name: "inventory", summary: "freeze the inventory a deletion is approved for",
-		about: "Counts the request's rows in every registered table and lists every object prefix of the declared storage " +
-			"layout (expanded for its community) in the object store, and freezes both as the inventory an approval binds. " +
-			"Prints \"<request id> inventoried <digest>\". Without an object store it refuses, unless --store-empty asserts " +
-			"that the store holds nothing under the prefixes. An inventoried request not yet approved may be inventoried again.",
+		about: "Counts the request's rows in every registered table, lists every object prefix of the declared storage " +
+			"layout (expanded for its tenant's key) in the object store and reads the keys its rows list in each key source, " +
+			"and freezes them as the inventory an approval binds. Prints \"<request id> inventoried <digest>\". With a prefix " +
+			"declared and no object store it refuses, unless --store-empty asserts that the store holds nothing under the " +
+			"prefixes. An inventoried request not yet approved may be inventoried again.",
 		flags: []flagDoc{flagRequest, {"prefix", "PREFIX", "a check: each must be a declared prefix, and together all of them (repeatable)"},
 			flagObjects, flagObjectsDir, {"store-empty", "", "assert that the store holds nothing under the declared prefixes"}},
 		required: []string{"request"},
