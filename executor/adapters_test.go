@@ -2,10 +2,11 @@ package executor_test
 
 import (
 	"context"
-	"github.com/tombstoneworks/communitydeletion/lifecycle"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/tombstoneworks/communitydeletion/lifecycle"
 	"io/fs"
 	"os"
 	"path"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
 )
 
 // ObjectStore is the object storage (S3 or compatible) a community's files

@@ -432,10 +432,35 @@ func TestEveryLogRecordCarriesTheClaim(t *testing.T) {
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
+// stoppedClock is a purge clock that stands still but for the purge's own
+// sleeps: the rate cap then holds back every batch after one that deleted
+// rows, however long the host takes to run a batch.
+type stoppedClock struct {
+	mu    sync.Mutex
+	now   time.Time
+	slept time.Duration
+}
+
+func (c *stoppedClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *stoppedClock) Sleep(ctx context.Context, d time.Duration) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	c.slept += d
+	return ctx.Err()
+}
+
 // A purge held back by its rate cap reports each pause: an event saying
 // why, a Debug record with the cause, and a count per pause in
 // pauses_total{activity="purge",cause="rate_cap"}; no Info record, since the cap holds
-// back nearly every batch.
+// back nearly every batch. The purge's clock stands still but for its own
+// sleeps, so the cap holds batches back however slow the host is, and the
+// test sleeps for none of them.
 func TestAPurgeHeldByItsRateCapReportsThePauses(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -448,6 +473,8 @@ func TestAPurgeHeldByItsRateCapReportsThePauses(t *testing.T) {
 	cfg.Metrics = reg
 	cfg.Logger = slog.New(slog.NewJSONHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg.Purge.MaxRowsPerSecond = 40
+	clock := &stoppedClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	cfg.Purge.Clock = clock
 	var mu sync.Mutex
 	var paused []string
 	cfg.Progress = func(ev executor.Event) {
@@ -466,6 +493,16 @@ func TestAPurgeHeldByItsRateCapReportsThePauses(t *testing.T) {
 	require.NotEmpty(t, paused)
 	require.Equal(t, "rate cap of 40 rows/s", paused[0])
 	mu.Unlock()
+	// The cap kept the purge's average at 40 rows/s on its clock: it slept
+	// until the last batch's rows were due.
+	var purged int64
+	require.NoError(t, b.Pool.QueryRow(t.Context(), `SELECT coalesce(sum(row_count), 0) FROM community_deletion.community_deletion_purge_progress
+		WHERE request_id = $1`, id).Scan(&purged))
+	require.Positive(t, purged)
+	clock.mu.Lock()
+	require.Positive(t, clock.slept)
+	require.LessOrEqual(t, clock.slept, time.Duration(purged)*time.Second/40)
+	clock.mu.Unlock()
 	pauses := metric(t, reg, "community_deletion_executor_pauses_total", "activity", "purge", "cause", "rate_cap")
 	require.Equal(t, float64(len(paused)), pauses, "one count per pause")
 	var records int

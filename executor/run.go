@@ -222,7 +222,7 @@ func (r *Runner) execute(ctx context.Context, claim *lifecycle.ClaimedDeletion) 
 	} else {
 		r.metrics.deletions.WithLabelValues(stage, OutcomeRetry).Inc()
 		j.event(slog.LevelWarn, Event{Message: fmt.Sprintf("retry in %s: %s", delay, oneLine(err))},
-			slog.String("unit", j.unit), slog.String("error", oneLine(err)), slog.Duration("retry_in", delay),
+			slog.String("unit", j.unit), slog.String("error", oneLine(err)), seconds("retry_in_seconds", delay),
 			slog.Int("retry_count", streak))
 	}
 	return fmt.Errorf("%w: deletion %s at %s unit %s: %w", ErrRetryScheduled, j.req.ID, j.stage, j.unit, err)
@@ -279,7 +279,7 @@ func (r *Runner) heartbeat(ctx context.Context, j *job, cancelWork context.Cance
 				lastOK = time.Now()
 				j.renewed()
 				r.metrics.renewals.Inc()
-				j.logAt(slog.LevelDebug, j.currentStage(), "lease renewed", slog.Duration("lease", r.cfg.LeaseDuration))
+				j.logAt(slog.LevelDebug, j.currentStage(), "lease renewed", seconds("lease_seconds", r.cfg.LeaseDuration))
 				break
 			}
 			if ctx.Err() != nil {
@@ -299,7 +299,7 @@ func (r *Runner) heartbeat(ctx context.Context, j *job, cancelWork context.Cance
 			}
 			r.metrics.renewalFailures.Inc()
 			j.logAt(slog.LevelWarn, j.currentStage(), "lease renewal failed", slog.String("error", oneLine(err)),
-				slog.Duration("since_renewal", time.Since(lastOK)))
+				seconds("since_renewal_seconds", time.Since(lastOK)))
 			if time.Since(lastOK) >= r.cfg.LeaseDuration {
 				cancelWork(fmt.Errorf("no successful heartbeat for a whole lease: %w", err))
 				return
@@ -407,7 +407,7 @@ func (j *job) quiesceAndFence(ctx context.Context) error {
 	wait := time.Since(quiesced)
 	j.r.metrics.fenceWait.Observe(wait.Seconds())
 	j.advance(lifecycle.StageFenced, fmt.Sprintf("fenced at generation %d", generation),
-		slog.Int64("fence_generation", generation), slog.Duration("fence_wait", wait))
+		slog.Int64("fence_generation", generation), seconds("fence_wait_seconds", wait))
 	return nil
 }
 
@@ -797,7 +797,7 @@ func (j *job) purgePostgres(ctx context.Context) error {
 	j.setStage(lifecycle.StagePostgresPurged)
 	j.event(slog.LevelInfo, Event{Message: fmt.Sprintf("postgres purged in %d batches", result.Batches), TablesRows: final},
 		slog.Int("batches", result.Batches), slog.Int64("rows", total), slog.Any("rows_by_table", final),
-		slog.Duration("longest_tx", result.LongestTx), slog.String("longest_tx_work", result.LongestTxWork))
+		seconds("longest_tx_seconds", result.LongestTx), slog.String("longest_tx_work", result.LongestTxWork))
 	return nil
 }
 
@@ -848,7 +848,7 @@ func (p *pauseReport) paused(reason string, causes []lifecycle.PurgePauseCause, 
 // resumed reports that the activity goes on, ending the pause under way.
 func (p *pauseReport) resumed(attrs ...slog.Attr) {
 	if p.causes != nil && !onlyRateCap(p.causes) {
-		p.j.logAt(slog.LevelInfo, p.j.stage, p.name()+" resumed", append(attrs, slog.Duration("paused", time.Since(p.since)))...)
+		p.j.logAt(slog.LevelInfo, p.j.stage, p.name()+" resumed", append(attrs, seconds("paused_seconds", time.Since(p.since)))...)
 	}
 	p.causes = nil
 }
@@ -1012,4 +1012,11 @@ func cacheCheck(c Cache) lifecycle.StoreCheck {
 		}
 	}
 	return check
+}
+
+// seconds is a duration as a log attribute: seconds, as a float, under a
+// key that says so. slog.Duration would write unlabelled nanoseconds in
+// JSON.
+func seconds(key string, d time.Duration) slog.Attr {
+	return slog.Float64(key, d.Seconds())
 }

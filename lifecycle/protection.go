@@ -145,6 +145,28 @@ func readProtection(ctx context.Context, q *dbgen.Queries, community uuid.UUID) 
 	return p, nil
 }
 
+// CommunityTenantKey returns the tenant key of community: its id for a
+// uuid tenant, else the key its declared tenant table records. It only
+// reads; a missing community returns an error matching ErrNotFound.
+func (o *Operator) CommunityTenantKey(ctx context.Context, community uuid.UUID) (TenantKey, error) {
+	var key TenantKey
+	err := o.tx(ctx, func(q *dbgen.Queries) error {
+		row, err := q.CommunityGetByID(ctx, community)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return notFoundf("community %s", community)
+		}
+		if err != nil {
+			return fmt.Errorf("read community: %w", err)
+		}
+		key = tenantKeyOf(row.ID, row.TenantKey)
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("tenant key of community %s: %w", community, err)
+	}
+	return key, nil
+}
+
 // CommunityByHost returns the id of the community whose host is host
 // (compared case-insensitively), or an error matching ErrNotFound.
 func (o *Operator) CommunityByHost(ctx context.Context, host string) (uuid.UUID, error) {

@@ -122,7 +122,26 @@ type PurgeOptions struct {
 	// vacuum): past it the purge stops with a *PurgePausedError, which the
 	// executor records as a retry. Zero means DefaultMaxPause.
 	MaxPause time.Duration
+	// Clock is what the rate cap reads the time from and sleeps on; nil is
+	// the wall clock. A test gives one of its own to decide when the cap
+	// holds a batch back, whatever the host's speed.
+	Clock PurgeClock
 }
+
+// PurgeClock is the time source of a purge's rate cap.
+type PurgeClock interface {
+	// Now returns the current time.
+	Now() time.Time
+	// Sleep waits for d, or until ctx is done (then it returns ctx.Err()).
+	Sleep(ctx context.Context, d time.Duration) error
+}
+
+// wallClock is the PurgeClock of the wall clock.
+type wallClock struct{}
+
+func (wallClock) Now() time.Time { return time.Now() }
+
+func (wallClock) Sleep(ctx context.Context, d time.Duration) error { return sleepCtx(ctx, d) }
 
 // Defaults of the purge's throttle.
 const (
@@ -244,8 +263,11 @@ func (e *Engine) EnterPostgresPurged(ctx context.Context, token LeaseToken, opts
 	default:
 		return nil, invalidf("unknown purge method %q", boundText(string(opts.Method), 64))
 	}
+	if opts.Clock == nil {
+		opts.Clock = wallClock{}
+	}
 	run := &purgeRun{
-		store: e.store, token: token, generation: generation, opts: opts, started: time.Now(),
+		store: e.store, token: token, generation: generation, opts: opts, started: opts.Clock.Now(),
 		result: &PurgeResult{Deleted: map[string]int64{}, Nullified: map[string]int64{}},
 	}
 	for pass := 1; ; pass++ {
@@ -1119,8 +1141,9 @@ func (b *purgeBatcher) statement(ctx context.Context, tx pgx.Tx) (int64, bool, e
 func (b *purgeBatcher) deleteWithDependents(ctx context.Context, tx pgx.Tx, where string, community string, n int) (int64, bool, error) {
 	t := b.table
 	table := t.ident()
-	returning := []string{"tableoid AS purge_tableoid", "ctid AS purge_ctid"}
-	var ctes, counts []string
+	returning := make([]string, 0, 2+len(t.dependents))
+	returning = append(returning, "tableoid AS purge_tableoid", "ctid AS purge_ctid")
+	ctes, counts := make([]string, 0, len(t.dependents)), make([]string, 0, len(t.dependents))
 	for i, d := range t.dependents {
 		via := fmt.Sprintf("purge_ref_%d", i)
 		returning = append(returning, pgx.Identifier{d.via}.Sanitize()+" AS "+via)
@@ -1230,9 +1253,9 @@ func (r *purgeRun) recordProgress(ctx context.Context, q *dbgen.Queries, t *purg
 func (r *purgeRun) yield(ctx context.Context, t *purgeTable) error {
 	if r.opts.MaxRowsPerSecond > 0 {
 		due := r.started.Add(time.Duration(float64(r.rows) / r.opts.MaxRowsPerSecond * float64(time.Second)))
-		if wait := time.Until(due); wait > 0 {
+		if wait := due.Sub(r.opts.Clock.Now()); wait > 0 {
 			r.paused(t, fmt.Sprintf("rate cap of %g rows/s", r.opts.MaxRowsPerSecond), []PurgePauseCause{PauseRateCap})
-			if err := sleepCtx(ctx, wait); err != nil {
+			if err := r.opts.Clock.Sleep(ctx, wait); err != nil {
 				return err
 			}
 		}

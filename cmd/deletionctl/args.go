@@ -34,175 +34,6 @@ const (
 	envReceiptKey = "COMMUNITYDELETION_RECEIPT_KEY" // --receipt-key
 )
 
-const usage = `usage: deletionctl [--database-url URL] <command> [flags]
-
-Operates the whole-community deletion lifecycle: submits, inventories,
-approves, lists, inspects, aborts and unblocks deletion requests, reports
-and reaps serving write leases, checks the deletion control plane's health
-and a service's adoption, and runs the executor. Every command but run and
-check is one short transaction (check: a few read-only ones); a refusal
-changes nothing.
-
-Commands:
-  submit --host HOST|ID --by NAME [--reason TEXT]
-        request the deletion of the active community HOST (or of the
-        tenant ID of a declared tenant table, which has no host); prints
-        "<request id> <stage>"
-  inventory --request ID [--prefix PREFIX ...] (--objects URL | --objects-dir DIR | --store-empty)
-        build the schema inventory of the request's community and freeze it
-        with a storage manifest of one summary per object prefix of the
-        deployment's declared storage layout (the templates in
-        community_deletion.community_deletion_storage_layout, such as "uploads/{tenant}/",
-        expanded for the community); prints "<request id> <stage> <digest>".
-        There is no default layout: with none declared it refuses. Each
-        --prefix must be one of the declared prefixes, and together they
-        must be all of them (a check, never a choice). With an object store
-        (--objects, --objects-dir DIR as file:///DIR, or
-        $DELETIONCTL_OBJECTS), each prefix is listed in it and its object
-        count, bytes and keys digest are frozen (executor.SummarizeStorage).
-        Without one it refuses, unless --store-empty asserts that the store
-        holds nothing under any declared prefix. An inventoried request not
-        yet approved may be inventoried again: the new inventory replaces
-        the old. (The approval binds the prefixes: run deletes whatever they
-        hold when it fences the community)
-  approve --request ID --by NAME [--note TEXT] [--grace D]
-        approve the frozen inventory; NAME must not be the requester.
-        --grace is how long the approved request waits before anything is
-        quiesced or fenced (0 to 720h; default the deployment's
-        default_grace_period setting, zero unless set); abort undoes it
-        with no effect on the community until then
-  protect --host HOST --by NAME --reason TEXT
-        mark the community deletion-protected: submit is refused for it
-        (refused while a request is open: abort it first)
-  unprotect --host HOST --by NAME --reason TEXT [--approve]
-        ask to clear the protection; a second operator (another name and
-        login) then runs it with --approve to clear it
-  protection --host HOST
-        show whether the community is protected and its protection history
-  list [--stage STAGE] [--blocked[=false]] [--limit N] [--after CURSOR] [--json]
-        list requests newest first, one page of at most N (default 50, at
-        most 1000), only those at STAGE and only blocked (--blocked=false:
-        unblocked) ones when asked; "next: CURSOR" (or "next" in JSON) names
-        the following page for --after
-  inspect --request ID [--json]
-        show a request, its approval, checkpoints, and its progress per
-        destructive stage (objects: chunks and keys deleted of the frozen
-        manifest; purge: rows per table of the frozen inventory; cache) with
-        an estimate of the time left from the rate of the last minute of
-        progress (none without a rate)
-  abort --request ID --by NAME --reason TEXT
-        cancel a request that is submitted, inventoried, approved or fenced
-  unblock --request ID --by NAME --reason TEXT
-        clear a request's durable block after remediating its cause
-  leases [--reap N]
-        show serving write lease statistics; with --reap, delete up to N
-        (1 to 10000) expired leases and print how many
-  health [--json]
-        print what community_deletion.community_deletion_health() (prepared transactions
-        holding an advisory lock) and community_deletion.community_deletion_catalog_drift()
-        report; exit 3 when either reports anything
-  check [--json]
-        the adoption checks for a service's CI, as the operator, after its
-        migrations (the same as communitydeletiontest's RequireCoverage,
-        plus the storage layout): every community_deletion.community_deletion_catalog_drift()
-        row, whether the purge order can be computed, and whether a storage
-        layout is declared for inventory. Prints "ok: …" for each check that
-        passed and one line per problem, saying what to do; exit 3 when
-        there is any problem
-  receipt show REQUEST
-        print the deletion receipt of a completed request: its body as
-        indented JSON, then its signature (docs/receipts.md)
-  receipt export --dir DIR [--after N] [--limit N]
-        write the stored receipts after sequence N (default 0: from the
-        first), at most N of them (default all), into DIR, one file each;
-        a file already there with other content is refused
-  receipt verify --dir DIR --public-key FILE [--allow-unsigned]
-      [--expect-head SEQUENCE:HASH|FILE] [--from-sequence N --previous-hash HEX]
-        verify the receipts exported in DIR offline, with no database,
-        from the chain's first receipt (or from receipt N, whose
-        previous_hash must be HEX): each signature with the public key
-        (PEM PKIX or base64) of the first signed entry and then the key
-        each key rotation names, the chain and each receipt's consistency;
-        with --expect-head (a head receipt head printed, or the file
-        receipt head --json wrote), that the export reaches that head
-        unchanged. One line per entry verified and a summary, or exit 3
-        naming the first failure. Unsigned receipts fail unless
-        --allow-unsigned, and always after a signed entry unless a signed
-        rotation to unsigned precedes them
-  receipt head [--json]
-        print the head of the receipt chain: the newest entry's sequence,
-        hash, time and signer; keep it outside the database and give it to
-        receipt verify --expect-head. --json prints the file form, which
-        carries the signed entry
-  receipt rotate --old-key FILE
-        as the executor's login: hand the receipt chain on from the key
-        it is signed with (FILE, the old private key) to what the schema's
-        owner registered in community_deletion_receipt_keys (a new key, or
-        unsigned), with a key rotation entry signed by the old key
-  run --objects URL --cache URL [--once] [--request ID] [--owner NAME]
-      [--lease D] [--chunk-size N] [--metrics-addr HOST:PORT]
-      [--log-level LEVEL] [--log-format FORMAT] [--receipt-key FILE]
-        execute approved deletions (the executor loop): fence, freeze the
-        destructive manifest, delete the objects, purge PostgreSQL and the
-        cache, verify and complete, writing each deletion's receipt as it
-        completes, signed with --receipt-key FILE (PEM PKCS#8 Ed25519, as
-        openssl genpkey -algorithm ed25519 writes, or its base64 seed) or
-        $COMMUNITYDELETION_RECEIPT_KEY (the key itself); without either the
-        receipts are unsigned and say so. An unreadable key is a usage
-        error.
-        --objects is the object store: s3://BUCKET[/ROOT/][?endpoint=URL&
-        region=R&path_style=true&max_attempts=N&max_backoff=D&profile=P&
-        content_md5=true] (credentials from the AWS SDK's default chain) or
-        file:///DIR; --objects-dir DIR is file:///DIR.
-        --cache is the cache: redis://[USER:PASSWORD@]HOST:PORT[/DB]?pattern=
-        P[&pattern=P…] (rediss:// over TLS, redis+cluster://HOST:PORT,HOST:
-        PORT… for a cluster; each pattern a key family, e.g.
-        app:{community}:*), or memory: for a service without a cache (an
-        empty in-process cache: its purge and verification trivially pass).
-        Both are required: a forgotten cache would be verified empty.
-        --owner is the executor identity (default
-        "deletionctl-<hostname>-<pid>"), --lease the claim length (default
-        60s), --chunk-size the keys per manifest chunk (default 1000, at most
-        10000). --metrics-addr serves Prometheus metrics at /metrics and a
-        health check at /healthz (200 "ok", or 503 naming the problem: the
-        database did not answer within 2s, or a claim's lease was last
-        renewed more than two heartbeat intervals ago).
-        With --once, process one request (--request ID, or the next
-        claimable one) and exit: 0 when it completed or nothing was
-        claimable ("nothing to claim"), 3 with one stderr line saying why
-        when it was blocked or a retry was scheduled. Without --once, run
-        until SIGINT or SIGTERM, then release any claim and exit 0.
-        The run's log goes to stdout, each record carrying request_id,
-        community_id, stage, lease_generation and executor: JSON lines when
-        stdout is not a terminal; on a terminal text lines with a
-        self-rewriting progress bar for listing, chunk deletion and the
-        purge (--log-format json or text forces one). --log-level (default
-        info) shows per-chunk and per-batch records at debug. stderr gets
-        only the final one-line error, if any
-
-Global flag (before or after the command):
-  --database-url URL   PostgreSQL URL or key=value string; default
-                       $DATABASE_URL; if empty, pgx uses the PG* variables
-
-Environment (a flag given wins):
-  DATABASE_URL               --database-url
-  DELETIONCTL_OBJECTS        --objects (run, inventory)
-  DELETIONCTL_CACHE          --cache (run)
-  DELETIONCTL_METRICS_ADDR   --metrics-addr (run)
-  DELETIONCTL_LOG_LEVEL      --log-level (run)
-  DELETIONCTL_LOG_FORMAT     --log-format (run)
-  COMMUNITYDELETION_RECEIPT_KEY
-                             the receipt signing key itself (run), where
-                             --receipt-key names a file
-
-Exit codes:
-  0 success, 1 failure, 2 usage error (also a store URL that cannot be
-  opened), 3 refused (a lifecycle safety refusal, access denied, stale
-  lease, a run --once that blocked the request or scheduled a retry, a
-  health finding, a check problem, or a receipt verify that failed), 4 not found, 5 invalid
-  input
-`
-
 // defaultListLimit is list's page size without --limit.
 const defaultListLimit = 50
 
@@ -271,31 +102,6 @@ func (l *stringList) Set(v string) error {
 	return nil
 }
 
-// commandFlags lists, per command, the flags it accepts besides
-// --database-url, and which of them are required.
-var commandFlags = map[string]struct{ accepted, required []string }{
-	"submit":     {[]string{"host", "by", "reason"}, []string{"host", "by"}},
-	"inventory":  {[]string{"request", "prefix", "objects", "objects-dir", "store-empty"}, []string{"request"}},
-	"approve":    {[]string{"request", "by", "note", "grace"}, []string{"request", "by"}},
-	"protect":    {[]string{"host", "by", "reason"}, []string{"host", "by", "reason"}},
-	"unprotect":  {[]string{"host", "by", "reason", "approve"}, []string{"host", "by", "reason"}},
-	"protection": {[]string{"host"}, []string{"host"}},
-	"list":       {[]string{"stage", "blocked", "limit", "after", "json"}, nil},
-	"inspect":    {[]string{"request", "json"}, []string{"request"}},
-	"abort":      {[]string{"request", "by", "reason"}, []string{"request", "by", "reason"}},
-	"unblock":    {[]string{"request", "by", "reason"}, []string{"request", "by", "reason"}},
-	"leases":     {[]string{"reap"}, nil},
-	"health":     {[]string{"json"}, nil},
-	"check":      {[]string{"json"}, nil},
-	"run": {[]string{"request", "once", "owner", "objects", "objects-dir", "cache", "metrics-addr", "log-level", "log-format",
-		"lease", "chunk-size", "receipt-key"}, nil},
-	"receipt show":   {nil, nil},
-	"receipt export": {[]string{"dir", "after", "limit"}, []string{"dir"}},
-	"receipt verify": {[]string{"dir", "public-key", "allow-unsigned", "expect-head", "from-sequence", "previous-hash"}, []string{"dir", "public-key"}},
-	"receipt head":   {[]string{"json"}, nil},
-	"receipt rotate": {[]string{"old-key"}, []string{"old-key"}},
-}
-
 // receiptCommands are the subcommands of receipt.
 var receiptCommands = []string{"show", "export", "verify", "head", "rotate"}
 
@@ -362,11 +168,14 @@ func parseArgs(args []string, getenv func(string) string) (config, error) {
 			return config{}, err
 		}
 	}
-	spec, ok := commandFlags[cfg.command]
+	spec, ok := spec(cfg.command)
 	if !ok {
-		return config{}, usagef("unknown command %q", cfg.command)
+		return config{}, usagef("unknown command %q; the commands are %s", cfg.command, commandNames())
 	}
-	if len(positional) > 0 {
+	switch {
+	case spec.args != "" && len(positional) > 1:
+		return config{}, usagef("%s takes one request id, got %q", cfg.command, positional)
+	case spec.args == "" && len(positional) > 0:
 		return config{}, usagef("%s takes no arguments, got %q", cfg.command, positional[0])
 	}
 
@@ -374,30 +183,19 @@ func parseArgs(args []string, getenv func(string) string) (config, error) {
 	var flagErr error
 	fs.Visit(func(f *flag.Flag) {
 		set[f.Name] = true
-		if f.Name != "database-url" && !slices.Contains(spec.accepted, f.Name) && flagErr == nil {
+		if !spec.accepts(f.Name) && flagErr == nil {
 			flagErr = usagef("%s does not take --%s", cfg.command, f.Name)
 		}
 	})
 	if flagErr != nil {
 		return config{}, flagErr
 	}
-	for _, name := range spec.required {
-		if !set[name] {
-			return config{}, usagef("%s needs --%s", cfg.command, name)
-		}
-	}
-	for _, name := range []string{"host", "by", "reason"} {
-		if set[name] && slices.Contains(spec.required, name) && strings.TrimSpace(fs.Lookup(name).Value.String()) == "" {
-			return config{}, usagef("%s: --%s must not be empty", cfg.command, name)
-		}
+	if err := requireGiven(spec, set, fs); err != nil {
+		return config{}, err
 	}
 
-	if set["request"] {
-		id, err := uuid.Parse(request)
-		if err != nil {
-			return config{}, usagef("%s: --request must be a request uuid, got %q", cfg.command, request)
-		}
-		cfg.requestID = id
+	if err := cfg.requestArg(set, request, positional); err != nil {
+		return config{}, err
 	}
 	cfg.prefixes = prefixes
 	if slices.Contains(cfg.prefixes, "") {
@@ -406,7 +204,7 @@ func parseArgs(args []string, getenv func(string) string) (config, error) {
 	if set["stage"] {
 		s, err := lifecycle.ParseStage(stage)
 		if err != nil {
-			return config{}, usagef("list: --stage: unknown stage %q", stage)
+			return config{}, usagef("list: --stage: unknown stage %q; the stages are %s", stage, stageNames())
 		}
 		cfg.stage = &s
 	}
@@ -448,6 +246,12 @@ func parseArgs(args []string, getenv func(string) string) (config, error) {
 	if err := cfg.runFlags(set); err != nil {
 		return config{}, err
 	}
+	if cfg.command == "run" && cfg.json {
+		if set["log-format"] && !strings.EqualFold(cfg.logFormat, "json") {
+			return config{}, usagef("run: --json writes the log as JSON lines, but --log-format is %q; give one of them", cfg.logFormat)
+		}
+		cfg.logFormat = "json"
+	}
 	if cfg.storeEmpty && cfg.objects != "" {
 		return config{}, usagef("inventory: --store-empty asserts there is no object store to list, but one is given; drop --store-empty to list it")
 	}
@@ -458,25 +262,82 @@ func parseArgs(args []string, getenv func(string) string) (config, error) {
 	return cfg, nil
 }
 
-// receiptSubcommand takes receipt's subcommand (and show's request id) off
-// positional and returns what is left.
+// requireGiven refuses a command line without one of the command's
+// required flags, or with a required --host, --by or --reason that is
+// blank.
+func requireGiven(spec commandSpec, set map[string]bool, fs *flag.FlagSet) error {
+	for _, name := range spec.required {
+		if !set[name] {
+			return usagef("%s needs --%s", spec.name, name)
+		}
+	}
+	for _, name := range []string{"host", "by", "reason"} {
+		if set[name] && slices.Contains(spec.required, name) && strings.TrimSpace(fs.Lookup(name).Value.String()) == "" {
+			return usagef("%s: --%s must not be empty", spec.name, name)
+		}
+	}
+	return nil
+}
+
+// receiptSubcommand takes receipt's subcommand off positional and returns
+// what is left.
 func (cfg *config) receiptSubcommand(positional []string) ([]string, error) {
 	if len(positional) == 0 || !slices.Contains(receiptCommands, positional[0]) {
 		return nil, usagef("receipt needs a subcommand: show, export, verify, head or rotate")
 	}
-	cfg.command, positional = "receipt "+positional[0], positional[1:]
-	if cfg.command != "receipt show" {
-		return positional, nil
+	cfg.command = "receipt " + positional[0]
+	return positional[1:], nil
+}
+
+// requestArg sets cfg.requestID from --request or, for a command that takes
+// one (plan, receipt show), from its one positional argument: receipt show
+// needs one of them, plan one of them or --host.
+func (cfg *config) requestArg(set map[string]bool, flagValue string, positional []string) error {
+	raw, from := "", ""
+	switch {
+	case len(positional) == 1 && set["request"]:
+		return usagef("%s: give the request once, as REQUEST or as --request ID", cfg.command)
+	case len(positional) == 1:
+		raw, from = positional[0], "REQUEST"
+	case set["request"]:
+		raw, from = flagValue, "--request"
 	}
-	if len(positional) != 1 {
-		return nil, usagef("receipt show needs one request id")
+	if from != "" {
+		id, err := uuid.Parse(raw)
+		if err != nil {
+			return usagef("%s: %s must be a request uuid, got %q", cfg.command, from, raw)
+		}
+		cfg.requestID = id
 	}
-	id, err := uuid.Parse(positional[0])
-	if err != nil {
-		return nil, usagef("receipt show: %q is not a request uuid", positional[0])
+	switch {
+	case cfg.command == "receipt show" && cfg.requestID == uuid.Nil:
+		return usagef("receipt show needs a request: REQUEST or --request ID")
+	case cfg.command == "plan" && set["host"] == (cfg.requestID != uuid.Nil):
+		return usagef("plan needs a request (REQUEST or --request ID) or --host HOST|ID, not both")
+	case cfg.command == "plan" && set["host"] && strings.TrimSpace(cfg.host) == "":
+		return usagef("plan: --host must not be empty")
 	}
-	cfg.requestID = id
-	return nil, nil
+	return nil
+}
+
+// commandNames lists the commands for a usage error.
+func commandNames() string {
+	names := make([]string, 0, len(commands))
+	for _, c := range commands {
+		if !strings.HasPrefix(c.name, "receipt ") {
+			names = append(names, c.name)
+		}
+	}
+	return strings.Join(append(names, "receipt"), ", ")
+}
+
+// stageNames lists the lifecycle's stages for a usage error.
+func stageNames() string {
+	names := make([]string, 0, len(lifecycle.Stages()))
+	for _, s := range lifecycle.Stages() {
+		names = append(names, string(s))
+	}
+	return strings.Join(names, ", ")
 }
 
 // boundedFlags checks approve's --grace and leases' --reap.
@@ -550,7 +411,7 @@ func (cfg *config) verifyFlags(set map[string]bool) error {
 // fromEnv fills *value from the environment variable env when the command
 // takes flag but it was not given.
 func (cfg *config) fromEnv(set map[string]bool, flag string, value *string, env string, getenv func(string) string) {
-	if !set[flag] && slices.Contains(commandFlags[cfg.command].accepted, flag) {
+	if c, _ := spec(cfg.command); !set[flag] && c.accepts(flag) {
 		*value = getenv(env)
 	}
 }

@@ -4,13 +4,16 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tombstoneworks/communitydeletion/executor"
@@ -20,8 +23,9 @@ import (
 
 // execute connects to the database and runs cfg's command: run as the
 // executor (lifecycle.Engine), every other command as an operator
-// (lifecycle.Operator), each making its changes in one call, which is one
-// transaction. The connection's login must be a member of the role.
+// (lifecycle.Operator). A command that changes something makes its change
+// in one call, which is one transaction; the rest only read. The
+// connection's login must be a member of the role.
 func execute(ctx context.Context, cfg config, stdout io.Writer) error {
 	if cfg.command == "receipt verify" {
 		return receiptVerify(cfg, stdout)
@@ -51,83 +55,215 @@ func execute(ctx context.Context, cfg config, stdout io.Writer) error {
 	if cfg.command == "run" {
 		engine, err := lifecycle.NewEngine(ctx, pool, &lifecycle.Opts{ReceiptKey: key})
 		if err != nil {
-			return fmt.Errorf("run: %w", err)
+			return failed("run", err, "")
 		}
-		return runExecutor(ctx, engine, cfg, stdout)
+		return runExecutor(ctx, engine, pool, cfg, stdout)
 	}
 	if cfg.command == "receipt rotate" {
 		engine, err := lifecycle.NewEngine(ctx, pool, nil)
 		if err != nil {
-			return fmt.Errorf("receipt rotate: %w", err)
+			return failed("receipt rotate", err, "")
 		}
-		return receiptRotate(ctx, engine, key, stdout)
+		return receiptRotate(ctx, engine, key, cfg, stdout)
 	}
 	operator, err := lifecycle.NewOperator(ctx, pool, nil)
 	if err != nil {
-		return fmt.Errorf("%s: %w", cfg.command, err)
+		return failed(cfg.command, err, "")
 	}
-	return dispatch(ctx, operator, cfg, stdout)
+	return dispatch(ctx, &session{op: operator, pool: pool, cfg: cfg, out: stdout})
+}
+
+// session is one operator command: its client, its pool (for the database
+// clock), its command line and its output.
+type session struct {
+	op   *lifecycle.Operator
+	pool *pgxpool.Pool
+	cfg  config
+	out  io.Writer
+}
+
+// dbNow reads the database clock, which decides every deadline.
+func dbNow(ctx context.Context, pool *pgxpool.Pool) (time.Time, error) {
+	var now time.Time
+	if err := pool.QueryRow(ctx, "SELECT pg_catalog.statement_timestamp()").Scan(&now); err != nil {
+		return time.Time{}, fmt.Errorf("read the database clock: %w", err)
+	}
+	return now, nil
+}
+
+// claim is r's claim on the database clock now; the catalog drift is read
+// only for a request that would otherwise be claimable.
+func (s *session) claim(ctx context.Context, r *lifecycle.Request, now time.Time) (claimView, error) {
+	c := claimOf(r, now, nil)
+	if c.Status != claimClaimable {
+		return c, nil
+	}
+	health, err := s.op.Health(ctx)
+	if err != nil {
+		return claimView{}, err
+	}
+	return claimOf(r, now, health.Drift), nil
+}
+
+// view is r as the JSON outputs show it, with its claim now.
+func (s *session) view(ctx context.Context, r *lifecycle.Request, full bool) (requestView, error) {
+	now, err := dbNow(ctx, s.pool)
+	if err != nil {
+		return requestView{}, err
+	}
+	c, err := s.claim(ctx, r, now)
+	if err != nil {
+		return requestView{}, err
+	}
+	v := viewRequest(r, full)
+	v.Claim = &c
+	return v, nil
+}
+
+// printRequest prints what a command that changed r prints: text, or with
+// --json the request object.
+func (s *session) printRequest(ctx context.Context, r *lifecycle.Request, text string) error {
+	if !s.cfg.json {
+		fmt.Fprintln(s.out, text)
+		return nil
+	}
+	v, err := s.view(ctx, r, false)
+	if err != nil {
+		return err
+	}
+	return writeJSON(s.out, requestReport{Request: v})
+}
+
+// requestReport is the JSON of the commands that change one request.
+type requestReport struct {
+	Request requestView `json:"request"`
 }
 
 // dispatch runs cfg's operator command.
-func dispatch(ctx context.Context, store *lifecycle.Operator, cfg config, stdout io.Writer) error {
+func dispatch(ctx context.Context, s *session) error {
+	cfg := s.cfg
+	id := cfg.requestID.String()
 	switch cfg.command {
 	case "submit":
-		return submit(ctx, store, cfg, stdout)
+		return submit(ctx, s)
+	case "plan":
+		return plan(ctx, s)
 	case "inventory":
-		return inventory(ctx, store, cfg, stdout)
+		return inventory(ctx, s)
 	case "approve":
-		r, err := store.ApproveWithParams(ctx, cfg.requestID, lifecycle.ApproveParams{
+		r, err := s.op.ApproveWithParams(ctx, cfg.requestID, lifecycle.ApproveParams{
 			ApprovedBy: cfg.by, Note: cfg.note, GracePeriod: cfg.grace,
 		})
 		if err != nil {
-			return fmt.Errorf("approve of request %s by %q: %w", cfg.requestID, cfg.by, err)
+			return failed(fmt.Sprintf("approve of request %s by %q", id, cfg.by), err,
+				"a second operator, from another login than the submitter's, approves an inventoried request "+
+					"(deletionctl inspect --request "+id+" shows its stage)")
 		}
-		fmt.Fprintf(stdout, "%s %s %s%s\n", r.ID, r.Stage, r.InventoryDigest, graceSuffix(r))
-		return nil
+		return s.printRequest(ctx, r, fmt.Sprintf("%s %s %s%s", r.ID, r.Stage, r.InventoryDigest, graceSuffix(r)))
 	case "protect", "unprotect", "protection":
-		return protection(ctx, store, cfg, stdout)
+		return protection(ctx, s)
 	case "list":
-		return list(ctx, store, cfg, stdout)
+		return list(ctx, s)
 	case "inspect":
-		return inspect(ctx, store, cfg, stdout)
+		return inspect(ctx, s)
 	case "abort":
-		r, err := store.Abort(ctx, cfg.requestID, cfg.by, cfg.reason)
+		r, err := s.op.Abort(ctx, cfg.requestID, cfg.by, cfg.reason)
 		if err != nil {
-			return fmt.Errorf("abort of request %s by %q: %w", cfg.requestID, cfg.by, err)
+			return failed(fmt.Sprintf("abort of request %s by %q", id, cfg.by), err,
+				"only a request before the purge (submitted, inventoried, approved or fenced) can be aborted; "+
+					"deletionctl inspect --request "+id+" shows where it is")
 		}
-		fmt.Fprintf(stdout, "%s %s\n", r.ID, r.Stage)
-		return nil
+		return s.printRequest(ctx, r, fmt.Sprintf("%s %s", r.ID, r.Stage))
 	case "unblock":
-		r, err := store.Unblock(ctx, cfg.requestID, cfg.by, cfg.reason)
+		r, err := s.op.Unblock(ctx, cfg.requestID, cfg.by, cfg.reason)
 		if err != nil {
-			return fmt.Errorf("unblock of request %s by %q: %w", cfg.requestID, cfg.by, err)
+			return failed(fmt.Sprintf("unblock of request %s by %q", id, cfg.by), err,
+				"deletionctl inspect --request "+id+" shows why it waits")
 		}
-		fmt.Fprintf(stdout, "%s %s\n", r.ID, r.Stage)
-		return nil
+		return s.printRequest(ctx, r, fmt.Sprintf("%s %s", r.ID, r.Stage))
 	case "leases":
-		return leases(ctx, store, cfg, stdout)
+		return leases(ctx, s)
 	case "receipt show":
-		return receiptShow(ctx, store, cfg, stdout)
+		return receiptShow(ctx, s.op, cfg, s.out)
 	case "receipt head":
-		return receiptHead(ctx, store, cfg, stdout)
+		return receiptHead(ctx, s.op, cfg, s.out)
 	case "receipt export":
-		return receiptExport(ctx, store, cfg, stdout)
+		return receiptExport(ctx, s.op, cfg, s.out)
 	case "health":
-		return health(ctx, store, cfg, stdout)
+		return health(ctx, s.op, cfg, s.out)
 	case "check":
-		return check(ctx, store, cfg, stdout)
+		return check(ctx, s.op, cfg, s.out)
 	}
 	return usagef("unknown command %q", cfg.command)
 }
 
-func submit(ctx context.Context, store *lifecycle.Operator, cfg config, stdout io.Writer) error {
-	r, err := store.Submit(ctx, cfg.host, cfg.by, cfg.reason)
+func submit(ctx context.Context, s *session) error {
+	cfg := s.cfg
+	r, err := submitRequest(ctx, s.op, cfg)
 	if err != nil {
-		return fmt.Errorf("submit of deletion of %q by %q: %w", cfg.host, cfg.by, err)
+		return failed(fmt.Sprintf("submit of %q by %q", cfg.host, cfg.by), err,
+			"deletionctl list shows an open request, deletionctl protection --host "+strconv.Quote(cfg.host)+" a protection")
 	}
-	fmt.Fprintf(stdout, "%s %s\n", r.ID, r.Stage)
-	return nil
+	return s.printRequest(ctx, r, fmt.Sprintf("%s %s", r.ID, r.Stage))
+}
+
+// submitRequest is submit's whole call of the lifecycle: the arguments it
+// passes, and how it reads the answer. A refusal for a community that does
+// not exist is not found (exit 4); submitting again with another reason
+// than the open request's is refused, since the request keeps its own.
+func submitRequest(ctx context.Context, store *lifecycle.Operator, cfg config) (*lifecycle.Request, error) {
+	r, err := store.Submit(ctx, cfg.host, cfg.by, cfg.reason)
+	if errors.Is(err, lifecycle.ErrRefused) {
+		if _, _, lookErr := resolveTenant(ctx, store, cfg.host); errors.Is(lookErr, lifecycle.ErrNotFound) {
+			return nil, lookErr
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !sameReason(cfg.reason, r.Reason) {
+		return nil, refusedf("request %s is already submitted by %q with the reason %q, which it keeps: yours was not recorded; "+
+			"submit with the same reason to get its id, or abort it (deletionctl abort --request %s) and submit again",
+			r.ID, r.RequestedBy, r.Reason, r.ID)
+	}
+	return r, nil
+}
+
+// sameReason reports whether the reason given to submit is stored, the
+// lifecycle trimming it and bounding it to lifecycle.MaxErrorBytes.
+func sameReason(given, stored string) bool {
+	given = strings.TrimSpace(given)
+	if given == stored {
+		return true
+	}
+	return len(given) > lifecycle.MaxErrorBytes && len(stored) >= lifecycle.MaxErrorBytes-3 && strings.HasPrefix(given, stored)
+}
+
+// resolveTenant finds the community hostOrID names, as submit does: by its
+// id first, then by its host. It returns the community's protection with
+// it, or an error matching lifecycle.ErrNotFound.
+func resolveTenant(ctx context.Context, store *lifecycle.Operator, hostOrID string) (uuid.UUID, *lifecycle.Protection, error) {
+	if id, err := uuid.Parse(strings.TrimSpace(hostOrID)); err == nil {
+		p, err := store.Protection(ctx, id)
+		if err == nil {
+			return id, p, nil
+		}
+		if !errors.Is(err, lifecycle.ErrNotFound) {
+			return uuid.Nil, nil, err
+		}
+	}
+	id, err := store.CommunityByHost(ctx, hostOrID)
+	if err != nil {
+		if errors.Is(err, lifecycle.ErrNotFound) {
+			return uuid.Nil, nil, fmt.Errorf("%w: no community has id or host %q", lifecycle.ErrNotFound, hostOrID)
+		}
+		return uuid.Nil, nil, err
+	}
+	p, err := store.Protection(ctx, id)
+	if err != nil {
+		return uuid.Nil, nil, err
+	}
+	return id, p, nil
 }
 
 // inventory freezes the request's schema inventory with a storage manifest
@@ -138,35 +274,39 @@ func submit(ctx context.Context, store *lifecycle.Operator, cfg config, stdout i
 // --store-empty asserts that each prefix is empty, and the executor's
 // destructive storage manifest must then agree. It refuses, before any
 // listing, a request whose inventory the lifecycle would refuse to replace.
-func inventory(ctx context.Context, store *lifecycle.Operator, cfg config, stdout io.Writer) error {
+func inventory(ctx context.Context, s *session) error {
+	cfg := s.cfg
 	op := fmt.Sprintf("inventory of request %s", cfg.requestID)
-	r, err := store.Get(ctx, cfg.requestID)
+	r, err := s.op.Get(ctx, cfg.requestID)
 	if err != nil {
-		return fmt.Errorf("%s: %w", op, err)
+		return failed(op, err, "")
 	}
 	if (r.Stage != lifecycle.StageSubmitted && r.Stage != lifecycle.StageInventoried) || r.Blocked() {
-		return fmt.Errorf("%s: %w: the request is %s, and only an unblocked submitted or inventoried request is inventoried; "+
-			"to change what it deletes, abort it and submit a new one", op, lifecycle.ErrRefused, r.Stage)
+		stage := string(r.Stage)
+		if r.Blocked() {
+			stage += " and blocked"
+		}
+		return failed(op, refusedf("the request is %s, and only an unblocked submitted or inventoried request is inventoried", stage),
+			"to change what it deletes, abort it and submit a new one")
 	}
-	layout, err := store.StorageLayout(ctx)
+	layout, err := s.op.StorageLayout(ctx)
 	if err != nil {
-		return fmt.Errorf("%s: %w", op, err)
+		return failed(op, err, "")
 	}
 	if err := layout.RequireObjects(); err != nil {
-		return fmt.Errorf("%s: %w", op, err)
+		return failed(op, err, "")
 	}
 	prefixes := layout.ExpandLayout(r.TenantKey).ObjectPrefixes
 	if err := checkPrefixFlags(cfg.prefixes, prefixes); err != nil {
-		return fmt.Errorf("%s: %w", op, err)
+		return failed(op, err, "")
 	}
 	if cfg.objects == "" && !cfg.storeEmpty && len(prefixes) > 0 {
-		return fmt.Errorf("%s: %w: no object store to list the declared prefixes %q in; "+
-			"give --objects URL or --objects-dir DIR, or --store-empty if the store holds nothing under them",
-			op, lifecycle.ErrRefused, prefixes)
+		return failed(op, refusedf("no object store to list the declared prefixes %q in", prefixes),
+			"give --objects URL or --objects-dir DIR, or --store-empty if the store holds nothing under them")
 	}
-	schema, err := store.InventorySchema(ctx, r.CommunityID)
+	schema, err := s.op.InventorySchema(ctx, r.CommunityID)
 	if err != nil {
-		return fmt.Errorf("%s: schema of community %s: %w", op, r.CommunityID, err)
+		return failed(op, err, "")
 	}
 	storage := lifecycle.StorageManifest{Version: lifecycle.StorageManifestVersion}
 	if cfg.objects != "" {
@@ -176,7 +316,7 @@ func inventory(ctx context.Context, store *lifecycle.Operator, cfg config, stdou
 		}
 		storage, err = executor.SummarizeStorage(ctx, objects, prefixes)
 		if err != nil {
-			return fmt.Errorf("%s: summarize storage: %w", op, err)
+			return failed(op+": summarize storage", err, "")
 		}
 	} else {
 		for _, p := range prefixes {
@@ -184,15 +324,14 @@ func inventory(ctx context.Context, store *lifecycle.Operator, cfg config, stdou
 		}
 	}
 	// Keys listed in the tenant's rows are read from the database, store or not.
-	if storage.KeySources, err = store.InventoryKeySources(ctx, r.CommunityID); err != nil {
-		return fmt.Errorf("%s: %w", op, err)
+	if storage.KeySources, err = s.op.InventoryKeySources(ctx, r.CommunityID); err != nil {
+		return failed(op, err, "")
 	}
-	r, err = store.FreezeInventory(ctx, cfg.requestID, lifecycle.FrozenInventory{Schema: *schema, Storage: storage})
+	r, err = s.op.FreezeInventory(ctx, cfg.requestID, lifecycle.FrozenInventory{Schema: *schema, Storage: storage})
 	if err != nil {
-		return fmt.Errorf("%s: freeze: %w", op, err)
+		return failed(op, err, "")
 	}
-	fmt.Fprintf(stdout, "%s %s %s\n", r.ID, r.Stage, r.InventoryDigest)
-	return nil
+	return s.printRequest(ctx, r, fmt.Sprintf("%s %s %s", r.ID, r.Stage, r.InventoryDigest))
 }
 
 // checkPrefixFlags refuses --prefix values that are not exactly the
@@ -204,13 +343,13 @@ func checkPrefixFlags(given, declared []string) error {
 	}
 	for _, p := range given {
 		if !slices.Contains(declared, p) {
-			return fmt.Errorf("%w: --prefix %q is not a prefix of the declared storage layout %q; "+
-				"omit --prefix to inventory the declared layout, or have the deployment declare this prefix's template", lifecycle.ErrRefused, p, declared)
+			return refusedf("--prefix %q is not a prefix of the declared storage layout %q; "+
+				"omit --prefix to inventory the declared layout, or have the deployment declare this prefix's template", p, declared)
 		}
 	}
 	for _, p := range declared {
 		if !slices.Contains(given, p) {
-			return fmt.Errorf("%w: --prefix leaves out the declared prefix %q; omit --prefix to inventory every declared prefix", lifecycle.ErrRefused, p)
+			return refusedf("--prefix leaves out the declared prefix %q; omit --prefix to inventory every declared prefix", p)
 		}
 	}
 	return nil
@@ -222,51 +361,83 @@ type listReport struct {
 	Next     *string       `json:"next"`
 }
 
-func list(ctx context.Context, store *lifecycle.Operator, cfg config, stdout io.Writer) error {
+func list(ctx context.Context, s *session) error {
+	cfg := s.cfg
 	params := lifecycle.ListParams{Stage: cfg.stage, Blocked: cfg.blocked, Limit: cfg.limit, After: cfg.after}
-	page, err := store.List(ctx, params)
+	page, err := s.op.List(ctx, params)
 	if err != nil {
-		return fmt.Errorf("list: %w", err)
+		return failed("list", err, "")
+	}
+	now, err := dbNow(ctx, s.pool)
+	if err != nil {
+		return failed("list", err, "")
+	}
+	var drift []lifecycle.DriftFinding
+	claims := make([]claimView, len(page.Requests))
+	for i, r := range page.Requests {
+		if claims[i] = claimOf(r, now, nil); claims[i].Status == claimClaimable && drift == nil {
+			health, err := s.op.Health(ctx)
+			if err != nil {
+				return failed("list", err, "")
+			}
+			drift = health.Drift
+			if drift == nil {
+				drift = []lifecycle.DriftFinding{}
+			}
+		}
+		if claims[i].Status == claimClaimable {
+			claims[i] = claimOf(r, now, drift)
+		}
 	}
 	var next *string
 	if page.Next != nil {
-		s := encodeCursor(*page.Next)
-		next = &s
+		c := encodeCursor(*page.Next)
+		next = &c
 	}
 	if cfg.json {
 		rep := listReport{Requests: []requestView{}, Next: next}
-		for _, r := range page.Requests {
-			rep.Requests = append(rep.Requests, viewRequest(r, false))
+		for i, r := range page.Requests {
+			v := viewRequest(r, false)
+			v.Claim = &claims[i]
+			rep.Requests = append(rep.Requests, v)
 		}
-		return writeJSON(stdout, rep)
+		return writeJSON(s.out, rep)
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tHOST\tSTAGE\tBLOCKED\tCREATED AT\tREQUESTED BY\tGRACE UNTIL")
-	for _, r := range page.Requests {
+	tw := tabwriter.NewWriter(s.out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tHOST\tSTAGE\tBLOCKED\tCREATED AT\tREQUESTED BY\tGRACE UNTIL\tCLAIM")
+	for i, r := range page.Requests {
 		grace := "-"
 		if r.GraceUntil != nil {
-			grace = r.GraceUntil.UTC().Format(time.RFC3339)
+			grace = stamp(*r.GraceUntil)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%s\t%s\t%s\n", r.ID, r.CommunityHost, r.Stage, r.Blocked(),
-			r.CreatedAt.UTC().Format(time.RFC3339), strconv.Quote(r.RequestedBy), grace)
+		host := r.CommunityHost
+		if host == "" {
+			host = r.CommunityID.String()
+		}
+		claim := claims[i].Status
+		if claims[i].Until != nil {
+			claim += " until " + stamp(*claims[i].Until)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%s\t%s\t%s\t%s\n", r.ID, host, r.Stage, r.Blocked(),
+			stamp(r.CreatedAt), strconv.Quote(r.RequestedBy), grace, claim)
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("list: write: %w", err)
 	}
 	if next != nil {
-		fmt.Fprintf(stdout, "next: %s\n", *next)
+		fmt.Fprintf(s.out, "next: %s\n", *next)
 	}
 	return nil
 }
 
 // inspectReport is the JSON output of inspect --json.
 type inspectReport struct {
-	Request       requestView      `json:"request"`
-	Approval      *approvalView    `json:"approval"`
-	Checkpoints   []checkpointView `json:"checkpoints"`
-	ChunksTotal   int64            `json:"chunks_total"`
-	ChunksDeleted int64            `json:"chunks_deleted"`
-	Progress      progressView     `json:"progress"`
+	Request     requestView      `json:"request"`
+	Approval    *approvalView    `json:"approval"`
+	Protection  protectionView   `json:"protection"`
+	Receipt     *receiptSummary  `json:"receipt"`
+	Progress    progressView     `json:"progress"`
+	Checkpoints []checkpointView `json:"checkpoints"`
 }
 
 type approvalView struct {
@@ -274,7 +445,18 @@ type approvalView struct {
 	ApprovedBy      string     `json:"approved_by"`
 	Note            string     `json:"note"`
 	ApprovedAt      time.Time  `json:"approved_at"`
-	GraceUntil      *time.Time `json:"grace_until,omitempty"`
+	GraceUntil      *time.Time `json:"grace_until"`
+}
+
+// receiptSummary is what inspect shows of a completed deletion's receipt:
+// where it stands in the chain, its hash, who signed it and the logins of
+// the two operators.
+type receiptSummary struct {
+	Sequence       int64  `json:"sequence"`
+	Hash           string `json:"hash"`
+	Signer         string `json:"signer"`
+	SubmittedLogin string `json:"submitted_by_login"`
+	ApprovedLogin  string `json:"approved_by_login"`
 }
 
 type checkpointView struct {
@@ -289,12 +471,14 @@ type checkpointView struct {
 	CompletedAt     *time.Time      `json:"completed_at"`
 }
 
-// requestView is a request as the JSON outputs show it.
+// requestView is a request as the JSON outputs show it: the request
+// object of docs/deletionctl.md.
 type requestView struct {
 	ID                         string                     `json:"id"`
 	CommunityID                string                     `json:"community_id"`
 	CommunityHost              string                     `json:"community_host"`
 	Stage                      lifecycle.Stage            `json:"stage"`
+	Claim                      *claimView                 `json:"claim"`
 	Blocked                    bool                       `json:"blocked"`
 	BlockedAt                  *time.Time                 `json:"blocked_at,omitempty"`
 	BlockedReason              string                     `json:"blocked_reason,omitempty"`
@@ -324,7 +508,8 @@ type requestView struct {
 	GraceUntil                 *time.Time                 `json:"grace_until,omitempty"`
 }
 
-// viewRequest converts r; the inventories only with full.
+// viewRequest converts r; the inventories only with full. The claim is
+// the caller's to fill in.
 func viewRequest(r *lifecycle.Request, full bool) requestView {
 	v := requestView{
 		ID: r.ID.String(), CommunityID: r.CommunityID.String(), CommunityHost: r.CommunityHost,
@@ -345,21 +530,36 @@ func viewRequest(r *lifecycle.Request, full bool) requestView {
 	return v
 }
 
-func inspect(ctx context.Context, store *lifecycle.Operator, cfg config, stdout io.Writer) error {
-	in, err := store.Inspect(ctx, cfg.requestID)
+func inspect(ctx context.Context, s *session) error {
+	cfg := s.cfg
+	op := fmt.Sprintf("inspect of request %s", cfg.requestID)
+	in, err := s.op.Inspect(ctx, cfg.requestID)
 	if err != nil {
-		return fmt.Errorf("inspect of request %s: %w", cfg.requestID, err)
+		return failed(op, err, "")
 	}
-	progress, err := store.Progress(ctx, cfg.requestID)
+	progress, err := s.op.Progress(ctx, cfg.requestID)
 	if err != nil {
-		return fmt.Errorf("inspect of request %s: %w", cfg.requestID, err)
+		return failed(op, err, "")
+	}
+	claim, err := s.claim(ctx, in.Request, progress.Now)
+	if err != nil {
+		return failed(op, err, "")
+	}
+	protection, err := s.op.Protection(ctx, in.Request.CommunityID)
+	if err != nil {
+		return failed(op, err, "")
 	}
 	rep := inspectReport{
-		Request:       viewRequest(in.Request, true),
-		Checkpoints:   []checkpointView{},
-		ChunksTotal:   in.ChunksTotal,
-		ChunksDeleted: in.ChunksDeleted,
-		Progress:      buildProgress(in, progress),
+		Request:     viewRequest(in.Request, true),
+		Protection:  viewProtection(protection),
+		Checkpoints: []checkpointView{},
+		Progress:    buildProgress(in, progress),
+	}
+	rep.Request.Claim = &claim
+	if receipt, ok, err := summarizeReceipt(ctx, s.op, in.Request); err != nil {
+		return failed(op, err, "")
+	} else if ok {
+		rep.Receipt = &receipt
 	}
 	if a := in.Approval; a != nil {
 		rep.Approval = &approvalView{InventoryDigest: a.InventoryDigest, ApprovedBy: a.ApprovedBy, Note: a.Note, ApprovedAt: a.ApprovedAt,
@@ -372,9 +572,30 @@ func inspect(ctx context.Context, store *lifecycle.Operator, cfg config, stdout 
 		})
 	}
 	if cfg.json {
-		return writeJSON(stdout, rep)
+		return writeJSON(s.out, rep)
 	}
-	return writeInspection(stdout, rep)
+	return writeInspection(s.out, rep)
+}
+
+// summarizeReceipt is the receipt of a completed request r; false before
+// it completes (or for one completed before receipts were written).
+func summarizeReceipt(ctx context.Context, store *lifecycle.Operator, r *lifecycle.Request) (receiptSummary, bool, error) {
+	if r.Stage != lifecycle.StageRetentionPending {
+		return receiptSummary{}, false, nil
+	}
+	env, err := store.Receipt(ctx, r.ID)
+	if errors.Is(err, lifecycle.ErrNotFound) {
+		return receiptSummary{}, false, nil
+	}
+	if err != nil {
+		return receiptSummary{}, false, err
+	}
+	body, err := env.Receipt()
+	if err != nil {
+		return receiptSummary{}, false, fmt.Errorf("the stored receipt does not parse: %w", err)
+	}
+	return receiptSummary{Sequence: body.Sequence, Hash: env.Hash(), Signer: body.Signer,
+		SubmittedLogin: body.SubmittedBy.Login, ApprovedLogin: body.ApprovedBy.Login}, true, nil
 }
 
 // writeInspection prints rep for a person.
@@ -384,7 +605,7 @@ func writeInspection(w io.Writer, rep inspectReport) error {
 	line := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }
 	optTime := func(k string, t *time.Time) {
 		if t != nil {
-			line(k, t.UTC().Format(time.RFC3339Nano))
+			line(k, stamp(*t))
 		}
 	}
 	optStr := func(k, v string) {
@@ -392,26 +613,49 @@ func writeInspection(w io.Writer, rep inspectReport) error {
 			line(k, strconv.Quote(v))
 		}
 	}
-	line("id", r.ID)
-	line("community", r.CommunityID+" ("+r.CommunityHost+")")
-	line("stage", r.Stage)
-	line("blocked", r.Blocked)
-	optTime("blocked at", r.BlockedAt)
-	optStr("blocked reason", r.BlockedReason)
-	line("requested by", strconv.Quote(r.RequestedBy))
-	optStr("reason", r.Reason)
-	line("created at", r.CreatedAt.UTC().Format(time.RFC3339Nano))
-	line("updated at", r.UpdatedAt.UTC().Format(time.RFC3339Nano))
-	if r.InventoryDigest != "" {
-		line("inventory digest", r.InventoryDigest)
+	host := r.CommunityHost
+	if host == "" {
+		host = "no host: a tenant of the declared tenant table"
 	}
-	optTime("inventory frozen at", r.InventoryFrozenAt)
+	line("id", r.ID)
+	line("community", r.CommunityID+" ("+host+")")
+	line("stage", r.Stage)
+	if r.Claim != nil {
+		line("claim", r.Claim.Status+": "+r.Claim.Reason)
+		line("next", r.Claim.NextStep)
+	}
+	submitted := fmt.Sprintf("%s at %s", strconv.Quote(r.RequestedBy), stamp(r.CreatedAt))
+	if rep.Receipt != nil {
+		submitted += " (login " + rep.Receipt.SubmittedLogin + ")"
+	}
+	line("submitted by", submitted)
+	optStr("reason", r.Reason)
+	if a := rep.Approval; a != nil {
+		approved := fmt.Sprintf("%s at %s", strconv.Quote(a.ApprovedBy), stamp(a.ApprovedAt))
+		if rep.Receipt != nil {
+			approved += " (login " + rep.Receipt.ApprovedLogin + ")"
+		}
+		line("approved by", approved)
+		optStr("approval note", a.Note)
+		if a.GraceUntil != nil && a.GraceUntil.After(a.ApprovedAt) {
+			line("grace period", "until "+stamp(*a.GraceUntil))
+		} else {
+			line("grace period", "none")
+		}
+	} else {
+		line("approved by", "not approved yet")
+		line("grace period", "set at approval (approve --grace, else the deployment's default)")
+	}
+	line("protection", rep.Protection.describe())
+	if r.InventoryDigest != "" {
+		line("inventory", fmt.Sprintf("digest %s, frozen at %s", r.InventoryDigest, stamp(*r.InventoryFrozenAt)))
+	}
 	if r.FenceGeneration != nil {
 		line("fence generation", *r.FenceGeneration)
 	}
 	line("attempts", r.Attempts)
 	if r.RetryStage != nil {
-		line("retrying", fmt.Sprintf("%d at %s", r.RetryCount, *r.RetryStage))
+		line("retrying", fmt.Sprintf("failure %d in a row at %s", r.RetryCount, *r.RetryStage))
 	}
 	optStr("last error", r.LastError)
 	if r.LeaseOwner != "" {
@@ -422,15 +666,14 @@ func writeInspection(w io.Writer, rep inspectReport) error {
 	optStr("abort reason", r.AbortReason)
 	optTime("aborted at", r.AbortedAt)
 	optTime("completed at", r.CompletedAt)
-	if a := rep.Approval; a != nil {
-		line("approved by", strconv.Quote(a.ApprovedBy))
-		optStr("approval note", a.Note)
-		line("approved at", a.ApprovedAt.UTC().Format(time.RFC3339Nano))
-		optTime("grace period ends", a.GraceUntil)
-	} else {
-		line("approval", "none")
+	switch {
+	case rep.Receipt != nil:
+		line("receipt", fmt.Sprintf("sequence %d, hash %s, signed by %s", rep.Receipt.Sequence, rep.Receipt.Hash, rep.Receipt.Signer))
+	case r.Stage == lifecycle.StageRetentionPending:
+		line("receipt", "none: the deletion completed before receipts were written")
+	case r.Stage != lifecycle.StageAborted:
+		line("receipt", "none yet: it is written when the deletion completes")
 	}
-	line("chunks deleted", fmt.Sprintf("%d of %d", rep.ChunksDeleted, rep.ChunksTotal))
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("inspect: write: %w", err)
 	}
@@ -445,7 +688,7 @@ func writeInspection(w io.Writer, rep inspectReport) error {
 	fmt.Fprintln(tw, "  STAGE\tUNIT\tSTATUS\tATTEMPTS\tSTARTED AT\tERROR")
 	for _, c := range rep.Checkpoints {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\t%s\n", c.Stage, c.UnitKey, c.Status, c.Attempts,
-			c.StartedAt.UTC().Format(time.RFC3339), oneLine(c.Error))
+			stamp(c.StartedAt), oneLine(c.Error))
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("inspect: write: %w", err)
@@ -453,20 +696,37 @@ func writeInspection(w io.Writer, rep inspectReport) error {
 	return nil
 }
 
-func leases(ctx context.Context, store *lifecycle.Operator, cfg config, stdout io.Writer) error {
-	if cfg.reap > 0 {
-		n, err := store.ReapExpiredServingWriteLeases(ctx, cfg.reap)
+// leasesReport is the JSON output of leases --json.
+type leasesReport struct {
+	// Reaped is how many expired leases --reap deleted, or null without it.
+	Reaped     *int64 `json:"reaped"`
+	Active     int64  `json:"active"`
+	Expired    int64  `json:"expired"`
+	DeadTuples int64  `json:"dead_tuples"`
+}
+
+func leases(ctx context.Context, s *session) error {
+	var rep leasesReport
+	if s.cfg.reap > 0 {
+		n, err := s.op.ReapExpiredServingWriteLeases(ctx, s.cfg.reap)
 		if err != nil {
-			return fmt.Errorf("reap of up to %d expired serving write leases: %w", cfg.reap, err)
+			return failed(fmt.Sprintf("reap of up to %d expired serving write leases", s.cfg.reap), err, "")
 		}
-		fmt.Fprintf(stdout, "reaped %d expired serving write leases\n", n)
-		return nil
+		rep.Reaped = &n
+		if !s.cfg.json {
+			fmt.Fprintf(s.out, "reaped %d expired serving write leases\n", n)
+			return nil
+		}
 	}
-	st, err := store.ServingLeaseStats(ctx)
+	st, err := s.op.ServingLeaseStats(ctx)
 	if err != nil {
-		return fmt.Errorf("serving write lease stats: %w", err)
+		return failed("serving write lease stats", err, "")
 	}
-	fmt.Fprintf(stdout, "active: %d\nexpired: %d\ndead tuples: %d\n", st.Active, st.Expired, st.DeadTuples)
+	rep.Active, rep.Expired, rep.DeadTuples = st.Active, st.Expired, st.DeadTuples
+	if s.cfg.json {
+		return writeJSON(s.out, rep)
+	}
+	fmt.Fprintf(s.out, "active: %d\nexpired: %d\ndead tuples: %d\n", st.Active, st.Expired, st.DeadTuples)
 	return nil
 }
 
@@ -500,7 +760,7 @@ type driftFinding struct {
 func health(ctx context.Context, store *lifecycle.Operator, cfg config, stdout io.Writer) error {
 	rep, err := store.Health(ctx)
 	if err != nil {
-		return err
+		return failed("health", err, "")
 	}
 	if cfg.json {
 		out := healthReport{Healthy: rep.Healthy(), Findings: []healthFinding{}, Drift: []driftFinding{}, Excluded: []excludedTable{}}
@@ -535,8 +795,8 @@ func health(ctx context.Context, store *lifecycle.Operator, cfg config, stdout i
 		}
 	}
 	if !rep.Healthy() {
-		return fmt.Errorf("health: %d health findings and %d catalog drift rows (listed on stdout): %w",
-			len(rep.Findings), len(rep.Drift), lifecycle.ErrRefused)
+		return failed("health", refusedf("%d health findings and %d catalog drift rows (listed on stdout)", len(rep.Findings), len(rep.Drift)),
+			"end each prepared transaction named, and fix or exclude each drifted table, then run health again")
 	}
 	return nil
 }
@@ -555,32 +815,75 @@ func graceSuffix(r *lifecycle.Request) string {
 	if r.GraceUntil == nil || !r.GraceUntil.After(r.UpdatedAt) {
 		return ""
 	}
-	return " grace-until " + r.GraceUntil.UTC().Format(time.RFC3339)
+	return " grace-until " + stamp(*r.GraceUntil)
+}
+
+// protectionView is a community's protection as the JSON outputs show it.
+type protectionView struct {
+	CommunityID  string                `json:"community_id"`
+	Protected    bool                  `json:"protected"`
+	ClearPending bool                  `json:"clear_pending"`
+	Events       []protectionEventView `json:"events"`
+}
+
+type protectionEventView struct {
+	Action     lifecycle.ProtectionAction `json:"action"`
+	Actor      string                     `json:"actor"`
+	ActorRole  string                     `json:"actor_role"`
+	Reason     string                     `json:"reason"`
+	RecordedAt time.Time                  `json:"recorded_at"`
+}
+
+func viewProtection(p *lifecycle.Protection) protectionView {
+	v := protectionView{CommunityID: p.CommunityID.String(), Protected: p.Protected, ClearPending: p.ClearPending,
+		Events: []protectionEventView{}}
+	for _, e := range p.Events {
+		v.Events = append(v.Events, protectionEventView(e))
+	}
+	return v
+}
+
+// describe says in a few words whether the community is protected.
+func (p protectionView) describe() string {
+	switch {
+	case p.ClearPending:
+		return "protected (clear requested: a second operator runs unprotect --approve)"
+	case p.Protected && len(p.Events) > 0:
+		return fmt.Sprintf("protected by %s: %s", strconv.Quote(p.Events[0].Actor), p.Events[0].Reason)
+	case p.Protected:
+		return "protected"
+	}
+	return "unprotected"
 }
 
 // protection runs protect, unprotect (a clear request, or with --approve the
 // second operator's clear) and protection (show) for the community of
 // --host, printing the community, whether it is protected, and its newest
 // events.
-func protection(ctx context.Context, store *lifecycle.Operator, cfg config, stdout io.Writer) error {
+func protection(ctx context.Context, s *session) error {
+	cfg := s.cfg
 	op := fmt.Sprintf("%s of %q", cfg.command, cfg.host)
-	community, err := store.CommunityByHost(ctx, cfg.host)
+	community, p, err := resolveTenant(ctx, s.op, cfg.host)
 	if err != nil {
-		return fmt.Errorf("%s: %w", op, err)
+		return failed(op, err, "")
 	}
-	var p *lifecycle.Protection
+	next := "deletionctl protection --host " + strconv.Quote(cfg.host) + " shows its protection"
 	switch {
 	case cfg.command == "protect":
-		p, err = store.Protect(ctx, community, cfg.by, cfg.reason)
+		p, err = s.op.Protect(ctx, community, cfg.by, cfg.reason)
+		next = "protect is refused while the community has an open request (deletionctl list shows it); " + next
 	case cfg.command == "unprotect" && cfg.approve:
-		p, err = store.ApproveUnprotect(ctx, community, cfg.by, cfg.reason)
+		p, err = s.op.ApproveUnprotect(ctx, community, cfg.by, cfg.reason)
+		next = "another operator than the one who asked, from another login, approves the clear; " + next
 	case cfg.command == "unprotect":
-		p, err = store.RequestUnprotect(ctx, community, cfg.by, cfg.reason)
-	default:
-		p, err = store.Protection(ctx, community)
+		p, err = s.op.RequestUnprotect(ctx, community, cfg.by, cfg.reason)
 	}
 	if err != nil {
-		return fmt.Errorf("%s: %w", op, err)
+		return failed(op, err, next)
+	}
+	v := viewProtection(p)
+	if cfg.json {
+		return writeJSON(s.out, v)
 	}
 	state := "unprotected"
 	switch {
@@ -589,12 +892,12 @@ func protection(ctx context.Context, store *lifecycle.Operator, cfg config, stdo
 	case p.Protected:
 		state = "protected"
 	}
-	fmt.Fprintf(stdout, "%s %s\n", p.CommunityID, state)
+	fmt.Fprintf(s.out, "%s %s\n", p.CommunityID, state)
 	if cfg.command != "protection" {
 		return nil
 	}
 	for _, e := range p.Events {
-		fmt.Fprintf(stdout, "%s %s by %s (%s): %s\n", e.RecordedAt.UTC().Format(time.RFC3339), e.Action,
+		fmt.Fprintf(s.out, "%s %s by %s (%s): %s\n", stamp(e.RecordedAt), e.Action,
 			strconv.Quote(e.Actor), e.ActorRole, strconv.Quote(e.Reason))
 	}
 	return nil

@@ -1,25 +1,37 @@
 // Command deletionctl is the operator CLI of the whole-community deletion
-// lifecycle. It submits deletion requests, freezes their inventories,
-// approves them (a second person must), lists and inspects them, aborts and
-// unblocks them, reports and reaps serving write leases and checks the
-// control plane's health, through package lifecycle.Operator, and runs the
-// executor through lifecycle.Engine. Every command but run is one
-// transaction: a refused command changes nothing. The login of
-// --database-url must be a member of community_deletion_operator (run:
+// lifecycle. It plans deletions (what one removes, before anything is
+// fenced), submits deletion requests, freezes their inventories, approves
+// them (a second person must), lists and inspects them with why each waits,
+// aborts and unblocks them, reports and reaps serving write leases, checks
+// the control plane's health and a service's adoption, through package
+// lifecycle.Operator, runs the executor through lifecycle.Engine, and shows,
+// exports and verifies receipts. A command that changes something makes its
+// change in one transaction: a refused command changes nothing. The login
+// of --database-url must be a member of community_deletion_operator (run:
 // community_deletion_executor).
 //
 // Usage:
 //
 //	deletionctl [--database-url URL] <command> [flags]
 //
-// The commands are submit, inventory, approve, list, inspect, abort,
-// unblock, leases, health, check, receipt (show, export, verify) and run;
-// "deletionctl -h" prints the full usage, flags, environment variables and
-// exit codes.
+// The commands are submit, plan, inventory, approve, protect, unprotect,
+// protection, list, inspect, abort, unblock, leases, health, check, run and
+// receipt (show, export, verify); their table is commands, in spec.go, from
+// which the usage, each command's --help (its flags, one example, its exit
+// codes) and the check of which flags a command takes are made. Every
+// command takes --json; docs/deletionctl.md documents each one's JSON.
 //
-// check runs, as the operator, the adoption checks of the public test kit's
-// RequireCoverage (package internal/adoptcheck) plus the declared storage
-// layout, for a service's CI without Go: exit 0 when all pass, 3 otherwise.
+// Every failure is one line on stderr: what was refused (the command and
+// its subject), why (the lifecycle's reason, without the context it was
+// wrapped in) and what to do next (opError, in errors.go).
+//
+// plan reads, as the operator, the request or community, the registry with
+// the community's row counts, the purge order, the storage layout (and the
+// object store, when given), the protection and the catalog's health, and
+// prints the deletion's sections (tables, objects, cache, excluded tables,
+// drift) with the frozen inventory's figures where one exists. inspect,
+// list and plan give each request a claim (claim.go): whether an executor
+// can take it now and, if not, why and what to do.
 //
 // Object stores and caches are named by URL (package executor/storeurl):
 // --objects s3://BUCKET/ROOT/?endpoint=…&region=… or file:///DIR
@@ -28,42 +40,21 @@
 // DELETIONCTL_CACHE. A malformed URL, or one that cannot be opened, is a
 // usage error (exit 2).
 //
-// inventory freezes the schema inventory with a storage manifest of every
-// given prefix (default "media/<community id>/"). With an object store it
-// lists each prefix there and freezes what it found (executor.SummarizeStorage:
-// object count, bytes and KeyStreamDigest). Without one every prefix is
-// declared EMPTY (lifecycle.EmptyKeysDigest, no objects, no bytes). The
-// approval binds the prefixes, not their keys: run deletes whatever the
-// approved prefixes hold when it fences the community, and blocks a request
-// whose prefixes do not each name its community.
-//
-// inspect adds, per destructive step (objects, purge, cache), what is done
-// and what is left against the frozen inventory, and for the step in
-// progress an estimate of the time left from the rate between the last
-// progress and the latest progress point at least a minute older (chunk
-// stamps; the purge's per-table updates), with no estimate without a rate.
-//
 // run executes approved deletions with an executor.Runner over the stores
-// --objects and --cache name; both are required (memory: is an empty
-// in-process cache for a service that has none). With --once it processes
-// one request (--request ID, or the next claimable one) and exits: 0 when
-// it completed or nothing was claimable, 3 when the request was blocked
-// (executor.ErrBlocked) or a retry was scheduled (executor.ErrRetryScheduled).
-// Without --once it runs until SIGINT or SIGTERM and exits 0. Its log goes
-// to stdout (log/slog): JSON lines off a terminal, text on one with a
-// one-line progress bar between the records; --metrics-addr serves
-// Prometheus metrics at /metrics and a health check at /healthz.
+// --objects and --cache name. With --once it processes one request
+// (--request ID, or the next claimable one) and exits: 0 when it completed,
+// nothing was claimable, or the named request is complete already; 3 when
+// the request was blocked (executor.ErrBlocked), a retry was scheduled
+// (executor.ErrRetryScheduled), or the named request could not be claimed
+// (its claim says why). Without --once it runs until SIGINT or SIGTERM and
+// exits 0. Its log goes to stdout (log/slog): JSON lines off a terminal (or
+// with --json), text on one with a one-line progress bar between the
+// records; --metrics-addr serves Prometheus metrics at /metrics and a
+// health check at /healthz.
 //
-// receipt show prints a completed deletion's receipt, receipt export writes
-// receipts into a directory (package receipt's format), and receipt verify
-// checks such a directory offline, never connecting to a database.
-//
-// Exit codes: 0 success, 1 failure, 2 usage error, 3 refused (a lifecycle
-// safety refusal, an access denial, a stale lease, a run --once that
-// blocked the request or scheduled a retry, a health finding, a check
-// problem, or a failed receipt verification), 4 not
-// found, 5 invalid input. Every error is one line on stderr naming the
-// operation and the lifecycle's reason.
+// Exit codes, from the table shared with cmd/migrate (internal/exitcode): 0
+// success, 1 failure, 2 usage error, 3 refused, 4 not found, 5 invalid
+// input.
 package main
 
 import (
@@ -99,9 +90,14 @@ func main() {
 
 // run parses args, runs the command and returns the process exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	cfg, err := parseArgs(args, os.Getenv)
+	return runEnv(ctx, args, os.Getenv, stdout, stderr)
+}
+
+// runEnv is run with the environment variables getenv returns.
+func runEnv(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	cfg, err := parseArgs(args, getenv)
 	if errors.Is(err, errHelp) {
-		fmt.Fprint(stdout, usage)
+		fmt.Fprint(stdout, helpText(err))
 		return exitOK
 	}
 	if err == nil {
@@ -140,7 +136,7 @@ func report(ctx context.Context, err error, stderr io.Writer) int {
 	if err == nil {
 		return code
 	}
-	msg := err.Error()
+	msg := describe(err)
 	switch {
 	case code == exitUsage:
 		msg += " (run 'deletionctl -h' for usage)"

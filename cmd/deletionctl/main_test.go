@@ -154,7 +154,16 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "--objects-dir", "/tmp", "--cache", "memory:", "--lease", "0s"}, "--lease must be positive"},
 		{[]string{"run", "--objects-dir", "/tmp", "--cache", "memory:", "--chunk-size", "0"}, "--chunk-size must be between 1 and 10000, got 0"},
 		{[]string{"run", "--objects-dir", "/tmp", "--cache", "memory:", "--owner", " "}, "--owner must not be empty"},
-		{[]string{"run", "--objects-dir", "/tmp", "--cache", "memory:", "--json"}, "run does not take --json"},
+		{[]string{"run", "--objects-dir", "/tmp", "--cache", "memory:", "--json", "--log-format", "text"}, `run: --json writes the log as JSON lines, but --log-format is "text"`},
+		{[]string{"plan"}, "plan needs a request (REQUEST or --request ID) or --host HOST|ID, not both"},
+		{[]string{"plan", id, "--host", "a.example"}, "plan needs a request (REQUEST or --request ID) or --host HOST|ID, not both"},
+		{[]string{"plan", id, "--request", id}, "plan: give the request once, as REQUEST or as --request ID"},
+		{[]string{"plan", "not-a-uuid"}, `plan: REQUEST must be a request uuid, got "not-a-uuid"`},
+		{[]string{"plan", id, id}, "plan takes one request id"},
+		{[]string{"plan", "--host", " "}, "plan: --host must not be empty"},
+		{[]string{"plan", id, "--cache", "memory:"}, "plan does not take --cache"},
+		{[]string{"receipt", "show"}, "receipt show needs a request: REQUEST or --request ID"},
+		{[]string{"receipt", "show", id, "--request", id}, "receipt show: give the request once"},
 		{[]string{"inventory", "--request", id, "--cache", "memory:"}, "inventory does not take --cache"},
 		{[]string{"inventory", "--request", id, "--objects", "memory:"}, `scheme "memory" is not s3 or file`},
 		{[]string{"health", "--request", id}, "health does not take --request"},
@@ -172,14 +181,14 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"abort", "--request", id, "--by", "carol"}, "abort needs --reason"},
 		{[]string{"unblock", "--request", id, "--reason", "r"}, "unblock needs --by"},
 		{[]string{"inspect", "--request", "not-a-uuid"}, `--request must be a request uuid, got "not-a-uuid"`},
-		{[]string{"list", "--stage", "vaporized"}, `unknown stage "vaporized"`},
+		{[]string{"list", "--stage", "vaporized"}, `unknown stage "vaporized"; the stages are submitted, inventoried, approved, fenced, drained, bindings_removed, postgres_purged, cache_purged, logically_verified, retention_pending, aborted`},
+		{[]string{"destroy"}, "the commands are submit, plan, inventory"},
 		{[]string{"list", "--limit", "0"}, "--limit must be between 1 and 1000, got 0"},
 		{[]string{"list", "--limit", "1001"}, "--limit must be between 1 and 1000, got 1001"},
 		{[]string{"list", "--limit", "many"}, `invalid value "many" for flag -limit`},
 		{[]string{"list", "--after", "%%%"}, "malformed cursor"},
 		{[]string{"list", "--after", "bm90LWEtY3Vyc29y"}, "malformed cursor"},
 		{[]string{"list", "--request", id}, "list does not take --request"},
-		{[]string{"submit", "--host", "h", "--by", "b", "--json"}, "submit does not take --json"},
 		{[]string{"leases", "--reap", "0"}, "--reap must be between 1 and 10000, got 0"},
 		{[]string{"leases", "--reap", "10001"}, "--reap must be between 1 and 10000, got 10001"},
 		{[]string{"leases", "--bogus"}, "flag provided but not defined: -bogus"},
@@ -197,12 +206,24 @@ func TestUsageErrors(t *testing.T) {
 
 func TestHelp(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{{"-h"}, {"--help"}, {"help"}, {"approve", "-h"}} {
-		code, stdout, stderr := cli(t, args...)
-		require.Equal(t, exitOK, code, "%q", args)
-		require.Equal(t, usage, stdout)
+	approve, _ := spec("approve")
+	show, _ := spec("receipt show")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-h"}, usage}, {[]string{"--help"}, usage}, {[]string{"help"}, usage},
+		{[]string{"approve", "-h"}, approve.help()}, {[]string{"help", "approve"}, approve.help()},
+		{[]string{"approve", "--request", "x", "--help"}, approve.help()},
+		{[]string{"receipt", "show", "--help"}, show.help()}, {[]string{"help", "receipt", "show"}, show.help()},
+		{[]string{"receipt", "-h"}, receiptHelp()}, {[]string{"help", "nosuch"}, usage},
+	} {
+		code, stdout, stderr := cli(t, tc.args...)
+		require.Equal(t, exitOK, code, "%q", tc.args)
+		require.Equal(t, tc.want, stdout, "%q", tc.args)
 		require.Empty(t, stderr)
 	}
+	require.Less(t, strings.Count(usage, "\n"), 60, "the whole usage fits in a screen")
 }
 
 func TestExitCode(t *testing.T) {
@@ -323,7 +344,9 @@ func TestSubmitInventoryApproveInspectAbort(t *testing.T) {
 	code, stdout, stderr := db.cli(t, "approve", "--request", id, "--by", "alice")
 	require.Equal(t, exitRefused, code, stderr)
 	require.Empty(t, stdout)
-	requireOneLine(t, stderr, "deletionctl: refused: approve of request "+id+` by "alice"`, "lifecycle: refused")
+	requireOneLine(t, stderr, "deletionctl: refused: approve of request "+id+` by "alice": "alice" requested deletion `+id+" and cannot also approve it; "+
+		"a second operator, from another login than the submitter's, approves")
+	require.NotContains(t, stderr, "lifecycle:", "no wrapped context")
 
 	out = db.okAs(t, fixture.RoleApprover, "approve", "--request", id, "--by", "bob", "--note", "reviewed")
 	require.Equal(t, id+" approved "+digest+"\n", out)
@@ -346,9 +369,9 @@ func TestSubmitInventoryApproveInspectAbort(t *testing.T) {
 			Note            string `json:"note"`
 			InventoryDigest string `json:"inventory_digest"`
 		} `json:"approval"`
-		Checkpoints   []json.RawMessage `json:"checkpoints"`
-		ChunksTotal   *int64            `json:"chunks_total"`
-		ChunksDeleted *int64            `json:"chunks_deleted"`
+		Checkpoints []json.RawMessage `json:"checkpoints"`
+		Protection  *protectionView   `json:"protection"`
+		Receipt     *receiptSummary   `json:"receipt"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(db.ok(t, "inspect", "--request", id, "--json")), &rep))
 	require.Equal(t, id, rep.Request.ID)
@@ -367,9 +390,9 @@ func TestSubmitInventoryApproveInspectAbort(t *testing.T) {
 	require.Equal(t, "reviewed", rep.Approval.Note)
 	require.Equal(t, digest, rep.Approval.InventoryDigest)
 	require.NotNil(t, rep.Checkpoints)
-	require.NotNil(t, rep.ChunksTotal)
-	require.Zero(t, *rep.ChunksTotal)
-	require.NotNil(t, rep.ChunksDeleted)
+	require.NotNil(t, rep.Protection)
+	require.False(t, rep.Protection.Protected)
+	require.Nil(t, rep.Receipt, "no receipt before the deletion completes")
 
 	// The plain inspection names the same things.
 	out = db.ok(t, "inspect", "--request", id)
@@ -377,13 +400,19 @@ func TestSubmitInventoryApproveInspectAbort(t *testing.T) {
 	require.Contains(t, out, "approved")
 	require.Contains(t, out, `"bob"`)
 	require.Contains(t, out, digest)
+	require.Regexp(t, `(?m)^submitted by: +"alice" at `, out)
+	require.Regexp(t, `(?m)^claim: +claimable: claimable now$`, out)
+	require.Regexp(t, `(?m)^grace period: +none$`, out)
+	require.Regexp(t, `(?m)^protection: +unprotected$`, out)
+	require.Regexp(t, `(?m)^receipt: +none yet: it is written when the deletion completes$`, out)
+	require.NotContains(t, out, "chunks deleted:", "the progress says it, once")
 
 	out = db.ok(t, "abort", "--request", id, "--by", "carol", "--reason", "customer changed their mind")
 	require.Equal(t, id+" aborted\n", out)
 	code, stdout, stderr = db.cli(t, "abort", "--request", id, "--by", "carol", "--reason", "again")
 	require.Equal(t, exitRefused, code, stderr)
 	require.Empty(t, stdout)
-	requireOneLine(t, stderr, "deletionctl: refused: abort of request "+id+` by "carol"`, "lifecycle: refused")
+	requireOneLine(t, stderr, "deletionctl: refused: abort of request "+id+` by "carol": deletion `+id+" is aborted and can no longer be aborted; only a request before the purge")
 
 	require.NoError(t, json.Unmarshal([]byte(db.ok(t, "inspect", "--request", id, "--json")), &rep))
 	require.Equal(t, "aborted", rep.Request.Stage)
@@ -485,18 +514,40 @@ func TestInventoryLayout(t *testing.T) {
 		"the request is approved", "abort it and submit a new one")
 }
 
+// submit of a community that does not exist is not found (4); of one with
+// an open request, refused (3); the same submission again returns the same
+// request, and one with another reason is refused, since the request keeps
+// its own.
 func TestSubmitRefusals(t *testing.T) {
 	t.Parallel()
 	db := setup(t)
-	code, _, stderr := db.cli(t, "submit", "--host", "nowhere.example", "--by", "alice")
-	require.Equal(t, exitRefused, code, stderr)
-	requireOneLine(t, stderr, `deletionctl: refused: submit of deletion of "nowhere.example" by "alice"`, `no community has id or host "nowhere.example"`)
+	for _, host := range []string{"nowhere.example", uuid.NewString()} {
+		code, stdout, stderr := db.cli(t, "submit", "--host", host, "--by", "alice")
+		require.Equal(t, exitNotFound, code, stderr)
+		require.Empty(t, stdout)
+		requireOneLine(t, stderr, fmt.Sprintf(`deletionctl: not found: submit of %q by "alice": no community has id or host %q`, host, host))
+	}
 
 	_, host := db.createCommunity(t)
-	db.submit(t, host, "alice")
+	id := db.submit(t, host, "alice")
+	require.Equal(t, id+" submitted\n", db.ok(t, "submit", "--host", host, "--by", "alice", "--reason", "  test "), "the same submission again")
+	code, stdout, stderr := db.cli(t, "submit", "--host", host, "--by", "alice", "--reason", "another reason")
+	require.Equal(t, exitRefused, code, stderr)
+	require.Empty(t, stdout)
+	requireOneLine(t, stderr, fmt.Sprintf(`deletionctl: refused: submit of %q by "alice": request %s is already submitted by "alice" with the reason "test", which it keeps: yours was not recorded`, host, id),
+		"abort it (deletionctl abort --request "+id+")")
+	var rep struct {
+		Request struct {
+			Reason string `json:"reason"`
+		} `json:"request"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(db.ok(t, "inspect", "--request", id, "--json")), &rep))
+	require.Equal(t, "test", rep.Request.Reason)
+
 	code, _, stderr = db.cli(t, "submit", "--host", host, "--by", "bob")
 	require.Equal(t, exitRefused, code, stderr)
-	requireOneLine(t, stderr, "deletionctl: refused: submit of deletion of")
+	requireOneLine(t, stderr, fmt.Sprintf(`deletionctl: refused: submit of %q by "bob": community `, host), "already has an open deletion request; deletionctl list shows")
+	require.NotContains(t, stderr, "lifecycle:")
 }
 
 func TestList(t *testing.T) {
@@ -514,7 +565,7 @@ func TestList(t *testing.T) {
 	out := db.ok(t, "list", "--limit", "2")
 	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
 	require.Len(t, lines, 4, out)
-	require.Equal(t, []string{"ID", "HOST", "STAGE", "BLOCKED", "CREATED", "AT", "REQUESTED", "BY", "GRACE", "UNTIL"}, strings.Fields(lines[0]))
+	require.Equal(t, []string{"ID", "HOST", "STAGE", "BLOCKED", "CREATED", "AT", "REQUESTED", "BY", "GRACE", "UNTIL", "CLAIM"}, strings.Fields(lines[0]))
 	col := strings.Index(lines[0], "STAGE")
 	for i, line := range lines[1:3] {
 		f := strings.Fields(line)
@@ -523,6 +574,7 @@ func TestList(t *testing.T) {
 		require.Equal(t, "false", f[3])
 		require.Equal(t, `"alice"`, f[5])
 		require.Equal(t, "-", f[6], "no grace period before approval")
+		require.Equal(t, claimNotInventoried, f[7], "why the executor leaves it")
 		require.Equal(t, "submitted", line[col:col+len("submitted")], "aligned columns")
 	}
 	require.True(t, strings.HasPrefix(lines[3], "next: "), lines[3])
@@ -583,7 +635,9 @@ func TestNotFoundAndBadIDs(t *testing.T) {
 		code, stdout, stderr := db.cli(t, args...)
 		require.Equal(t, exitNotFound, code, "%q: %s", args, stderr)
 		require.Empty(t, stdout)
-		requireOneLine(t, stderr, "deletionctl: not found: "+args[0]+" of request "+missing, "lifecycle: not found")
+		requireOneLine(t, stderr, "deletionctl: not found: "+args[0]+" of request "+missing)
+		require.True(t, strings.HasSuffix(stderr, ": deletion "+missing+" does not exist\n"), "the reason, and no advice for a request that exists: %s", stderr)
+		require.NotContains(t, stderr, "lifecycle:")
 	}
 	code, _, stderr := db.cli(t, "inspect", "--request", "12345")
 	require.Equal(t, exitUsage, code, stderr)
@@ -598,7 +652,7 @@ func TestUnblockNotBlocked(t *testing.T) {
 	code, stdout, stderr := db.cli(t, "unblock", "--request", id, "--by", "carol", "--reason", "fixed it")
 	require.Equal(t, exitRefused, code, stderr)
 	require.Empty(t, stdout)
-	requireOneLine(t, stderr, "deletionctl: refused: unblock of request "+id+` by "carol"`, "lifecycle: refused")
+	requireOneLine(t, stderr, "deletionctl: refused: unblock of request "+id+` by "carol": deletion `+id+" is not blocked; deletionctl inspect --request "+id+" shows why it waits")
 }
 
 func TestLeases(t *testing.T) {

@@ -91,9 +91,11 @@ type estimate struct {
 	// Remaining/RatePerSecond.
 	LastProgressAt time.Time `json:"last_progress_at"`
 	ETA            time.Time `json:"eta"`
-	// SecondsLeft is from AsOf to ETA (0 when ETA has passed: the step is
-	// slower than its recent rate, or stalled).
-	SecondsLeft float64 `json:"seconds_left"`
+	// SecondsLeft is from AsOf to ETA, or null when ETA has passed: the
+	// step is slower than its recent rate, or stalled, and no time left can
+	// honestly be given (Overdue).
+	SecondsLeft *float64 `json:"seconds_left"`
+	Overdue     bool     `json:"overdue"`
 }
 
 // point is a step's cumulative progress at a time.
@@ -134,10 +136,15 @@ func estimateLeft(points []point, remaining float64, unit string, now time.Time)
 	}
 	last := points[len(points)-1].at
 	eta := last.Add(time.Duration(remaining / rate * float64(time.Second)))
-	return &estimate{
+	e := &estimate{
 		Unit: unit, RatePerSecond: rate, WindowSeconds: span.Seconds(), Remaining: remaining,
-		LastProgressAt: last, ETA: eta, SecondsLeft: max(0, eta.Sub(now).Seconds()),
+		LastProgressAt: last, ETA: eta, Overdue: !eta.After(now),
 	}
+	if !e.Overdue {
+		left := eta.Sub(now).Seconds()
+		e.SecondsLeft = &left
+	}
+	return e
 }
 
 // stepStatus is the status of the step run at stage, for a request at
@@ -334,13 +341,19 @@ func writeProgress(w io.Writer, p progressView) error {
 	return nil
 }
 
-// describeEstimate renders e on one line.
+// describeEstimate renders e on one line: the time left, or, past the
+// ETA its recent rate gave, that there is no honest estimate.
 func describeEstimate(e *estimate, now time.Time) string {
 	if e == nil {
 		return "eta: unknown (no rate yet)"
 	}
+	window := time.Duration(e.WindowSeconds * float64(time.Second)).Round(time.Second)
+	since := now.Sub(e.LastProgressAt).Round(time.Second)
+	if e.SecondsLeft == nil {
+		return fmt.Sprintf("eta: none: %.0f %s left, and it is slower than its rate of %.1f %s/s over the last %s, which had it done by %s; last progress %s ago",
+			e.Remaining, e.Unit, e.RatePerSecond, e.Unit, window, stamp(e.ETA), since)
+	}
 	return fmt.Sprintf("eta: %s left (at %s), %.1f %s/s over the last %s; last progress %s ago",
-		(time.Duration(e.SecondsLeft * float64(time.Second))).Round(time.Second), e.ETA.UTC().Format(time.RFC3339),
-		e.RatePerSecond, e.Unit, time.Duration(e.WindowSeconds*float64(time.Second)).Round(time.Second),
-		now.Sub(e.LastProgressAt).Round(time.Second))
+		(time.Duration(*e.SecondsLeft * float64(time.Second))).Round(time.Second), stamp(e.ETA),
+		e.RatePerSecond, e.Unit, window, since)
 }

@@ -44,9 +44,14 @@ func TestRecentRate(t *testing.T) {
 	points := []point{{at(0), 0}, {at(30), 10}, {at(90), 70}, {at(100), 80}}
 	e := estimateLeft(points, 30, "rows", at(110))
 	require.NotNil(t, e)
+	twenty := 20.0
 	require.Equal(t, &estimate{Unit: "rows", RatePerSecond: 1, WindowSeconds: 70, Remaining: 30,
-		LastProgressAt: at(100), ETA: at(130), SecondsLeft: 20}, e)
-	require.Zero(t, estimateLeft(points, 30, "rows", at(200)).SecondsLeft, "past its ETA: nothing is promised")
+		LastProgressAt: at(100), ETA: at(130), SecondsLeft: &twenty}, e)
+	late := estimateLeft(points, 30, "rows", at(200))
+	require.Nil(t, late.SecondsLeft, "past its ETA: no time left is promised")
+	require.True(t, late.Overdue)
+	require.Equal(t, "eta: none: 30 rows left, and it is slower than its rate of 1.0 rows/s over the last 1m10s, which had it done by 2026-11-30T12:02:10Z; last progress 1m40s ago",
+		describeEstimate(late, at(200)))
 	require.Nil(t, estimateLeft(points, 0, "rows", at(110)), "nothing left")
 	require.Nil(t, estimateLeft(points[:1], 30, "rows", at(110)), "no rate")
 	require.Equal(t, "eta: unknown (no rate yet)", describeEstimate(nil, at(110)))

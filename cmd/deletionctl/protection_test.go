@@ -1,8 +1,11 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -29,7 +32,8 @@ func TestProtectRefusesSubmitUntilASecondOperatorClears(t *testing.T) {
 	require.Equal(t, community.String()+" protected\n", out)
 	code, _, stderr := db.cliAs(t, fixture.RoleOperator, "submit", "--host", host, "--by", "alice")
 	require.Equal(t, exitRefused, code, stderr)
-	requireOneLine(t, stderr, "deletionctl: refused: submit of deletion of", "deletion-protected")
+	requireOneLine(t, stderr, fmt.Sprintf("deletionctl: refused: submit of %q by \"alice\": deletion of community %s refused: it is deletion-protected", host, community))
+	require.NotContains(t, stderr, "lifecycle:")
 
 	out = db.okAs(t, fixture.RoleOperator, "unprotect", "--host", host, "--by", "alice", "--reason", "hold lifted")
 	require.Contains(t, out, "clear requested")
@@ -59,5 +63,28 @@ func TestApproveWithAGracePeriod(t *testing.T) {
 	out := db.okAs(t, fixture.RoleApprover, "approve", "--request", id, "--by", "bob", "--grace", "48h")
 	require.Contains(t, out, " grace-until ")
 	require.Contains(t, db.ok(t, "list"), "GRACE UNTIL")
-	require.Contains(t, db.ok(t, "inspect", "--request", id), "grace period ends")
+	require.Regexp(t, `(?m)^grace period: +until `, db.ok(t, "inspect", "--request", id))
+
+	// The executor leaves it alone until then, and says so.
+	code, stdout, stderr := db.cli(t, "run", "--once", "--request", id, "--objects-dir", t.TempDir(), "--cache", "memory:")
+	require.Equal(t, exitRefused, code, stderr)
+	requireOneLine(t, stderr, "deletionctl: refused: run of request "+id+": not claimable: in its grace period until ",
+		"; wait: it is claimable then; deletionctl abort --request "+id+" cancels it")
+	recs := records(t, stdout)
+	require.Equal(t, claimInGrace, recs[len(recs)-1]["status"])
+	require.NotEmpty(t, recs[len(recs)-1]["until"])
+	// Without --request nothing is claimable either, which is no failure:
+	// the record says how many requests wait for their grace period.
+	recs = records(t, db.ok(t, "run", "--once", "--objects-dir", t.TempDir(), "--cache", "memory:"))
+	require.Equal(t, "nothing to claim", recs[len(recs)-1]["msg"])
+	require.EqualValues(t, 1, recs[len(recs)-1]["requests_in_grace"])
+	var rep struct {
+		Request struct {
+			Claim claimView `json:"claim"`
+		} `json:"request"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(db.ok(t, "inspect", "--request", id, "--json")), &rep))
+	require.Equal(t, claimInGrace, rep.Request.Claim.Status)
+	require.NotNil(t, rep.Request.Claim.Until)
+	require.WithinDuration(t, time.Now().Add(48*time.Hour), *rep.Request.Claim.Until, time.Hour)
 }

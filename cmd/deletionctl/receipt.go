@@ -19,21 +19,94 @@ import (
 // receiptShow prints the receipt of cfg.requestID: its body as indented
 // JSON, then its signature.
 func receiptShow(ctx context.Context, store *lifecycle.Operator, cfg config, stdout io.Writer) error {
+	op := "receipt show of request " + cfg.requestID.String()
 	env, err := store.Receipt(ctx, cfg.requestID)
 	if err != nil {
-		return fmt.Errorf("receipt show: %w", err)
+		return failed(op, err, "deletionctl inspect --request "+cfg.requestID.String()+" shows where it is")
 	}
 	var pretty bytes.Buffer
 	if err := json.Indent(&pretty, env.Body, "", "  "); err != nil {
-		return fmt.Errorf("receipt show: the stored body of request %s is not JSON: %w", cfg.requestID, err)
+		return failed(op, fmt.Errorf("its stored body is not JSON: %w", err), "")
 	}
 	signature := "(unsigned)"
 	if len(env.Signature) > 0 {
 		signature = base64.StdEncoding.EncodeToString(env.Signature)
 	}
+	if cfg.json {
+		r, err := env.Receipt()
+		if err != nil {
+			return failed(op, err, "")
+		}
+		var sig *string
+		if len(env.Signature) > 0 {
+			sig = &signature
+		}
+		return writeJSON(stdout, receiptShowReport{Sequence: r.Sequence, RequestID: r.RequestID.String(), Signer: r.Signer,
+			Hash: env.Hash(), Signature: sig, Body: json.RawMessage(env.Body)})
+	}
 	fmt.Fprintf(stdout, "%s\nsignature: %s\nhash: %s\n", pretty.Bytes(), signature, env.Hash())
 	return nil
 }
+
+// receiptShowReport is the JSON output of receipt show --json; Signature is
+// the base64 signature, null for an unsigned receipt.
+type receiptShowReport struct {
+	Sequence  int64           `json:"sequence"`
+	RequestID string          `json:"request_id"`
+	Signer    string          `json:"signer"`
+	Hash      string          `json:"hash"`
+	Signature *string         `json:"signature"`
+	Body      json.RawMessage `json:"body"`
+}
+
+// receiptExportReport is the JSON output of receipt export --json; First
+// and Last are 0 when nothing was exported.
+type receiptExportReport struct {
+	Exported int    `json:"exported"`
+	First    int64  `json:"first"`
+	Last     int64  `json:"last"`
+	Dir      string `json:"dir"`
+}
+
+// receiptVerifyReport is the JSON output of receipt verify --json: every
+// entry verified (deletion receipts and key rotations), the counts, the
+// keys in order, where the range started and whether a head was checked.
+// Head is null, and HeadChecked false, without --expect-head: then nothing
+// proves that no receipt after Last is missing.
+type receiptVerifyReport struct {
+	Receipts     []verifiedEntry `json:"receipts"`
+	Verified     int             `json:"verified"`
+	Rotations    int             `json:"rotations"`
+	First        int64           `json:"first"`
+	Last         int64           `json:"last"`
+	Signed       int             `json:"signed"`
+	Unsigned     int             `json:"unsigned"`
+	KeyID        string          `json:"key_id"`
+	Keys         []string        `json:"keys"`
+	LastHash     string          `json:"last_hash"`
+	FromSequence int64           `json:"from_sequence"`
+	PreviousHash *string         `json:"previous_hash"`
+	HeadChecked  bool            `json:"head_checked"`
+	Head         *string         `json:"head"`
+}
+
+// verifiedEntry is one entry of the chain receipt verify accepted: a
+// deletion receipt (with its request) or a key rotation (with the signer it
+// hands the chain to).
+type verifiedEntry struct {
+	Sequence  int64   `json:"sequence"`
+	Kind      string  `json:"kind"`
+	RequestID *string `json:"request_id"`
+	Signer    string  `json:"signer"`
+	NewSigner *string `json:"new_signer"`
+	File      string  `json:"file"`
+}
+
+// Kinds of a verified entry, as the receipts table names them.
+const (
+	entryDeletion = "deletion"
+	entryRotation = "rotation"
+)
 
 // receiptExport writes the receipts (and key rotations) after
 // cfg.afterSequence, at most cfg.limit (0: all), into cfg.dir, a page at a
@@ -68,6 +141,9 @@ func receiptExport(ctx context.Context, store *lifecycle.Operator, cfg config, s
 		}
 		written += len(envs)
 	}
+	if cfg.json {
+		return writeJSON(stdout, receiptExportReport{Exported: written, First: first, Last: last, Dir: cfg.dir})
+	}
 	if written == 0 {
 		fmt.Fprintf(stdout, "no receipts after %d\n", cfg.afterSequence)
 		return nil
@@ -100,6 +176,9 @@ func receiptVerify(cfg config, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if cfg.json {
+		return writeJSON(stdout, verifyReport(cfg, envs, rep, opts))
+	}
 	for _, env := range envs {
 		e, _ := env.Entry()
 		if e.Rotation != nil {
@@ -129,6 +208,33 @@ func receiptVerify(cfg config, stdout io.Writer) error {
 	return nil
 }
 
+// verifyReport is receipt verify's --json of the chain rep verified.
+func verifyReport(cfg config, envs []receipt.Envelope, rep receipt.Report, opts receipt.VerifyOpts) receiptVerifyReport {
+	out := receiptVerifyReport{Receipts: []verifiedEntry{}, Verified: rep.Receipts, Rotations: rep.Rotations,
+		First: rep.First, Last: rep.Last, Signed: rep.Signed, Unsigned: rep.Unsigned, KeyID: rep.KeyID,
+		Keys: append([]string{}, rep.Keys...), LastHash: rep.LastHash, FromSequence: 1, HeadChecked: rep.HeadChecked}
+	if cfg.fromSequence != 0 {
+		out.FromSequence, out.PreviousHash = cfg.fromSequence, &cfg.previousHash
+	}
+	if rep.HeadChecked {
+		head := opts.Head.Value()
+		out.Head = &head
+	}
+	for _, env := range envs {
+		e, _ := env.Entry()
+		if e.Rotation != nil {
+			next := e.Rotation.NewSigner
+			out.Receipts = append(out.Receipts, verifiedEntry{Sequence: e.Rotation.Sequence, Kind: entryRotation,
+				Signer: e.Rotation.Signer, NewSigner: &next, File: env.Source})
+			continue
+		}
+		id := e.Receipt.RequestID.String()
+		out.Receipts = append(out.Receipts, verifiedEntry{Sequence: e.Receipt.Sequence, Kind: entryDeletion,
+			RequestID: &id, Signer: e.Receipt.Signer, File: env.Source})
+	}
+	return out
+}
+
 // loadHead reads --expect-head: SEQUENCE:HASH, or the file receipt head
 // --json wrote.
 func loadHead(arg string) (receipt.Head, error) {
@@ -151,12 +257,12 @@ func loadHead(arg string) (receipt.Head, error) {
 func receiptHead(ctx context.Context, store *lifecycle.Operator, cfg config, stdout io.Writer) error {
 	head, err := store.ReceiptHead(ctx)
 	if err != nil {
-		return fmt.Errorf("receipt head: %w", err)
+		return failed("receipt head", err, "")
 	}
 	if cfg.json {
 		data, err := head.Marshal()
 		if err != nil {
-			return fmt.Errorf("receipt head: %w", err)
+			return failed("receipt head", err, "")
 		}
 		_, err = stdout.Write(data)
 		return err
@@ -166,16 +272,30 @@ func receiptHead(ctx context.Context, store *lifecycle.Operator, cfg config, std
 	return nil
 }
 
+// receiptRotateReport is the JSON output of receipt rotate --json: the
+// rotation entry written, the key it hands the chain from and the signer
+// (a key id, or unsigned) it hands it to.
+type receiptRotateReport struct {
+	Sequence  int64  `json:"sequence"`
+	Signer    string `json:"signer"`
+	NewSigner string `json:"new_signer"`
+	Hash      string `json:"hash"`
+}
+
 // receiptRotate hands the chain on from the old key in cfg.oldKey to what
 // the deployment registered, as the executor's login.
-func receiptRotate(ctx context.Context, engine *lifecycle.Engine, old ed25519.PrivateKey, stdout io.Writer) error {
+func receiptRotate(ctx context.Context, engine *lifecycle.Engine, old ed25519.PrivateKey, cfg config, stdout io.Writer) error {
 	env, err := engine.RotateReceiptKey(ctx, old)
 	if err != nil {
-		return fmt.Errorf("receipt rotate: %w", err)
+		return failed("receipt rotate", err, "")
 	}
 	e, err := env.Entry()
 	if err != nil {
-		return fmt.Errorf("receipt rotate: %w", err)
+		return failed("receipt rotate", err, "")
+	}
+	if cfg.json {
+		return writeJSON(stdout, receiptRotateReport{Sequence: e.Rotation.Sequence, Signer: e.Rotation.Signer,
+			NewSigner: e.Rotation.NewSigner, Hash: env.Hash()})
 	}
 	fmt.Fprintf(stdout, "rotation %d hands the receipt chain from key %s to %s; hash %s\n",
 		e.Rotation.Sequence, e.Rotation.Signer, e.Rotation.NewSigner, env.Hash())

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -132,7 +133,7 @@ func (o runOutput) finish() {
 // runExecutor is the run command: it drives approved deletions with an
 // executor.Runner over the stores the URLs name, logging to stdout and
 // serving /metrics and /healthz when asked.
-func runExecutor(ctx context.Context, engine *lifecycle.Engine, cfg config, stdout io.Writer) error {
+func runExecutor(ctx context.Context, engine *lifecycle.Engine, pool *pgxpool.Pool, cfg config, stdout io.Writer) error {
 	objects, err := openObjects(ctx, cfg.objects)
 	if err != nil {
 		return err
@@ -190,7 +191,7 @@ func runExecutor(ctx context.Context, engine *lifecycle.Engine, cfg config, stdo
 			return nil // SIGINT or SIGTERM: a clean stop
 		}
 		if err != nil {
-			return fmt.Errorf("run: %w", err)
+			return failed("run", err, "")
 		}
 		return nil
 	}
@@ -205,14 +206,63 @@ func runExecutor(ctx context.Context, engine *lifecycle.Engine, cfg config, stdo
 	}
 	switch {
 	case err != nil:
-		return fmt.Errorf("%s: %w", op, err)
+		return failed(op, err, runNext(err, cfg))
 	case !claimed && cfg.requestID != uuid.Nil:
-		log.LogAttrs(ctx, slog.LevelInfo, "nothing to claim: request "+cfg.requestID.String()+" is not claimable now",
-			slog.String("request_id", cfg.requestID.String()))
+		return notClaimed(ctx, engine, pool, log, op, cfg.requestID)
 	case !claimed:
-		log.LogAttrs(ctx, slog.LevelInfo, "nothing to claim")
+		attrs := []slog.Attr{slog.String("reason", "no approved, unblocked request is due")}
+		if n, err := engine.RequestsInGrace(ctx); err == nil {
+			attrs = append(attrs, slog.Int64("requests_in_grace", n))
+		}
+		log.LogAttrs(ctx, slog.LevelInfo, "nothing to claim", attrs...)
 	}
 	return nil
+}
+
+// runNext is what to do after run --once failed with err.
+func runNext(err error, cfg config) string {
+	id := cfg.requestID.String()
+	if cfg.requestID == uuid.Nil {
+		id = "ID"
+	}
+	switch {
+	case errors.Is(err, executor.ErrBlocked):
+		return "remedy the cause, then deletionctl unblock --request " + id + " --by NAME --reason TEXT"
+	case errors.Is(err, executor.ErrRetryScheduled):
+		return "it is retried after its backoff; deletionctl inspect --request " + id + " shows when"
+	}
+	return ""
+}
+
+// notClaimed explains why run --once --request id claimed nothing: it logs
+// the request's claim (why, what to do, until when) and returns nil for a
+// request that is complete already, else a refusal (exit 3) saying the same.
+func notClaimed(ctx context.Context, engine *lifecycle.Engine, pool *pgxpool.Pool, log *slog.Logger, op string, id uuid.UUID) error {
+	r, err := engine.Get(ctx, id)
+	if err != nil {
+		return failed(op, err, "")
+	}
+	now, err := dbNow(ctx, pool)
+	if err != nil {
+		return failed(op, err, "")
+	}
+	c := claimOf(r, now, nil)
+	if c.Status == claimClaimable {
+		// Claimable on its own terms: another claim held its row.
+		c = claimView{Status: claimLeased, Reason: "another executor was claiming it at that moment",
+			NextStep: "deletionctl inspect --request " + id.String() + " shows who holds it"}
+	}
+	attrs := []slog.Attr{slog.String("request_id", id.String()), slog.String("status", c.Status),
+		slog.String("reason", c.Reason), slog.String("next_step", c.NextStep)}
+	if c.Until != nil {
+		attrs = append(attrs, slog.Time("until", *c.Until))
+	}
+	if c.Status == claimCompleted {
+		log.LogAttrs(ctx, slog.LevelInfo, "nothing to claim: "+c.Reason, attrs...)
+		return nil
+	}
+	log.LogAttrs(ctx, slog.LevelWarn, "not claimable: "+c.Reason, attrs...)
+	return failed(op, refusedf("not claimable: %s", c.Reason), c.NextStep)
 }
 
 // serveMetrics serves registry at /metrics and health at /healthz on addr
@@ -342,8 +392,9 @@ func formatRows(rows map[string]int64) string {
 	return strings.Join(parts, " ")
 }
 
-// runRefused reports whether err is a run --once outcome that exits 3: the
-// request was blocked or a retry was scheduled.
+// runRefused reports whether err is a run outcome that exits 3: the
+// request was blocked or a retry was scheduled, or the runner refused to
+// start with a cache or a receipt key the deployment did not declare.
 func runRefused(err error) bool {
 	return errors.Is(err, executor.ErrBlocked) || errors.Is(err, executor.ErrRetryScheduled) ||
 		errors.Is(err, executor.ErrLayoutMismatch) || errors.Is(err, executor.ErrReceiptKey)

@@ -162,6 +162,13 @@ func TestRunOnce(t *testing.T) {
 		require.NotEqual(t, "DEBUG", rec["level"], "info by default")
 	}
 	require.EqualValues(t, 3, record(t, recs, "drained")["chunks_total"], "5 keys in chunks of 2")
+	// A duration says its unit: seconds under a key that ends in _seconds,
+	// never bare nanoseconds.
+	fenced := recordPrefix(t, recs, "fenced at generation ")
+	require.NotContains(t, fenced, "fence_wait")
+	wait, ok := fenced["fence_wait_seconds"].(float64)
+	require.True(t, ok, fenced)
+	require.Less(t, wait, 60.0, "seconds, not nanoseconds")
 	purged := recordPrefix(t, recs, "postgres purged in ")
 	require.EqualValues(t, 3, purged["rows_by_table"].(map[string]any)["fixture_members"])
 	require.Equal(t, "completed", lastMessage(t, out))
@@ -191,13 +198,21 @@ func TestRunOnceNothingToClaim(t *testing.T) {
 	db := setup(t)
 	require.Equal(t, "nothing to claim", lastMessage(t, db.ok(t, "run", "--once", "--objects-dir", t.TempDir(), "--cache", "memory:")))
 
-	// A submitted, unapproved request is not claimable either.
+	// A submitted, unapproved request is not claimable either: named, it
+	// is refused, saying why and what to do.
 	_, host := db.createCommunity(t)
 	id := db.submit(t, host, "alice")
 	require.Equal(t, "nothing to claim", lastMessage(t, db.ok(t, "run", "--once", "--objects-dir", t.TempDir(), "--cache", "memory:")))
-	require.Contains(t, lastMessage(t, db.ok(t, "run", "--once", "--objects-dir", t.TempDir(), "--cache", "memory:", "--request", id)), "nothing to claim")
+	code, stdout, stderr := db.cli(t, "run", "--once", "--objects-dir", t.TempDir(), "--cache", "memory:", "--request", id)
+	require.Equal(t, exitRefused, code, stderr)
+	requireOneLine(t, stderr, "deletionctl: refused: run of request "+id+": not claimable: submitted: its inventory is not frozen yet; "+
+		"deletionctl plan "+id+", then deletionctl inventory --request "+id)
+	last := records(t, stdout)[len(records(t, stdout))-1]
+	require.Equal(t, "not claimable: submitted: its inventory is not frozen yet", last["msg"])
+	require.Equal(t, claimNotInventoried, last["status"])
+	require.Contains(t, last["next_step"], "deletionctl inventory --request "+id)
 
-	code, stdout, stderr := db.cli(t, "run", "--once", "--objects-dir", t.TempDir(), "--cache", "memory:", "--request", uuid.NewString())
+	code, stdout, stderr = db.cli(t, "run", "--once", "--objects-dir", t.TempDir(), "--cache", "memory:", "--request", uuid.NewString())
 	require.Equal(t, exitNotFound, code, stderr)
 	recs := records(t, stdout)
 	require.Len(t, recs, 2, "the start and how receipts are signed, nothing about a claim")
@@ -249,7 +264,8 @@ func TestRunOnceRefused(t *testing.T) {
 
 	code, stdout, stderr := db.cli(t, "run", "--once", "--objects-dir", dir, "--cache", "memory:", "--request", id)
 	require.Equal(t, exitRefused, code, "stdout %s stderr %s", stdout, stderr)
-	requireOneLine(t, stderr, "deletionctl: refused: run of request "+id, "executor: blocked", "does not name community "+community.String())
+	requireOneLine(t, stderr, "deletionctl: refused: run of request "+id+": blocked the request: ", "does not name community "+community.String(),
+		"; remedy the cause, then deletionctl unblock --request "+id)
 	recs := records(t, stdout)
 	blockedRec := recs[len(recs)-1]
 	require.Equal(t, "ERROR", blockedRec["level"])

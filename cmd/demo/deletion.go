@@ -5,8 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
-	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -15,31 +14,32 @@ import (
 	"github.com/tombstoneworks/communitydeletion/lifecycle"
 )
 
-// stageTime is how long the runner spent at one stage.
-type stageTime struct {
-	stage lifecycle.Stage
-	took  time.Duration
+// step is one stage the executor moved the request into, and how long the
+// work that took it there took, on the demo's wall clock.
+type step struct {
+	reached lifecycle.Stage
+	took    time.Duration
 }
 
 // deletion is what deleting the target produced.
 type deletion struct {
 	request     uuid.UUID
-	stages      []stageTime
-	rows        map[string]int64
+	steps       []step
 	chunksTotal int64
+	// inventoryRows is the rows the frozen inventory counted.
+	inventoryRows int64
 }
 
 // deleteTarget submits the target's deletion as one operator (alice),
 // freezes its inventory, approves it as another (bob), and runs the executor
-// to the end as the executor's login.
+// to the end as the executor's login. It prints two lines: the submission
+// with its inventory, and the approvals.
 func deleteTarget(ctx context.Context, out io.Writer, r *roles, w *world) (*deletion, error) {
 	t := w.target
-	fmt.Fprintf(out, "\ndeleting %s\n", t.host)
 	request, err := r.alice.Submit(ctx, t.host, "alice", "demo: the tenant asked to be forgotten")
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(out, "  submitted by alice: request %s\n", request.ID)
 	schema, err := r.alice.InventorySchema(ctx, t.id)
 	if err != nil {
 		return nil, err
@@ -60,43 +60,33 @@ func deleteTarget(ctx context.Context, out io.Writer, r *roles, w *world) (*dele
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(out, "  inventory frozen: %d tables, %d prefixes, digest %s\n",
-		len(schema.ScopedTables), len(storage.Prefixes), request.InventoryDigest)
-	_, err = r.alice.Approve(ctx, request.ID, "alice", "approving my own request")
-	if err == nil {
-		return nil, errors.New("the requester approved her own deletion")
+	d := &deletion{request: request.ID}
+	var objects uint64
+	for _, n := range schema.RowCounts {
+		d.inventoryRows += n
 	}
-	fmt.Fprintf(out, "  alice's own approval refused: %v\n", err)
+	for _, p := range storage.Prefixes {
+		objects += p.ObjectCount
+	}
+	fmt.Fprintf(out, "\ndeleting %s, request %s:\n", t.host, request.ID)
+	fmt.Fprintf(out, "  submitted by alice; inventory frozen: %s rows in %d tables (its writer's rows so far included), %d files under %d prefixes\n",
+		thousands(d.inventoryRows), len(schema.ScopedTables), objects, len(storage.Prefixes))
+	_, err = r.alice.Approve(ctx, request.ID, "alice", "approving my own request")
+	if !errors.Is(err, lifecycle.ErrRefused) {
+		return nil, fmt.Errorf("the requester's own approval was not refused: %v", err)
+	}
 	if _, err := r.bob.Approve(ctx, request.ID, "bob", "checked the frozen inventory"); err != nil {
 		return nil, err
 	}
-	fmt.Fprintln(out, "  approved by bob")
+	fmt.Fprintln(out, "  alice's own approval refused (the submitter cannot approve); approved by bob, from his own login")
 
-	d := &deletion{request: request.ID, rows: map[string]int64{}}
 	current, since := lifecycle.StageApproved, time.Now()
-	lastTable := ""
 	runner, err := newRunner(r.executor, w, func(e executor.Event) {
-		if e.Stage != current {
-			d.stages = append(d.stages, stageTime{stage: current, took: time.Since(since)})
+		if e.Stage != current && e.Stage != "" {
+			d.steps = append(d.steps, step{reached: e.Stage, took: time.Since(since)})
 			current, since = e.Stage, time.Now()
 		}
-		switch {
-		case e.TablesRows != nil:
-			maps.Copy(d.rows, e.TablesRows)
-			for _, table := range slices.Sorted(maps.Keys(e.TablesRows)) {
-				if table != lastTable && e.TablesRows[table] > 0 {
-					lastTable = table
-					fmt.Fprintf(out, "  [%s] purging %s\n", e.Stage, table)
-				}
-			}
-		case e.ChunksTotal > 0:
-			d.chunksTotal = e.ChunksTotal
-			if e.ChunksDone == e.ChunksTotal || e.ChunksDone%10 == 0 {
-				fmt.Fprintf(out, "  [%s] %s (%d of %d chunks deleted)\n", e.Stage, e.Message, e.ChunksDone, e.ChunksTotal)
-			}
-		default:
-			fmt.Fprintf(out, "  [%s] %s\n", e.Stage, e.Message)
-		}
+		d.chunksTotal = max(d.chunksTotal, e.ChunksTotal)
 	})
 	if err != nil {
 		return nil, err
@@ -104,6 +94,23 @@ func deleteTarget(ctx context.Context, out io.Writer, r *roles, w *world) (*dele
 	if _, err := runner.RunRequest(ctx, request.ID); err != nil {
 		return nil, fmt.Errorf("run the deletion: %w", err)
 	}
-	d.stages = append(d.stages, stageTime{stage: current, took: time.Since(since)})
 	return d, nil
+}
+
+// thousands renders n with comma separators: 8,810.
+func thousands[N int64 | uint64 | int](n N) string {
+	s := fmt.Sprint(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(r)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
 }

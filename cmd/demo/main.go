@@ -5,12 +5,15 @@
 // three communities with rows, files in an object store and cache entries,
 // keeps a writer running against each, and deletes one of them with the
 // executor runtime — submitted by one operator, approved by another, with a
-// receipt signing key it generates. It prints the progress stage by stage,
-// a final report and the deletion's receipt, which it exports and verifies
-// offline with the public key, and exits 0 only if the receipt verifies,
-// the target is gone everywhere, the other two communities' rows, files and
-// cache entries are unchanged, their writers kept succeeding, and the
-// target's writer was refused from the fence on.
+// receipt signing key it generates. It prints, in one screen, where its
+// PostgreSQL, object store and cache come from, one line per stage with its
+// counts and the time it took, the checks, and the deletion's receipt,
+// which it exports and verifies offline with the public key. It exits 0
+// only if every check passes: the receipt verifies, the target is gone
+// everywhere, the rows purged add up to those seeded and written, the
+// other two communities' rows, files and cache entries are unchanged,
+// their writers kept succeeding, and the target's writer was refused from
+// the fence on.
 //
 // The stores are opened from URLs, as deletionctl run opens them. When
 // Versity's S3 gateway (versitygw) is installed the objects live in a real
@@ -19,6 +22,8 @@
 // (memory:). Both servers are throwaway processes the demo stops (a watchdog
 // stops them even if it dies); the output says which stores it used.
 // -stores local forces the stand-ins, -stores services the servers.
+// -keep DIR keeps the receipts and the signing key in DIR (new or empty),
+// and the demo prints the deletionctl command that verifies them again.
 //
 // Run it with: go run ./cmd/demo
 package main
@@ -31,6 +36,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -44,15 +51,23 @@ import (
 	"github.com/tombstoneworks/communitydeletion/migration"
 )
 
+// options are the demo's flags.
+type options struct {
+	stores string // storesAuto, storesLocal or storesServices
+	keep   string // a directory to keep the receipts and key in; "" removes them at exit
+}
+
 func main() {
-	mode := flag.String("stores", storesAuto, "which stores: auto (the servers that are installed), local (file store, in-process cache) or services (versitygw and redis-server)")
+	var opts options
+	flag.StringVar(&opts.stores, "stores", storesAuto, "which stores: auto (the servers that are installed), local (file store, in-process cache) or services (versitygw and redis-server)")
+	flag.StringVar(&opts.keep, "keep", "", "keep the receipts and the signing key in `DIR` (new or empty), to verify them again with deletionctl receipt verify")
 	flag.Parse()
-	if *mode != storesAuto && *mode != storesLocal && *mode != storesServices {
-		fmt.Fprintf(os.Stderr, "demo: -stores must be auto, local or services, got %q\n", *mode)
+	if opts.stores != storesAuto && opts.stores != storesLocal && opts.stores != storesServices {
+		fmt.Fprintf(os.Stderr, "demo: -stores must be auto, local or services, got %q\n", opts.stores)
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Stdout, *mode)
+	err := run(ctx, os.Stdout, opts)
 	stop()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
@@ -60,14 +75,41 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, out io.Writer, mode string) error {
+// keepDir prepares -keep's directory: absolute, created if missing, and
+// empty, so that the receipts exported there are this run's alone.
+func keepDir(dir string) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("-keep %s: %w", dir, err)
+	}
+	if err := os.MkdirAll(abs, 0o750); err != nil {
+		return "", fmt.Errorf("-keep %s: %w", dir, err)
+	}
+	entries, err := os.ReadDir(abs)
+	if err != nil {
+		return "", fmt.Errorf("-keep %s: %w", dir, err)
+	}
+	if len(entries) > 0 {
+		return "", fmt.Errorf("-keep %s: the directory is not empty; give a new or empty one, so that its receipts are this run's", dir)
+	}
+	return abs, nil
+}
+
+func run(ctx context.Context, out io.Writer, opts options) error {
 	started := time.Now()
+	keyDir, kept := "", opts.keep != ""
+	if kept {
+		var err error
+		if keyDir, err = keepDir(opts.keep); err != nil {
+			return err
+		}
+	}
 	if url := os.Getenv("DATABASE_URL"); url != "" && os.Getenv(ephemeralpg.EnvDatabaseURL) == "" {
 		os.Setenv(ephemeralpg.EnvDatabaseURL, url)
 	}
-	server, err := ephemeralpg.Start(ctx, ephemeralpg.Options{
-		Logf: func(format string, args ...any) { fmt.Fprintf(out, "server: "+format+"\n", args...) },
-	})
+	// How the server was found (which sources were tried) is for the
+	// error, should none work; the output says once where it came from.
+	server, err := ephemeralpg.Start(ctx, ephemeralpg.Options{})
 	if err != nil {
 		return fmt.Errorf("start PostgreSQL: %w", err)
 	}
@@ -78,7 +120,8 @@ func run(ctx context.Context, out io.Writer, mode string) error {
 	}
 	defer func() { _ = drop(context.WithoutCancel(ctx)) }()
 
-	if err := migrate(ctx, out, url); err != nil {
+	applied, err := migrate(ctx, url)
+	if err != nil {
 		return err
 	}
 	// The demo's own connection owns the schema and sets up the world; every
@@ -89,38 +132,49 @@ func run(ctx context.Context, out io.Writer, mode string) error {
 		return fmt.Errorf("connect: %w", err)
 	}
 	defer pool.Close()
-	keyDir, err := os.MkdirTemp("", "demo-receipts-")
-	if err != nil {
-		return fmt.Errorf("create the receipt key directory: %w", err)
+	if keyDir == "" {
+		if keyDir, err = os.MkdirTemp("", "demo-receipts-"); err != nil {
+			return fmt.Errorf("create the receipt key directory: %w", err)
+		}
+		defer os.RemoveAll(keyDir)
 	}
-	defer os.RemoveAll(keyDir)
-	keys, err := generateKeys(out, keyDir)
+	keys, err := generateKeys(keyDir, kept)
 	if err != nil {
 		return err
 	}
-	roles, err := connectRoles(ctx, out, url, keys.private)
+	roles, err := connectRoles(ctx, url, keys.private)
 	if err != nil {
 		return err
 	}
 	defer roles.close()
-
-	st, err := openStores(ctx, out, mode)
+	st, err := openStores(ctx, opts.stores)
 	if err != nil {
 		return err
 	}
 	defer st.close()
+
+	var version string
+	if err := pool.QueryRow(ctx, "SELECT pg_catalog.current_setting('server_version')").Scan(&version); err != nil {
+		return fmt.Errorf("read the server's version: %w", err)
+	}
+	fmt.Fprintln(out, "communitydeletion demo: delete one of three communities while a writer runs against each")
+	fmt.Fprintf(out, "  PostgreSQL %s: %s\n", strings.Fields(version)[0], describeSource(server.Source()))
+	fmt.Fprintf(out, "  objects: %s\n  cache: %s\n", st.objectsKind, st.cacheKind)
+	fmt.Fprintf(out, "  schema: %d migrations; %d fixture tables (%d deleted from, %d kept with the tenant cleared); files under media/{tenant}/ and uploads/{tenant}/\n",
+		applied, len(fixture.Tables)+len(fixture.NullifyTables), len(fixture.Tables), len(fixture.NullifyTables))
+	fmt.Fprintln(out, "  logins: demo_alice and demo_bob (operators), demo_executor (the executor), demo_web (the service's writers)")
+
 	w, err := buildWorld(ctx, pool, st)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "\nthree communities, each with %d rows over the fixture tables, %d files and %d cache entries:\n",
-		w.rowsEach, filesEach, cacheEach)
+	fmt.Fprintf(out, "\nseeded: three communities, each with %s rows, %d files and %d cache entries\n", thousands(w.rowsEach), filesEach, cacheEach)
 	for _, c := range w.communities {
 		role := "kept"
 		if c == w.target {
 			role = "to delete"
 		}
-		fmt.Fprintf(out, "  %-22s %s  (%s)\n", c.host, c.id, role)
+		fmt.Fprintf(out, "  %-19s %s  %s\n", c.host, c.id, role)
 	}
 	before, err := w.snapshot(ctx)
 	if err != nil {
@@ -137,40 +191,47 @@ func run(ctx context.Context, out io.Writer, mode string) error {
 	if err != nil {
 		return err
 	}
-	return report(ctx, out, pool, w, deletion, before, after, writerResults, time.Since(started),
-		func(check func(bool, string, ...any)) error {
-			return checkReceipt(ctx, out, roles.alice, deletion.request, keys, check)
-		})
+	return report(ctx, out, pool, w, deletion, before, after, writerResults, keys, roles.alice, started)
+}
+
+// describeSource says where the demo's PostgreSQL comes from.
+func describeSource(source ephemeralpg.Source) string {
+	switch source {
+	case ephemeralpg.SourceURL:
+		return "the server DATABASE_URL (or TEST_DATABASE_URL) names, in a database of its own the demo drops"
+	case ephemeralpg.SourceDocker:
+		return "a throwaway Docker container"
+	case ephemeralpg.SourceLocal:
+		return "a throwaway cluster from the local server binaries"
+	}
+	return string(source)
 }
 
 // migrate runs the migration job's library, registers the fixture and
-// declares its storage layout, as the schema's owner.
-func migrate(ctx context.Context, out io.Writer, url string) error {
+// declares its storage layout, as the schema's owner, and returns how many
+// migrations it applied.
+func migrate(ctx context.Context, url string) (int, error) {
 	migrator, err := migration.Open(ctx, url, migration.WithLockTimeout(time.Minute))
 	if err != nil {
-		return fmt.Errorf("open migrator: %w", err)
+		return 0, fmt.Errorf("open migrator: %w", err)
 	}
 	defer migrator.Close()
 	applied, err := migrator.Up(ctx)
 	if err != nil {
-		return fmt.Errorf("migrate up: %w", err)
+		return 0, fmt.Errorf("migrate up: %w", err)
 	}
-	fmt.Fprintf(out, "migrate up: applied %d migrations\n", len(applied))
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
-		return fmt.Errorf("connect: %w", err)
+		return 0, fmt.Errorf("connect: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	if err := fixture.Apply(ctx, conn); err != nil {
-		return err
+		return 0, err
 	}
-	fmt.Fprintf(out, "registered the fixture tenant tables: %d purged, %d nullified\n",
-		len(fixture.Tables), len(fixture.NullifyTables))
 	if err := fixture.DeclareLayout(ctx, conn); err != nil {
-		return err
+		return 0, err
 	}
-	fmt.Fprintln(out, "declared the storage layout: objects under media/{tenant}/ and uploads/{tenant}/")
-	return nil
+	return len(applied), nil
 }
 
 // demoLogins are the logins the demo connects as: two operators (the
@@ -196,7 +257,7 @@ type roles struct {
 
 // connectRoles creates the demo's logins and connects as each.
 // The executor's Engine signs each receipt with receiptKey.
-func connectRoles(ctx context.Context, out io.Writer, url string, receiptKey ed25519.PrivateKey) (*roles, error) {
+func connectRoles(ctx context.Context, url string, receiptKey ed25519.PrivateKey) (*roles, error) {
 	if err := fixture.EnsureLogins(ctx, url, demoLogins); err != nil {
 		return nil, err
 	}
@@ -221,7 +282,6 @@ func connectRoles(ctx context.Context, out io.Writer, url string, receiptKey ed2
 			return nil, err
 		}
 		pools[i] = pool
-		fmt.Fprintf(out, "connected as %s (member of %s)\n", login.Name, login.Member)
 	}
 	var err error
 	if r.alice, err = lifecycle.NewOperator(ctx, pools[0], nil); err == nil {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -60,9 +59,9 @@ func (s *stores) close() {
 }
 
 // openStores opens the stores mode asks for. In auto mode a server that
-// is not installed, or does not start, is replaced by its local stand-in,
-// and the output says so.
-func openStores(ctx context.Context, out io.Writer, mode string) (_ *stores, err error) {
+// is not installed, or does not start, is replaced by its local stand-in;
+// the stores' kinds say which and, for a stand-in, why.
+func openStores(ctx context.Context, mode string) (_ *stores, err error) {
 	s := &stores{}
 	defer func() {
 		if err != nil {
@@ -70,15 +69,19 @@ func openStores(ctx context.Context, out io.Writer, mode string) (_ *stores, err
 		}
 	}()
 	useS3, useRedis := mode == storesServices, mode == storesServices
+	var whyFiles, whyMemory string
+	if mode == storesLocal {
+		whyFiles, whyMemory = "as -stores local asks", "as -stores local asks"
+	}
 	if mode == storesAuto {
 		_, errS3 := testserver.FindBinary("versitygw")
 		_, errRedis := testserver.FindBinary("redis-server")
 		useS3, useRedis = errS3 == nil, errRedis == nil
 		if errS3 != nil {
-			fmt.Fprintf(out, "stores: versitygw is not installed (%s): objects go to a local directory\n", s3server.InstallCommand)
+			whyFiles = "versitygw is not installed: " + s3server.InstallCommand
 		}
 		if errRedis != nil {
-			fmt.Fprintf(out, "stores: redis-server is not installed (%s): the cache is in-process\n", redisserver.InstallCommand)
+			whyMemory = "redis-server is not installed: " + redisserver.InstallCommand
 		}
 	}
 	if useS3 {
@@ -86,7 +89,7 @@ func openStores(ctx context.Context, out io.Writer, mode string) (_ *stores, err
 			if mode == storesServices {
 				return nil, fmt.Errorf("start the S3 gateway: %w", err)
 			}
-			fmt.Fprintf(out, "stores: the S3 gateway did not start (%v): objects go to a local directory\n", oneLine(err))
+			whyFiles = "the S3 gateway did not start: " + oneLine(err)
 			useS3 = false
 		}
 	}
@@ -94,20 +97,25 @@ func openStores(ctx context.Context, out io.Writer, mode string) (_ *stores, err
 		if err := s.openFiles(ctx); err != nil {
 			return nil, err
 		}
+		if whyFiles != "" {
+			s.objectsKind += " (a stand-in: " + whyFiles + ")"
+		}
 	}
 	if useRedis {
 		if err := s.openRedis(ctx); err != nil {
 			if mode == storesServices {
 				return nil, fmt.Errorf("start redis-server: %w", err)
 			}
-			fmt.Fprintf(out, "stores: redis-server did not start (%v): the cache is in-process\n", oneLine(err))
+			whyMemory = "redis-server did not start: " + oneLine(err)
 			useRedis = false
 		}
 	}
 	if !useRedis {
 		s.openMemory()
+		if whyMemory != "" {
+			s.cacheKind += " (a stand-in: " + whyMemory + ")"
+		}
 	}
-	fmt.Fprintf(out, "object store: %s at %s\ncache: %s at %s\n", s.objectsKind, s.objectsURL, s.cacheKind, s.cacheURL)
 	return s, nil
 }
 
@@ -133,7 +141,10 @@ func (s *stores) openS3(ctx context.Context) error {
 	}
 	client := srv.Client("")
 	s.objects, s.objectsURL = objects, spec.String()
-	s.objectsKind = "S3 over HTTP (" + srv.Source + ")"
+	s.objectsKind = "S3 over HTTP, Versity's gateway (a throwaway process)"
+	if srv.Source == s3server.EnvEndpoint {
+		s.objectsKind = "S3 over HTTP, the server " + s3server.EnvEndpoint + " names"
+	}
 	s.put = func(ctx context.Context, key string, body []byte) error {
 		_, err := client.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(srv.Bucket), Key: aws.String(root + key),
 			Body: bytes.NewReader(body)})
@@ -174,7 +185,7 @@ func (s *stores) openFiles(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.objects, s.objectsURL, s.objectsKind = objects, raw, "a local directory"
+	s.objects, s.objectsURL, s.objectsKind = objects, raw, "a local directory, "+root
 	s.put = func(_ context.Context, key string, body []byte) error {
 		path := filepath.Join(root, filepath.FromSlash(key))
 		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
@@ -201,7 +212,7 @@ func (s *stores) openRedis(ctx context.Context) error {
 	s.closers = append(s.closers, cache.Close)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	s.closers = append(s.closers, client.Close)
-	s.cache, s.cacheURL, s.cacheKind = cache, raw, "redis-server"
+	s.cache, s.cacheURL, s.cacheKind = cache, raw, "Redis, redis-server (a throwaway process)"
 	key := func(community uuid.UUID, suffix string) string { return "demo:" + community.String() + ":" + suffix }
 	s.cachePut = func(ctx context.Context, community uuid.UUID, k string) error {
 		return client.Set(ctx, key(community, k), "v", 0).Err()
@@ -220,7 +231,7 @@ func (s *stores) openRedis(ctx context.Context) error {
 // openMemory opens the in-process cache.
 func (s *stores) openMemory() {
 	mem := executor.NewMemoryCache()
-	s.cache, s.cacheURL, s.cacheKind = mem, "memory:", "in-process"
+	s.cache, s.cacheURL, s.cacheKind = mem, "memory:", "in the demo's memory"
 	s.cachePut = func(_ context.Context, community uuid.UUID, k string) error {
 		mem.Put(lifecycle.UUIDKey(community), k)
 		return nil

@@ -2,10 +2,11 @@ package workspaces_test
 
 import (
 	"context"
-	"github.com/tombstoneworks/communitydeletion/lifecycle"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"

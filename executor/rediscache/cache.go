@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/tombstoneworks/communitydeletion/lifecycle"
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
 
 	"github.com/redis/go-redis/v9"
 

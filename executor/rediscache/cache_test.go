@@ -3,13 +3,14 @@ package rediscache_test
 import (
 	"context"
 	"fmt"
-	"github.com/tombstoneworks/communitydeletion/lifecycle"
 	neturl "net/url"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"

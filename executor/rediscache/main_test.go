@@ -4,10 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"github.com/tombstoneworks/communitydeletion/lifecycle"
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"

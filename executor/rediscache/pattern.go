@@ -3,9 +3,10 @@ package rediscache
 import (
 	"errors"
 	"fmt"
-	"github.com/tombstoneworks/communitydeletion/lifecycle"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
 )
 
 // Placeholders of a key pattern.

@@ -2,10 +2,11 @@ package rediscache_test
 
 import (
 	"errors"
-	"github.com/tombstoneworks/communitydeletion/lifecycle"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"

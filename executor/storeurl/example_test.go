@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/tombstoneworks/communitydeletion/lifecycle"
 	"log"
 	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"

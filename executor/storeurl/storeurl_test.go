@@ -2,12 +2,13 @@ package storeurl_test
 
 import (
 	"context"
-	"github.com/tombstoneworks/communitydeletion/lifecycle"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"

@@ -92,21 +92,26 @@ func Run(ctx context.Context, src Sources) ([]Result, error) {
 	results := []Result{driftResult(drift)}
 
 	order := Result{Name: CheckPurgeOrder}
-	if len(drift) > 0 {
+	var tables []string
+	if len(drift) == 0 {
+		tables, err = src.PurgeOrder(ctx)
+	}
+	switch {
+	case len(drift) > 0:
 		order.Status, order.Detail = StatusSkipped, "fix the catalog drift first"
-	} else if tables, err := src.PurgeOrder(ctx); errors.Is(err, lifecycle.ErrRefused) {
+	case errors.Is(err, lifecycle.ErrRefused):
 		order.Status = StatusProblem
 		order.Problems = []string{fmt.Sprintf("the purge order cannot be computed: %v", err)}
-	} else if err != nil {
+	case err != nil:
 		return nil, fmt.Errorf("compute the purge order: %w", err)
-	} else if len(tables) == 0 {
+	case len(tables) == 0:
 		// Nothing registered: the drift report had nothing to compare with,
 		// so its silence says nothing either.
 		results[0] = Result{Name: CheckDrift, Status: StatusProblem, Problems: []string{
 			"no table is registered, so nothing would be deleted and the drift report has nothing to compare with: " +
 				"declare the service's tenant table with community_deletion.declare_tenant_table('your_tenants'), then attach each table that holds a tenant's rows"}}
 		order.Status, order.Detail = StatusSkipped, "nothing is registered"
-	} else {
+	default:
 		order.Status = StatusOK
 		order.Detail = "the purge order is computable: " + strings.Join(tables, ", ")
 	}

@@ -56,10 +56,23 @@ func TestParseCommand(t *testing.T) {
 	require.Equal(t, "up-to", command)
 	require.Equal(t, []string{"7"}, rest)
 
-	for _, args := range [][]string{{"help"}, {"-h"}, {"status", "--help"}} {
-		_, _, err := ParseCommand(newSet(), args)
-		require.ErrorIs(t, err, ErrHelp, "%q", args)
+	for _, tc := range []struct {
+		args  []string
+		topic []string
+	}{
+		{[]string{"help"}, nil},
+		{[]string{"-h"}, nil},
+		{[]string{"--url", "u", "-h", "status"}, nil},
+		{[]string{"status", "--help"}, []string{"status"}},
+		{[]string{"receipt", "--url=u", "show", "-h", "x"}, []string{"receipt", "show"}},
+		{[]string{"help", "status"}, []string{"status"}},
+		{[]string{"help", "--url", "u", "receipt", "show"}, []string{"receipt", "show"}},
+	} {
+		_, _, err := ParseCommand(newSet(), tc.args)
+		require.ErrorIs(t, err, ErrHelp, "%q", tc.args)
+		require.Equal(t, tc.topic, HelpTopic(err), "%q", tc.args)
 	}
+	require.Nil(t, HelpTopic(Usagef("x")))
 	for want, args := range map[string][]string{
 		"missing command":               {"--url", "u"},
 		"flag provided but not defined": {"status", "--nope"},

@@ -18,10 +18,13 @@ import (
 )
 
 // Command is what a test knows of a command: its name, its usage text and
-// its run function, which returns the process exit code.
+// its run function, which returns the process exit code. Help, when set,
+// returns the help a command line that asked for help must print (a
+// command with help per subcommand); without it, that is always Usage.
 type Command struct {
 	Name  string
 	Usage string
+	Help  func(args []string) string
 	Run   func(ctx context.Context, args []string, stdout, stderr io.Writer) int
 }
 
@@ -36,7 +39,7 @@ func SplitArgs(s string) []string {
 
 // RequireRefusal requires that c answers args, which its parser refused
 // with parseErr, as the commands promise: a request for help prints the
-// usage on stdout and exits 0; any other refusal must be a
+// usage (or c.Help's) on stdout and exits 0; any other refusal must be a
 // *cliflag.UsageError and prints one line on stderr, naming the command and
 // pointing at -h, and exits 2.
 func (c Command) RequireRefusal(t testing.TB, args []string, parseErr error) {
@@ -48,7 +51,11 @@ func (c Command) RequireRefusal(t testing.TB, args []string, parseErr error) {
 	code := c.Run(context.Background(), args, &stdout, &stderr)
 	if errors.Is(parseErr, cliflag.ErrHelp) {
 		require.Equal(t, exitcode.OK, code)
-		require.Equal(t, c.Usage, stdout.String())
+		want := c.Usage
+		if c.Help != nil {
+			want = c.Help(args)
+		}
+		require.Equal(t, want, stdout.String())
 		require.Empty(t, stderr.String())
 		return
 	}
