@@ -5,14 +5,21 @@
 // disk cost away and exposes the trigger's own cost. Single-row transactions
 // alternate between the two tables one by one, so both see the same server
 // and disk conditions. A third table with an empty PL/pgSQL statement
-// trigger gives the floor any statement-level PL/pgSQL fence pays. It prints
-// one table, the unfenced baseline beside the fenced figure and what the
-// fence adds per unit of work, and checks these targets:
+// trigger gives the floor any statement-level PL/pgSQL fence pays. Each
+// table shape (a uuid key, a bigint key, a child table fenced through its
+// parent, all bound by a foreign key, and a bigint key without one) runs in
+// a database of its own, first with no deletion in flight and then while
+// another tenant of the same tables is fenced. It prints one table, the
+// unfenced baseline beside the fenced figure and what the fence adds per
+// unit of work, and checks the targets of issue 24:
 //
-//   - durable, single-row INSERT, UPDATE and DELETE transactions: fenced keeps >= 92% of unfenced throughput
-//   - fsync off, single-row INSERT transactions: fenced keeps >= 85%
-//   - fsync off, single-row UPDATE and DELETE transactions: fenced keeps >= 88%
-//   - fsync off, one 10,000-row INSERT: fenced costs <= 1.05x unfenced
+//   - no deletion in flight, single-row INSERT, UPDATE and DELETE, durable and fsync off: >= 0.95 of unfenced throughput
+//   - no deletion in flight, fsync off, one 10,000-row INSERT: <= 1.02x the unfenced time
+//   - another tenant fenced, single-row INSERT, UPDATE and DELETE: >= 0.90
+//
+// The table without a foreign key is informational: its fence checks every
+// write in full. With -pgbench it measures instead the per-statement
+// latency on the server, with pgbench -r, of the three tables side by side.
 //
 // Run it with: go run ./bench/fence
 package main
@@ -29,10 +36,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tombstoneworks/communitydeletion/internal/ephemeralpg"
 	"github.com/tombstoneworks/communitydeletion/internal/fixture"
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
 )
 
 type settings struct {
@@ -92,6 +101,9 @@ func main() {
 	flag.IntVar(&s.communities, "communities", 50, "communities the writes spread over")
 	flag.BoolVar(&s.strict, "strict", false, "exit 1 when a target is missed")
 	only := flag.String("only", "", `run one configuration: "durable" or "fsync-off"`)
+	flag.BoolVar(pgbenchMode, "pgbench", false, "measure per-statement latency on the server with pgbench -r instead")
+	flag.IntVar(&pgbenchRuns, "pgbench-runs", 5, "pgbench runs per table shape (the median of their averages is reported)")
+	flag.DurationVar(&pgbenchTime, "pgbench-time", 10*time.Second, "length of one pgbench run")
 	flag.Parse()
 
 	ctx := context.Background()
@@ -106,6 +118,10 @@ func main() {
 			os.Exit(1)
 		}
 		rows = append(rows, got...)
+	}
+	if *pgbenchMode {
+		reportPgbench(os.Stdout, rows)
+		return
 	}
 	ok := report(os.Stdout, rows)
 	if !ok && s.strict {
@@ -141,17 +157,26 @@ type kind struct {
 	// column is the key the workloads write: the tenant key, or the
 	// parent's id for a table fenced through its parent.
 	column string
-	setup  func(ctx context.Context, pool *pgxpool.Pool, n int) ([]any, error)
+	// setup creates the tables, the tenants the workloads write (their keys
+	// returned) and one more tenant that none of them writes, inFlight: the
+	// one deleted while the workloads run again.
+	setup func(ctx context.Context, pool *pgxpool.Pool, n int) ([]any, error)
+	// inFlight is the key of that tenant, as a host names it.
+	inFlight string
+	// bound is false for the table no foreign key binds: its fence checks
+	// every write in full, and its rows are informational.
+	bound bool
 }
 
-// kinds are the shapes the report covers: the uuid community_id table the
-// benchmark has always measured, a table keyed by a bigint tenant key, and
+// kinds are the shapes the report covers: tables keyed by a uuid and by a
+// bigint tenant key, each with a foreign key to the declared tenant table,
 // a table without a tenant column fenced through its parent (a foreign key
-// to a bigint-keyed table).
+// to a bigint-keyed table), and a bigint-keyed table without a foreign key.
 var kinds = []kind{
-	{name: "uuid community_id", column: "community_id", setup: setupUUID},
-	{name: "bigint account_id", column: "account_id", setup: setupBigint},
-	{name: "child via parent", column: "parent_id", setup: setupChild},
+	{name: "uuid organization_id", column: "organization_id", setup: setupUUID, inFlight: inFlightUUID.String(), bound: true},
+	{name: "bigint account_id", column: "account_id", setup: setupBigint, inFlight: "0", bound: true},
+	{name: "child via parent", column: "parent_id", setup: setupChild, inFlight: "0", bound: true},
+	{name: "bigint, no foreign key", column: "account_id", setup: setupUnbound, inFlight: "0"},
 }
 
 func measureKind(ctx context.Context, server *ephemeralpg.Server, cfg config, s settings, k kind) ([]row, error) {
@@ -169,6 +194,23 @@ func measureKind(ctx context.Context, server *ephemeralpg.Server, cfg config, s 
 	keys, err := k.setup(ctx, pool, s.communities)
 	if err != nil {
 		return nil, err
+	}
+	if *pgbenchMode {
+		quiet, err := pgbenchKind(ctx, url, cfg.name, k, len(keys))
+		if err != nil {
+			return nil, err
+		}
+		if err := fenceAnotherTenant(ctx, url, k.inFlight); err != nil {
+			return nil, fmt.Errorf("fence another tenant: %w", err)
+		}
+		busy, err := pgbenchKind(ctx, url, cfg.name, k, len(keys))
+		for i := range busy {
+			busy[i].config += ", another tenant fenced"
+		}
+		if err != nil {
+			return nil, err
+		}
+		return append(quiet, busy...), nil
 	}
 
 	conn, err := pool.Acquire(ctx)
@@ -245,16 +287,93 @@ func measureKind(ctx context.Context, server *ephemeralpg.Server, cfg config, s 
 	if cfg.fsync {
 		t = targetsDurable
 	}
+	if !k.bound {
+		t = targets{}
+	}
 	bulkName := fmt.Sprintf("%d-row INSERT", s.bulkRows)
 	c := cfg.name + ", " + k.name
-	return []row{
+	rows := []row{
 		{config: c, workload: "single-row INSERT txns", unit: "txn/s", unfenced: insertRow[0], fenced: insertRow[1], higherIsBetter: true, target: t.insert},
 		{config: c, workload: "floor: an empty trigger", unit: "txn/s", unfenced: insertRow[0], fenced: insertRow[2], higherIsBetter: true},
 		{config: c, workload: "single-row UPDATE txns", unit: "txn/s", unfenced: updateRow[0], fenced: updateRow[1], higherIsBetter: true, target: t.update},
 		{config: c, workload: "single-row DELETE txns", unit: "txn/s", unfenced: deleteRows[0], fenced: deleteRows[1], higherIsBetter: true, target: t.update},
 		{config: c, workload: bulkName, unit: "ms", unfenced: bulkRow[0], fenced: bulkRow[1], target: t.bulk},
 		{config: c, workload: "floor: " + bulkName + ", empty trigger", unit: "ms", unfenced: bulkRow[0], fenced: bulkRow[2]},
-	}, nil
+	}
+
+	// The same single-row workloads while another tenant of these tables
+	// is fenced, its deletion under way.
+	if err := fenceAnotherTenant(ctx, url, k.inFlight); err != nil {
+		return nil, fmt.Errorf("fence another tenant: %w", err)
+	}
+	offset := func(w func(table string) func(i int) error, by int) func(table string) func(i int) error {
+		return func(table string) func(i int) error {
+			op := w(table)
+			return func(i int) error { return op(i + by) }
+		}
+	}
+	inFlight := targetsInFlight
+	if !k.bound {
+		inFlight = targets{}
+	}
+	insertRow, err = compareThroughput(insert, writeTables, txns)
+	if err != nil {
+		return nil, fmt.Errorf("single-row inserts, another tenant fenced: %w", err)
+	}
+	updateRow, err = compareThroughput(update, writeTables, txns)
+	if err != nil {
+		return nil, fmt.Errorf("single-row updates, another tenant fenced: %w", err)
+	}
+	// The DELETEs go on past the rows the first pass deleted.
+	deleteRows, err = compareThroughput(offset(deleteRow, txns), writeTables, txns)
+	if err != nil {
+		return nil, fmt.Errorf("single-row deletes, another tenant fenced: %w", err)
+	}
+	c += ", another tenant fenced"
+	rows = append(rows,
+		row{config: c, workload: "single-row INSERT txns", unit: "txn/s", unfenced: insertRow[0], fenced: insertRow[1], higherIsBetter: true, target: inFlight.insert},
+		row{config: c, workload: "single-row UPDATE txns", unit: "txn/s", unfenced: updateRow[0], fenced: updateRow[1], higherIsBetter: true, target: inFlight.update},
+		row{config: c, workload: "single-row DELETE txns", unit: "txn/s", unfenced: deleteRows[0], fenced: deleteRows[1], higherIsBetter: true, target: inFlight.update},
+	)
+	return rows, nil
+}
+
+// fenceAnotherTenant takes the tenant whose key is host, which no workload
+// writes, through submit, inventory, approval, claim, quiesce and fence, as
+// the deployment's roles: its deletion is then in flight, as it is for the
+// whole of a purge.
+func fenceAnotherTenant(ctx context.Context, url, host string) error {
+	clients, closeClients, err := fixture.OpenClients(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer closeClients()
+	request, err := clients.Operator.Submit(ctx, host, "alice", "bench/fence: a deletion in flight")
+	if err != nil {
+		return err
+	}
+	schema, err := clients.Operator.InventorySchema(ctx, request.CommunityID)
+	if err != nil {
+		return err
+	}
+	// The tenant has no objects: one prefix, listed empty.
+	storage := lifecycle.StorageManifest{Version: lifecycle.StorageManifestVersion, Prefixes: []lifecycle.PrefixManifest{
+		{Prefix: "bench/" + host + "/", KeysDigest: lifecycle.EmptyKeysDigest}}}
+	if _, err := clients.Operator.FreezeInventory(ctx, request.ID, lifecycle.FrozenInventory{Schema: *schema, Storage: storage}); err != nil {
+		return err
+	}
+	if _, err := clients.Approver.Approve(ctx, request.ID, "bob", "bench/fence: a deletion in flight"); err != nil {
+		return err
+	}
+	claim, err := clients.Engine.ClaimRequest(ctx, request.ID, "bench-fence", lifecycle.MaxLeaseDuration)
+	if err != nil {
+		return err
+	}
+	if err := clients.Engine.BeginQuiescing(ctx, claim.Lease); err != nil {
+		return err
+	}
+	_, err = clients.Engine.EnterFenced(ctx, claim.Lease)
+	return err
 }
 
 // warmUp is the single-row INSERTs per table that warm the tables and the
@@ -265,13 +384,15 @@ const warmUp = 1000
 // a row informational.
 type targets struct{ insert, update, bulk float64 }
 
-// The targets of issues 8 and 11: the fence's admitted path keeps durable
-// single-row writes at >= 0.92 of unfenced; with fsync off (the trigger's
-// own cost) INSERT at >= 0.85, UPDATE and DELETE at >= 0.88, and a
-// 10,000-row INSERT at <= 1.05. Issue 22 holds every key kind to them.
+// The targets of issue 24 (issues 8, 11 and 22 set looser ones): while no
+// deletion is in flight, single-row writes keep >= 0.95 of unfenced
+// throughput, durable and with fsync off, and a 10,000-row INSERT costs
+// <= 1.02x; while another tenant of the same tables is fenced, single-row
+// writes keep >= 0.90. Every key kind is held to them.
 var (
-	targetsDurable  = targets{insert: 0.92, update: 0.92}
-	targetsFsyncOff = targets{insert: 0.85, update: 0.88, bulk: 1.05}
+	targetsDurable  = targets{insert: 0.95, update: 0.95}
+	targetsFsyncOff = targets{insert: 0.95, update: 0.95, bulk: 1.02}
+	targetsInFlight = targets{insert: 0.90, update: 0.90}
 )
 
 // The benchmark's tables, per kind: identical tenant tables, one with the
@@ -302,71 +423,111 @@ func createTables(ctx context.Context, pool *pgxpool.Pool, column, key string) e
 	if _, err := pool.Exec(ctx, floor); err != nil {
 		return fmt.Errorf("create the empty trigger: %w", err)
 	}
+	// The baselines hold tenant rows without the fence: excluded, so that
+	// the drift report lets a deletion run beside them.
+	for _, table := range []string{unfencedTable, floorTable} {
+		if _, err := pool.Exec(ctx, "SELECT community_deletion.exclude_table($1, 'the benchmark''s unfenced baseline')", table); err != nil {
+			return fmt.Errorf("exclude %s: %w", table, err)
+		}
+	}
 	return nil
 }
 
-// setupUUID creates n communities (written directly, as a deployment
-// without a declared tenant table does) and community_id tables.
-func setupUUID(ctx context.Context, pool *pgxpool.Pool, n int) ([]any, error) {
-	keys := make([]any, n)
-	for i := range keys {
-		id := uuid.New()
-		keys[i] = id
-		if _, err := pool.Exec(ctx, "INSERT INTO community_deletion.communities (id, host) VALUES ($1, $2)",
-			id, fmt.Sprintf("bench-%d.example", i)); err != nil {
-			return nil, fmt.Errorf("create community: %w", err)
-		}
+// tenants declares a tenant table bench_tenants keyed by typ with n
+// tenants the workloads write and one more, the kind's inFlight; key(i) is
+// the SQL for tenant i's key (0 is the one in flight).
+func tenants(ctx context.Context, pool *pgxpool.Pool, n int, typ string, key func(i string) string) error {
+	if _, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE bench_tenants (id %[1]s PRIMARY KEY, name text NOT NULL);
+		INSERT INTO bench_tenants SELECT %[2]s, 'tenant ' || i FROM generate_series(0, %[3]d) i;
+		SELECT community_deletion.declare_tenant_table('bench_tenants')`, typ, key("i"), n)); err != nil {
+		return fmt.Errorf("declare the tenant table: %w", err)
 	}
-	if err := createTables(ctx, pool, "community_id", "uuid NOT NULL REFERENCES community_deletion.communities (id)"); err != nil {
+	return nil
+}
+
+// uuidKey is tenant i's uuid key, as SQL: md5(i) as a uuid (which
+// pgbench computes too), inFlightUUID for tenant 0.
+func uuidKey(i string) string {
+	return fmt.Sprintf("CASE WHEN %[1]s = 0 THEN %[2]s::uuid ELSE md5(%[1]s::text)::uuid END", i, quote(inFlightUUID.String()))
+}
+
+// inFlightUUID is the uuid tenant in flight.
+var inFlightUUID = uuid.MustParse("00000000-0000-4000-8000-000000000000")
+
+func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// setupUUID creates tables keyed by a uuid organization_id with a foreign
+// key to a uuid tenant table.
+func setupUUID(ctx context.Context, pool *pgxpool.Pool, n int) ([]any, error) {
+	if err := tenants(ctx, pool, n, "uuid", uuidKey); err != nil {
 		return nil, err
 	}
-	if _, err := pool.Exec(ctx, "SELECT community_deletion.attach_community_write_fence($1)", fencedTable); err != nil {
+	if err := createTables(ctx, pool, "organization_id", "uuid NOT NULL REFERENCES bench_tenants (id)"); err != nil {
+		return nil, err
+	}
+	if _, err := pool.Exec(ctx, "SELECT community_deletion.attach_community_write_fence($1, 'delete', 'organization_id')", fencedTable); err != nil {
 		return nil, fmt.Errorf("attach fence: %w", err)
+	}
+	rows, err := pool.Query(ctx, "SELECT id FROM bench_tenants WHERE id <> $1 ORDER BY name", inFlightUUID)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]any, len(ids))
+	for i, id := range ids {
+		keys[i] = id
 	}
 	return keys, nil
 }
 
-// bigintTenants declares a tenant table keyed by bigint with n tenants.
-func bigintTenants(ctx context.Context, pool *pgxpool.Pool, n int) ([]any, error) {
-	if _, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE bench_accounts (id bigint PRIMARY KEY, name text NOT NULL);
-		INSERT INTO bench_accounts SELECT i, 'account ' || i FROM generate_series(1, %d) i;
-		SELECT community_deletion.declare_tenant_table('bench_accounts')`, n)); err != nil {
-		return nil, fmt.Errorf("declare the tenant table: %w", err)
-	}
+// bigintKeys are tenants 1 to n's keys.
+func bigintKeys(n int) []any {
 	keys := make([]any, n)
 	for i := range keys {
 		keys[i] = int64(i + 1)
 	}
-	return keys, nil
+	return keys
 }
 
-// setupBigint creates tables keyed by a bigint account_id under a bigint
-// tenant table.
+// setupBigint creates tables keyed by a bigint account_id with a foreign
+// key to a bigint tenant table.
 func setupBigint(ctx context.Context, pool *pgxpool.Pool, n int) ([]any, error) {
-	keys, err := bigintTenants(ctx, pool, n)
-	if err != nil {
+	return setupBigintTables(ctx, pool, n, "bigint NOT NULL REFERENCES bench_tenants (id)")
+}
+
+// setupUnbound creates tables keyed by a bigint account_id without a
+// foreign key: the fence checks every write in full.
+func setupUnbound(ctx context.Context, pool *pgxpool.Pool, n int) ([]any, error) {
+	return setupBigintTables(ctx, pool, n, "bigint NOT NULL")
+}
+
+func setupBigintTables(ctx context.Context, pool *pgxpool.Pool, n int, key string) ([]any, error) {
+	if err := tenants(ctx, pool, n, "bigint", func(i string) string { return i }); err != nil {
 		return nil, err
 	}
-	if err := createTables(ctx, pool, "account_id", "bigint NOT NULL"); err != nil {
+	if err := createTables(ctx, pool, "account_id", key); err != nil {
 		return nil, err
 	}
 	if _, err := pool.Exec(ctx, "SELECT community_deletion.attach_community_write_fence($1, 'delete', 'account_id')", fencedTable); err != nil {
 		return nil, fmt.Errorf("attach fence: %w", err)
 	}
-	return keys, nil
+	return bigintKeys(n), nil
 }
 
 // setupChild creates tables without a tenant column, each row referencing
-// a parent (bench_projects, keyed by a bigint account_id) by a foreign key;
-// the fenced one is attached through it. The keys written are parents' ids,
-// one per tenant.
+// a parent (bench_projects, keyed by a bigint account_id under a bigint
+// tenant table) by a foreign key; the fenced one is attached through it.
+// The keys written are parents' ids, one per tenant.
 func setupChild(ctx context.Context, pool *pgxpool.Pool, n int) ([]any, error) {
-	if _, err := bigintTenants(ctx, pool, n); err != nil {
+	if err := tenants(ctx, pool, n, "bigint", func(i string) string { return i }); err != nil {
 		return nil, err
 	}
-	if _, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE bench_projects (id bigint PRIMARY KEY, account_id bigint NOT NULL);
+	if _, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE bench_projects (id bigint PRIMARY KEY, account_id bigint NOT NULL REFERENCES bench_tenants (id));
 		CREATE INDEX ON bench_projects (account_id, id);
-		INSERT INTO bench_projects SELECT i, i FROM generate_series(1, %d) i;
+		INSERT INTO bench_projects SELECT i, i FROM generate_series(0, %d) i;
 		SELECT community_deletion.attach_community_write_fence('bench_projects', 'delete', 'account_id')`, n)); err != nil {
 		return nil, fmt.Errorf("create the parent table: %w", err)
 	}
@@ -376,11 +537,7 @@ func setupChild(ctx context.Context, pool *pgxpool.Pool, n int) ([]any, error) {
 	if _, err := pool.Exec(ctx, "SELECT community_deletion.attach_child_table($1)", fencedTable); err != nil {
 		return nil, fmt.Errorf("attach fence: %w", err)
 	}
-	keys := make([]any, n)
-	for i := range keys {
-		keys[i] = int64(i + 1)
-	}
-	return keys, nil
+	return bigintKeys(n), nil
 }
 
 // compareThroughput runs single-statement transactions against each table,

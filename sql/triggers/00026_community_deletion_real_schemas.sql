@@ -232,7 +232,7 @@ $$;
 -- attached through its parents, paths as community_scoped_tables.parents
 -- records them with the root key's kind.
 CREATE FUNCTION community_deletion.community_deletion_fence_query(op text, args text[]) RETURNS text
-    LANGUAGE plpgsql IMMUTABLE
+    LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, community_deletion, pg_temp
     AS $$
 DECLARE
@@ -259,12 +259,31 @@ BEGIN
         kind := spec ->> 'kind';
         FOREACH side IN ARRAY sides LOOP
             FOR path IN SELECT p.value FROM jsonb_array_elements(spec -> 'paths') p LOOP
-                rows := rows || format('SELECT t.k FROM pg_catalog.unnest(community_deletion.community_deletion_path_keys(%L::pg_catalog.jsonb, '
-                                       '(SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_array(%s)) FROM %s w))) t (k)',
-                                       path::text,
-                                       (SELECT string_agg(format('w.%I', c.value), ', ' ORDER BY c.ordinality)
-                                        FROM jsonb_array_elements_text(path -> 'hops' -> 0 -> 'columns') WITH ORDINALITY c),
-                                       side);
+                IF EXISTS (SELECT 1 FROM jsonb_array_elements(path -> 'hops') h
+                           WHERE row_security_active(format('%I.%I', h.value ->> 'schema', h.value ->> 'table'))) THEN
+                    -- A policy applies to the writer on a parent: follow the
+                    -- path as community_deletion_path_keys()'s owner, which
+                    -- no policy hides a row from.
+                    rows := rows || format('SELECT t.k FROM pg_catalog.unnest(community_deletion.community_deletion_path_keys(%L::pg_catalog.jsonb, '
+                                           '(SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_array(%s)) FROM %s w))) t (k)',
+                                           path::text,
+                                           (SELECT string_agg(format('w.%I', c.value), ', ' ORDER BY c.ordinality)
+                                            FROM jsonb_array_elements_text(path -> 'hops' -> 0 -> 'columns') WITH ORDINALITY c),
+                                           side);
+                    CONTINUE;
+                END IF;
+                -- The writer sees every parent row: join as the writer.
+                joins := '';
+                FOR depth IN 1 .. jsonb_array_length(path -> 'hops') LOOP
+                    hop := path -> 'hops' -> (depth - 1);
+                    joins := joins || format(' JOIN %I.%I p%s ON %s', hop ->> 'schema', hop ->> 'table', depth,
+                        (SELECT string_agg(format('p%s.%I OPERATOR(pg_catalog.=) %s.%I', depth, pc.value,
+                                                  CASE WHEN depth = 1 THEN 'w' ELSE 'p' || (depth - 1) END, cc.value), ' AND ')
+                         FROM jsonb_array_elements_text(hop -> 'columns') WITH ORDINALITY cc
+                         JOIN jsonb_array_elements_text(hop -> 'parent_columns') WITH ORDINALITY pc ON pc.ordinality = cc.ordinality));
+                END LOOP;
+                rows := rows || format('SELECT p%s.%I::pg_catalog.text FROM %s w%s',
+                                       jsonb_array_length(path -> 'hops'), path ->> 'key', side, joins);
             END LOOP;
         END LOOP;
     ELSE
