@@ -359,7 +359,7 @@ func (r *Runner) run(ctx context.Context, claim func() (*lifecycle.ClaimedDeleti
 	if err := r.preflight(ctx); err != nil {
 		return false, err
 	}
-	r.settleFenceMarker(ctx)
+	r.settleFenceMarker(ctx, r.log)
 	claimed, err := claim()
 	switch {
 	case err == nil:
@@ -385,15 +385,12 @@ func (r *Runner) run(ctx context.Context, claim func() (*lifecycle.ClaimedDeleti
 // in flight (lifecycle.Engine.SettleFenceMarker), best effort: until it
 // succeeds their tables' writes take the fence's full path, which is slower
 // but as safe.
-func (r *Runner) settleFenceMarker(ctx context.Context) {
+func (r *Runner) settleFenceMarker(ctx context.Context, log *slog.Logger) {
 	start := time.Now()
-	marker, err := r.cfg.Engine.SettleFenceMarker(ctx)
-	if err != nil {
-		r.log.LogAttrs(ctx, slog.LevelWarn, "fence marker not settled; bound tables' writes take the fence's full path until it is",
+	if _, err := r.cfg.Engine.SettleFenceMarker(ctx); err != nil {
+		log.LogAttrs(ctx, slog.LevelWarn, "fence marker not settled; bound tables' writes take the fence's full path until it is",
 			slog.String("error", oneLine(err)), slog.Float64("waited_seconds", time.Since(start).Seconds()))
-		return
 	}
-	r.log.LogAttrs(ctx, slog.LevelDebug, "fence marker settled", slog.Bool("deletion_in_flight", marker != 0))
 }
 
 func (r *Runner) emit(ev Event) {

@@ -786,7 +786,7 @@ func (j *job) purgePostgres(ctx context.Context) error {
 	}
 	// The community is a tombstone now: its marker bit goes, so that
 	// writes of bound tables skip the fence's tenant check again.
-	j.r.settleFenceMarker(ctx)
+	j.r.settleFenceMarker(ctx, j.log)
 	final := make(map[string]int64, len(result.Deleted)+len(result.Nullified))
 	maps.Copy(final, result.Deleted)
 	maps.Copy(final, result.Nullified)

@@ -46,6 +46,7 @@ func schemaOwnerPool(t *testing.T, b *testBundle) *pgxpool.Pool {
 		require.NoError(t, b.exec(t, "ALTER FUNCTION "+function+" OWNER TO "+owner))
 	}
 	require.NoError(t, b.exec(t, "ALTER DOMAIN community_deletion.community_deletion_stage OWNER TO "+owner))
+	require.NoError(t, b.exec(t, "ALTER SEQUENCE community_deletion.community_deletion_fence_marker OWNER TO "+owner))
 	url, err := fixture.LoginConnString(b.URL, owner, "pw")
 	require.NoError(t, err)
 	pool, err := pgxpool.New(ctx, url)
