@@ -526,3 +526,64 @@ func TestSettleClearsOnlyWhatIsNoLongerInFlight(t *testing.T) {
 	_, err = d.owner.conn.Exec(ctx, "SELECT setval('community_deletion.community_deletion_fence_marker', 0)")
 	requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "permission denied")
 }
+
+// The drift report judges the marker under its lock, with a snapshot taken
+// after it: while a settle holds the lock it waits, and then it sees the
+// states the settle saw, so a community deleted and settled a moment
+// before is not reported as lacking its bit. At REPEATABLE READ its
+// snapshot may predate a settle, and it says the marker was not checked.
+func TestDriftJudgesTheMarkerUnderItsLock(t *testing.T) {
+	t.Parallel()
+	d := newBoundDeployment(t)
+	b := d.b
+	ctx := t.Context()
+	b.walkTenant(t, 2, "quiescing")
+	b.walkTenant(t, 3, "fenced")
+	require.Equal(t, fenceBit(t, b, 2)|fenceBit(t, b, 3), marker(t, b))
+
+	settler, _ := executorConn(t, b)
+	settle, err := settler.Begin(ctx)
+	require.NoError(t, err)
+	_, err = settle.Exec(ctx, "SELECT community_deletion.community_deletion_fence_marker_lock()")
+	require.NoError(t, err)
+
+	reader := roleSession(t, b, fixture.RoleOperator)
+	reported := make(chan []string, 1)
+	go func() {
+		var problems []string
+		rows, err := reader.Query(ctx, "SELECT problem FROM community_deletion.community_deletion_catalog_drift()")
+		if err == nil {
+			problems, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		}
+		if err != nil {
+			problems = []string{err.Error()}
+		}
+		reported <- problems
+	}()
+	requireWaitingOnMarker(t, b, reader.PgConn().PID())
+
+	// Tenant 3 deleted while the report waits; the settle clears its bit.
+	_, generation := b.communityState(t, tenantUUID(3))
+	require.NoError(t, b.asExecutor(t, tenantUUID(3), generation, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "DELETE FROM svc.conversations WHERE account_id = 3"); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "DELETE FROM svc.accounts WHERE id = 3")
+		return err
+	}))
+	b.tombstone(t, tenantUUID(3))
+	var settled int64
+	require.NoError(t, settle.QueryRow(ctx, "SELECT community_deletion.community_deletion_settle_fence_marker()").Scan(&settled))
+	require.Equal(t, fenceBit(t, b, 2), settled)
+	require.NoError(t, settle.Commit(ctx))
+	require.Empty(t, <-reported, "the report saw the states the settle saw")
+
+	tx, err := reader.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	require.NoError(t, err)
+	rows, err := tx.Query(ctx, "SELECT problem FROM community_deletion.community_deletion_catalog_drift()")
+	require.NoError(t, err)
+	problems, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"fence_marker: not checked at isolation level repeatable read, whose snapshot may predate a settle; run the report at READ COMMITTED"}, problems)
+	require.NoError(t, tx.Rollback(ctx))
+}

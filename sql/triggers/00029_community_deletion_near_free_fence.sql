@@ -598,23 +598,40 @@ ALTER FUNCTION community_deletion.community_deletion_catalog_drift() RENAME TO c
 -- The catalog drift report: every way the live catalog differs from what
 -- the deletion relies on, one row each, with the next step in the problem
 -- where there is one. Every claim stops while it returns a row.
+--
+-- The marker's rows are judged under its lock, taken shared until the
+-- transaction ends (at most 5 s): neither the arm trigger nor a settle can
+-- change the marker then, and at READ COMMITTED the query after the lock
+-- reads states no older than the marker, so a community that left flight
+-- and was settled a moment ago is not reported. At REPEATABLE READ and
+-- SERIALIZABLE the snapshot may predate a settle, and the marker is
+-- reported as not checked.
 CREATE FUNCTION community_deletion.community_deletion_catalog_drift() RETURNS TABLE(table_name text, problem text)
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql
     SET jit = off
     SET search_path = pg_catalog, community_deletion, pg_temp
+    SET lock_timeout = '5s'
     AS $$
-        SELECT d.table_name, d.problem FROM community_deletion_catalog_drift_of_tables() d
-        UNION ALL
-        -- A community in flight whose bit the marker lacks: the near-free
-        -- path would admit its writes.
-        SELECT 'community_deletion_fence_marker',
-               format('fence_marker: community %s is %s, but the fence marker lacks its bit, so bound tables would admit its writes; run SELECT community_deletion.community_deletion_settle_fence_marker()',
-                      coalesce(c.tenant_key, c.id::text), c.deletion_state)
-        FROM communities c
-        WHERE c.deletion_state IN ('quiescing', 'fenced')
-          AND (pg_sequence_last_value('community_deletion_fence_marker'::regclass) & community_deletion_fence_bit(c.id)) = 0
-        ORDER BY 1, 2
-    $$;
+BEGIN
+    RETURN QUERY SELECT d.table_name, d.problem FROM community_deletion_catalog_drift_of_tables() d;
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RETURN QUERY SELECT 'community_deletion_fence_marker'::text,
+            format('fence_marker: not checked at isolation level %s, whose snapshot may predate a settle; run the report at READ COMMITTED',
+                   current_setting('transaction_isolation'));
+        RETURN;
+    END IF;
+    PERFORM pg_advisory_xact_lock_shared(1668246884, 1718510437);
+    -- A community in flight whose bit the marker lacks: the near-free
+    -- path would admit its writes.
+    RETURN QUERY SELECT 'community_deletion_fence_marker'::text,
+           format('fence_marker: community %s is %s, but the fence marker lacks its bit, so bound tables would admit its writes; run SELECT community_deletion.community_deletion_settle_fence_marker()',
+                  coalesce(c.tenant_key, c.id::text), c.deletion_state)
+    FROM communities c
+    WHERE c.deletion_state IN ('quiescing', 'fenced')
+      AND (pg_sequence_last_value('community_deletion_fence_marker'::regclass) & community_deletion_fence_bit(c.id)) = 0
+    ORDER BY 2;
+END
+$$;
 -- +goose StatementEnd
 
 REVOKE ALL ON FUNCTION community_deletion.community_deletion_catalog_drift() FROM PUBLIC;
