@@ -292,14 +292,16 @@ func measureKind(ctx context.Context, server *ephemeralpg.Server, cfg config, s 
 	}
 	bulkName := fmt.Sprintf("%d-row INSERT", s.bulkRows)
 	c := cfg.name + ", " + k.name
-	rows := []row{
+	// Six rows quiet, three more with another tenant fenced.
+	rows := make([]row, 0, 9)
+	rows = append(rows, []row{
 		{config: c, workload: "single-row INSERT txns", unit: "txn/s", unfenced: insertRow[0], fenced: insertRow[1], higherIsBetter: true, target: t.insert},
 		{config: c, workload: "floor: an empty trigger", unit: "txn/s", unfenced: insertRow[0], fenced: insertRow[2], higherIsBetter: true},
 		{config: c, workload: "single-row UPDATE txns", unit: "txn/s", unfenced: updateRow[0], fenced: updateRow[1], higherIsBetter: true, target: t.update},
 		{config: c, workload: "single-row DELETE txns", unit: "txn/s", unfenced: deleteRows[0], fenced: deleteRows[1], higherIsBetter: true, target: t.update},
 		{config: c, workload: bulkName, unit: "ms", unfenced: bulkRow[0], fenced: bulkRow[1], target: t.bulk},
 		{config: c, workload: "floor: " + bulkName + ", empty trigger", unit: "ms", unfenced: bulkRow[0], fenced: bulkRow[2]},
-	}
+	}...)
 
 	// The same single-row workloads while another tenant of these tables
 	// is fenced, its deletion under way.
