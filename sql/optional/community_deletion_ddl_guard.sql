@@ -1260,7 +1260,8 @@ BEGIN
     SELECT found.message INTO problem
     FROM (
         SELECT pg_catalog.format('drops column %I of %s, which the registration of %s needs; detach %s first (community_deletion.detach_community_write_fence), or change the column without dropping it',
-                                 d.address_names[3], d.objid::pg_catalog.regclass, n.registered, n.registered) AS message
+                                 d.address_names[3], d.objid::pg_catalog.regclass, n.registered, n.registered) AS message,
+               0 AS rank
         FROM pg_catalog.pg_event_trigger_dropped_objects() d
         JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) d.objid
         JOIN pg_catalog.pg_class root ON root.oid OPERATOR(pg_catalog.=) coalesce(pg_catalog.pg_partition_root(c.oid::pg_catalog.regclass)::pg_catalog.oid, c.oid)
@@ -1272,7 +1273,8 @@ BEGIN
           AND d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass::pg_catalog.oid
         UNION ALL
         SELECT pg_catalog.format('drops trigger community_write_fence_row of %I.%I, the row fence that fences its partitions as they are made; only community_deletion.detach_community_write_fence() removes it',
-                                 d.address_names[1], d.address_names[2])
+                                 d.address_names[1], d.address_names[2]),
+               0
         FROM pg_catalog.pg_event_trigger_dropped_objects() d
         JOIN community_deletion.community_scoped_tables r
             ON r.table_schema::pg_catalog.text OPERATOR(pg_catalog.=) d.address_names[1]
@@ -1283,19 +1285,22 @@ BEGIN
           AND d.address_names[3] OPERATOR(pg_catalog.=) 'community_write_fence_row'::pg_catalog.text
         UNION ALL
         -- A constraint of a table whose fence is bound, which no foreign key
-        -- binds any more: the foreign key it relied on.
+        -- binds any more: the foreign key it relied on, named as the command
+        -- named it before the clones PostgreSQL drops with it (those of a
+        -- partitioned parent's partitions, named otherwise).
         SELECT CASE WHEN u.child
                     THEN pg_catalog.format('drops foreign key %I of %s, which binds its fence and is a first step of its paths: a bound fence skips the tenant check while no deletion is in flight, so without the key a deleted tenant''s rows could come back; change the references %s is attached by in a migration run only: detach it there and attach it again with community_deletion.attach_child_table()',
                                            d.address_names[3], u.registered, u.registered)
                     ELSE pg_catalog.format('drops foreign key %I of %s, which binds its fence: a bound fence skips the tenant check while no deletion is in flight, so without the key a deleted tenant''s rows could come back; give %s full fences first with SELECT community_deletion.community_deletion_ddl_guard_full_fences(%L), then drop the key',
-                                           d.address_names[3], u.registered, u.registered, u.registered) END
+                                           d.address_names[3], u.registered, u.registered, u.registered) END,
+               CASE WHEN d.original THEN 0 WHEN d.normal THEN 1 ELSE 2 END
         FROM pg_catalog.pg_event_trigger_dropped_objects() d
         JOIN community_deletion.community_deletion_ddl_guard_unbound() u
             ON u.table_schema::pg_catalog.text OPERATOR(pg_catalog.=) d.address_names[1]
            AND u.table_name::pg_catalog.text OPERATOR(pg_catalog.=) d.address_names[2]
         WHERE d.object_type OPERATOR(pg_catalog.=) 'table constraint'::pg_catalog.text
     ) found
-    ORDER BY 1
+    ORDER BY found.rank, found.message
     LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION USING ERRCODE = '42501',
