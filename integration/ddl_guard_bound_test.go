@@ -184,8 +184,8 @@ func TestDDLGuardRefusesDisablingTheTriggersOfABindingForeignKey(t *testing.T) {
 			require.NotEmpty(t, partitionCheck, "a check trigger on the partition: %v", ledgerCheck)
 			tasksCheck := ""
 			for _, name := range riTriggers(t, b, "svc.tasks", "tasks_project_id_fkey") {
-				if strings.HasPrefix(name, "svc.tasks ") {
-					tasksCheck = strings.TrimPrefix(name, "svc.tasks ")
+				if rest, ok := strings.CutPrefix(name, "svc.tasks "); ok {
+					tasksCheck = rest
 				}
 			}
 			require.NotEmpty(t, tasksCheck)
