@@ -856,12 +856,16 @@ func attackPartition(_ *testing.T, w *hostileWorld) walkHooks {
 			// partition it attaches, enabled, and nothing disables it: the
 			// partition is fenced twice (its statement fences and the
 			// clone), which is whole and no drift. Attach again leaves it
-			// as attach does, the clone disabled.
+			// as attach does, the clone disabled. A table attached before
+			// migration 00026 (the upgraded world) has no row fence to clone.
 			twice := strings.Replace(fence, "community_write_fence_row 29 D ", "community_write_fence_row 29 O ", 1)
-			require.NotEqual(t, fence, twice)
+			require.Equal(t, strings.Contains(fence, "community_write_fence_row "), twice != fence,
+				"a row fence's clone was disabled on the partition before")
 			require.Equal(t, twice, triggerSnapshot(t, w.b, "public.fixture_activity_default"))
 			require.Empty(t, drift(t, w.b))
-			require.NoError(t, w.asOwner(t, "SELECT community_deletion.attach_community_write_fence('public.fixture_activity')"))
+			if twice != fence {
+				require.NoError(t, w.asOwner(t, "SELECT community_deletion.attach_community_write_fence('public.fixture_activity')"))
+			}
 		}
 		require.Equal(t, fence, triggerSnapshot(t, w.b, "public.fixture_activity_default"))
 		require.Empty(t, drift(t, w.b))
