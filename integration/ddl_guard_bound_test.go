@@ -533,3 +533,44 @@ func TestDDLGuardLetsAPartitionOfABindingKeysParentGo(t *testing.T) {
 		"community write to tasks refused: community 2 is fenced")
 	require.NoError(t, b.execAs(t, fixture.RoleServing, "UPDATE svc.tasks SET body = 'more' WHERE id = 1"))
 }
+
+// What the guard does not judge is drift: a binding foreign key dropped in
+// a migration run, which the guard exempts, leaves the bound fence, and
+// the drift report names the table (unbound, and unfenced: a bound fence
+// without its key is not the table's fence) until it is put right. Until
+// then the guard refuses the next DDL outside a run, the table owner's
+// too, naming the table; attach run again by the owner gives the table
+// full fences, which the guard lets through, and the report is empty.
+func TestDDLGuardLeavesAKeyDroppedInAMigrationRunToTheDriftReport(t *testing.T) {
+	t.Parallel()
+	for _, kind := range keyedKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			t.Parallel()
+			d := newKeyedDeployment(t, kind, false, false)
+			b := d.b
+			b.execInRun(t, "ALTER TABLE svc.invoices DROP CONSTRAINT invoices_account_id_fkey")
+			// The bound fence no longer counts as the table's fence either.
+			var problems []string
+			for _, row := range drift(t, b) {
+				require.Equal(t, "invoices", row.Table)
+				problems = append(problems, row.Problem)
+			}
+			require.Len(t, problems, 2)
+			require.Contains(t, problems[0], "unbound: its fence skips the tenant check while no deletion is in flight")
+			require.Equal(t, "unfenced: no kept-row fence; run attach_community_write_fence again", problems[1])
+			before := d.snapshot(t)
+			requireSQLState(t, d.exec(t, "CREATE TABLE svc.scratch (id bigint)"), pgerrcode.InsufficientPrivilege,
+				"leaves the fence of svc.invoices bound although no foreign key of its column account_id to svc.accounts (id)")
+			require.Equal(t, before, d.snapshot(t))
+			d.run(t, "SELECT community_deletion.attach_community_write_fence('svc.invoices', 'nullify', 'account_id')")
+			for _, fence := range fenceArgs(t, b, "svc.invoices") {
+				require.NotContains(t, fence, `\000bound\000`)
+			}
+			require.Empty(t, drift(t, b))
+			d.run(t, "CREATE TABLE svc.scratch (id bigint)")
+			serving := b.as(fixture.RoleServing)
+			_, err := serving.Exec(t.Context(), fmt.Sprintf("INSERT INTO svc.invoices (id, account_id, body) VALUES (3, '%s', 'late')", kind.keys[1]))
+			requireSQLState(t, err, sqlstateFenced, "community write to invoices refused: it links a row to community "+kind.keys[1])
+		})
+	}
+}
