@@ -474,7 +474,12 @@ var keyedKinds = []keyedKind{
 // services that declare few); tasks attached through their foreign key to
 // projects; comments through a declared reference to tasks (two levels
 // down); events partitioned by account_id; notes kept ('nullify') with a
-// nullable key, in keyedKind.expand's placeholders.
+// nullable key; and two tables whose key has a foreign key to the tenant
+// table, so that attach binds their fences (arguments ending in 'bound'):
+// ledger, partitioned, and invoices, kept. tasks is bound too (its one path
+// starts with a foreign key), comments is not; so are attachments, a child
+// of projects, and blobs, reached against the direction of attachments'
+// foreign key (referenced_by). In keyedKind.expand's placeholders.
 var keyedSchema = []string{
 	"CREATE TABLE svc.accounts (id {tenant} PRIMARY KEY, name text NOT NULL)",
 	"CREATE TABLE svc.projects (id bigint PRIMARY KEY, account_id {narrow} NOT NULL, title text NOT NULL)",
@@ -485,6 +490,14 @@ var keyedSchema = []string{
 	"CREATE TABLE svc.events_active PARTITION OF svc.events FOR VALUES IN ('{k0}')",
 	"CREATE TABLE svc.events_doomed PARTITION OF svc.events FOR VALUES IN ('{k1}')",
 	"CREATE TABLE svc.notes (id bigint PRIMARY KEY, account_id {wide}, body text NOT NULL)",
+	`CREATE TABLE svc.ledger (account_id {wide} NOT NULL REFERENCES svc.accounts (id), id bigint NOT NULL, amount bigint NOT NULL,
+		PRIMARY KEY (account_id, id)) PARTITION BY LIST (account_id)`,
+	"CREATE TABLE svc.ledger_active PARTITION OF svc.ledger FOR VALUES IN ('{k0}')",
+	"CREATE TABLE svc.ledger_doomed PARTITION OF svc.ledger FOR VALUES IN ('{k1}')",
+	"CREATE TABLE svc.invoices (id bigint PRIMARY KEY, account_id {wide} REFERENCES svc.accounts (id), body text NOT NULL)",
+	"CREATE TABLE svc.blobs (id bigint PRIMARY KEY, body text NOT NULL)",
+	`CREATE TABLE svc.attachments (id bigint PRIMARY KEY, project_id bigint NOT NULL REFERENCES svc.projects (id),
+		blob_id bigint NOT NULL REFERENCES svc.blobs (id))`,
 	"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA svc TO community_deletion_serving",
 	"INSERT INTO svc.accounts (id, name) VALUES ('{k0}', 'active'), ('{k1}', 'doomed')",
 	"SELECT community_deletion.declare_tenant_table('svc.accounts')",
@@ -494,16 +507,25 @@ var keyedSchema = []string{
 	"SELECT community_deletion.attach_child_table('svc.comments')",
 	"SELECT community_deletion.attach_community_write_fence('svc.events', 'delete', 'account_id')",
 	"SELECT community_deletion.attach_community_write_fence('svc.notes', 'nullify', 'account_id')",
+	"SELECT community_deletion.attach_community_write_fence('svc.ledger', 'delete', 'account_id')",
+	"SELECT community_deletion.attach_community_write_fence('svc.invoices', 'nullify', 'account_id')",
+	"SELECT community_deletion.attach_child_table('svc.attachments')",
+	"SELECT community_deletion.attach_child_table('svc.blobs', NULL, ARRAY['svc.attachments']::regclass[])",
 }
 
-// keyedRows are one project, task, comment, event and note of each of the
-// first two tenants ({tenant}, {narrow}), written by the service.
+// keyedRows are one project, task, comment, event, note, ledger entry,
+// invoice, blob and attachment of each of the first two tenants, written
+// by the service.
 var keyedRows = []string{
 	"INSERT INTO svc.projects (id, account_id, title) VALUES (1, '{k0}', 'kept'), (2, '{k1}', 'doomed')",
 	"INSERT INTO svc.tasks (id, project_id, body) VALUES (1, 1, 'kept'), (2, 2, 'doomed')",
 	"INSERT INTO svc.comments (id, task_ref, body) VALUES (1, 1, 'kept'), (2, 2, 'doomed')",
 	"INSERT INTO svc.events (account_id, id, kind) VALUES ('{k0}', 1, 'kept'), ('{k1}', 2, 'doomed')",
 	"INSERT INTO svc.notes (id, account_id, body) VALUES (1, '{k0}', 'kept'), (2, '{k1}', 'doomed')",
+	"INSERT INTO svc.ledger (account_id, id, amount) VALUES ('{k0}', 1, 10), ('{k1}', 2, 20)",
+	"INSERT INTO svc.invoices (id, account_id, body) VALUES (1, '{k0}', 'kept'), (2, '{k1}', 'doomed')",
+	"INSERT INTO svc.blobs (id, body) VALUES (1, 'kept'), (2, 'doomed')",
+	"INSERT INTO svc.attachments (id, project_id, blob_id) VALUES (1, 1, 1), (2, 2, 2)",
 }
 
 // keyedDeployment is keyedSchema in a database without the fixture, with
@@ -592,8 +614,9 @@ func (d *keyedDeployment) tenant(t *testing.T, key string) uuid.UUID {
 }
 
 // snapshot is everything of schema svc an attack could change: every
-// trigger whole (arguments and state too), every column's type and
-// nullability, every constraint, the partition tree and every row.
+// trigger whole (arguments and state too), the state of the internal
+// triggers of its foreign keys, every column's type and nullability, every
+// constraint, the partition tree and every row.
 func (d *keyedDeployment) snapshot(t *testing.T) string {
 	t.Helper()
 	var s string
@@ -601,6 +624,8 @@ func (d *keyedDeployment) snapshot(t *testing.T) string {
 		(SELECT string_agg(concat_ws(' ', c.relname, t.tgname, t.tgtype, t.tgenabled, encode(t.tgargs, 'escape'), t.tgqual,
 		                             t.tgattr::text, t.tgfoid::regprocedure::text), E'\n' ORDER BY c.relname, t.tgname)
 		 FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid WHERE c.relnamespace = 'svc'::regnamespace AND NOT t.tgisinternal),
+		(SELECT string_agg(concat_ws(' ', c.relname, t.tgname, t.tgenabled), E'\n' ORDER BY c.relname, t.tgname)
+		 FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid WHERE c.relnamespace = 'svc'::regnamespace AND t.tgisinternal),
 		(SELECT string_agg(concat_ws(' ', c.relname, a.attnum, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull),
 		                   E'\n' ORDER BY c.relname, a.attnum)
 		 FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
@@ -612,7 +637,9 @@ func (d *keyedDeployment) snapshot(t *testing.T) string {
 		(SELECT md5(string_agg(r.line, E'\n' ORDER BY r.line)) FROM (
 			SELECT 'project ' || p::text FROM svc.projects p UNION ALL SELECT 'task ' || t::text FROM svc.tasks t
 			UNION ALL SELECT 'comment ' || c::text FROM svc.comments c UNION ALL SELECT 'event ' || e::text FROM svc.events e
-			UNION ALL SELECT 'note ' || n::text FROM svc.notes n) r (line)))`).Scan(&s))
+			UNION ALL SELECT 'note ' || n::text FROM svc.notes n UNION ALL SELECT 'ledger ' || l::text FROM svc.ledger l
+			UNION ALL SELECT 'invoice ' || i::text FROM svc.invoices i UNION ALL SELECT 'blob ' || o::text FROM svc.blobs o
+			UNION ALL SELECT 'attachment ' || a::text FROM svc.attachments a) r (line)))`).Scan(&s))
 	return s
 }
 
@@ -642,6 +669,20 @@ func keyedFence(kind keyedKind) []string {
 	}
 }
 
+// boundFence is the fence attach gives a leaf partition of svc.ledger of
+// kind, whose key a foreign key to the tenant table binds: keyedFence's
+// with the third argument 'bound'.
+func boundFence(kind keyedKind) []string {
+	args := `account_id\000` + kind.name + `\000bound\000`
+	return []string{
+		"community_write_fence_delete " + args + " O",
+		"community_write_fence_insert " + args + " O",
+		"community_write_fence_row " + args + " D",
+		"community_write_fence_truncate  O",
+		"community_write_fence_update " + args + " O",
+	}
+}
+
 // With the DDL guard installed first, a service keyed by an integer or a
 // text key adopts the library as docs/adopting.md says: it declares its
 // tenant table and attaches a table of each shape (a narrower key column,
@@ -661,6 +702,8 @@ func TestDDLGuardPassesAdoptionWithEveryKeyKind(t *testing.T) {
 				"SELECT community_deletion.attach_community_write_fence('svc.events', 'delete', 'account_id')",
 				"SELECT community_deletion.attach_child_table('svc.tasks')",
 				"SELECT community_deletion.attach_community_write_fence('svc.notes', 'nullify', 'account_id')",
+				"SELECT community_deletion.attach_community_write_fence('svc.ledger', 'delete', 'account_id')",
+				"SELECT community_deletion.attach_community_write_fence('svc.invoices', 'nullify', 'account_id')",
 			)
 			require.Equal(t, before, d.snapshot(t), "attaching again changes nothing")
 			d.run(t,
@@ -672,6 +715,7 @@ func TestDDLGuardPassesAdoptionWithEveryKeyKind(t *testing.T) {
 			)
 			require.Empty(t, drift(t, d.b))
 			require.Equal(t, keyedFence(kind), fenceArgs(t, d.b, "svc.events_doomed"))
+			require.Equal(t, boundFence(kind), fenceArgs(t, d.b, "svc.ledger_doomed"), "a foreign key to the tenant table binds the fence")
 			serving := d.b.as(fixture.RoleServing)
 			_, err := serving.Exec(t.Context(), "INSERT INTO svc.comments (id, task_ref, body) VALUES (3, 1, 'more')")
 			require.NoError(t, err, "the active tenant writes through two levels of parents")
@@ -727,7 +771,7 @@ var keyedAttacks = []struct {
 		message: "drops trigger community_write_fence_row of svc.events"},
 	{name: "a child table's foreign key dropped",
 		sql:     "ALTER TABLE svc.tasks DROP CONSTRAINT tasks_project_id_fkey",
-		message: "svc.tasks parents_changed"},
+		message: "drops foreign key tasks_project_id_fkey of svc.tasks, which binds its fence and is a first step of its paths"},
 	{name: "a child table's referencing column dropped and added again",
 		sql:     "ALTER TABLE svc.tasks DROP COLUMN project_id, ADD COLUMN project_id bigint REFERENCES svc.projects (id)",
 		message: "drops column project_id of svc.tasks"},
@@ -915,11 +959,12 @@ func TestDDLGuardRefusesAPartitionHoldingADeletedCommunitysRows(t *testing.T) {
 }
 
 // The guard's own copies of what the migrations compute about a fence (its
-// arguments, whether a table has the statement or row fences, a child
-// table's paths; the guard runs as a superuser and so never calls the
-// schema owner's functions) agree with the migrations' functions for
-// every registered table and partition of a keyed deployment, fenced
-// whole and tampered with in several ways.
+// arguments, full and bound, whether a foreign key binds a table, whether
+// a table has the statement or row fences, a child table's paths and their
+// first steps; the guard runs as a superuser and so never calls the schema
+// owner's functions) agree with the migrations' functions for every
+// registered table and partition of a keyed deployment, fenced whole,
+// bound and unbound, and tampered with in several ways.
 func TestDDLGuardAgreesWithTheMigrationsOnFences(t *testing.T) {
 	t.Parallel()
 	for _, kind := range keyedKinds {
@@ -929,42 +974,97 @@ func TestDDLGuardAgreesWithTheMigrationsOnFences(t *testing.T) {
 			b := d.b
 			d.run(t, fmt.Sprintf("CREATE TABLE svc.events_sub PARTITION OF svc.events FOR VALUES IN ('%s') PARTITION BY RANGE (id)", kind.keys[4]),
 				"CREATE TABLE svc.events_sub_low PARTITION OF svc.events_sub FOR VALUES FROM (0) TO (1000)")
-			b.execInRun(t, fmt.Sprintf("CREATE TABLE svc.events_run PARTITION OF svc.events FOR VALUES IN ('%s')", kind.keys[5]))
+			require.NoError(t, b.execAs(t, fixture.RoleServing,
+				fmt.Sprintf("INSERT INTO svc.accounts (id, name) VALUES ('%s', 'sub'), ('%s', 'run')", kind.keys[4], kind.keys[5])))
+			d.run(t, fmt.Sprintf("CREATE TABLE svc.ledger_sub PARTITION OF svc.ledger FOR VALUES IN ('%s') PARTITION BY RANGE (id)", kind.keys[4]),
+				"CREATE TABLE svc.ledger_sub_low PARTITION OF svc.ledger_sub FOR VALUES FROM (0) TO (1000)")
+			b.execInRun(t, fmt.Sprintf("CREATE TABLE svc.events_run PARTITION OF svc.events FOR VALUES IN ('%s')", kind.keys[5]),
+				fmt.Sprintf("CREATE TABLE svc.ledger_run PARTITION OF svc.ledger FOR VALUES IN ('%s')", kind.keys[5]))
 			disagreements := func() []string {
 				t.Helper()
 				rows, err := b.pool.Query(t.Context(), `
 					WITH migrations AS (
-						SELECT reg.relid, reg.root, reg.purge_action, reg.args AS guard_args,
+						SELECT reg.relid, reg.root, reg.purge_action, reg.args AS guard_args, reg.full_args AS guard_full_args,
+						       community_deletion.community_deletion_expected_fence_args(reg.root, r.purge_action, r.tenant_key, r.key_kind, r.parents) AS args,
 						       CASE r.purge_action WHEN 'delete' THEN community_deletion.community_deletion_fence_args(r.tenant_key, r.key_kind, r.parents)
-						            ELSE community_deletion.community_deletion_kept_row_args(r.tenant_key, r.key_kind) END AS args,
+						            ELSE community_deletion.community_deletion_kept_row_args(r.tenant_key, r.key_kind) END AS full_args,
 						       CASE r.purge_action WHEN 'delete' THEN 'community_deletion.enforce_community_write_fence()'
 						            ELSE 'community_deletion.enforce_community_kept_row_fence()' END::regprocedure AS fence,
 						       CASE r.purge_action WHEN 'delete' THEN 'community_deletion.enforce_community_write_fence_row()'
 						            ELSE 'community_deletion.enforce_community_kept_row_fence_row()' END::regprocedure AS row_fence,
-						       r.parents, coalesce(r.key_kind, 'uuid') AS key_kind
+						       r.parents, r.tenant_key, r.key_kind
 						FROM community_deletion.community_deletion_ddl_guard_registered() reg
-						JOIN community_deletion.community_scoped_tables r ON r.table_schema = reg.table_schema AND r.table_name = reg.table_name)
+						JOIN community_deletion.community_scoped_tables r ON r.table_schema = reg.table_schema AND r.table_name = reg.table_name),
+					compared AS (
+						SELECT m.*, community_deletion.community_deletion_bound_args(m.full_args) AS bound_args FROM migrations m)
 					SELECT m.relid::regclass::text || ' ' || x.what
-					FROM migrations m
+					FROM compared m
 					CROSS JOIN LATERAL (VALUES
 						('args', m.guard_args IS DISTINCT FROM m.args),
+						('full args', m.guard_full_args IS DISTINCT FROM m.full_args),
+						('bound args', community_deletion.community_deletion_ddl_guard_bound_args(m.full_args) IS DISTINCT FROM m.bound_args),
+						('bound', community_deletion.community_deletion_ddl_guard_fence_bound(m.relid, m.tenant_key, m.parents)
+						          IS DISTINCT FROM community_deletion.community_deletion_fence_bound(m.relid, m.tenant_key, m.parents)),
+						('expected args', community_deletion.community_deletion_ddl_guard_expected_args(m.relid, m.purge_action, m.tenant_key, m.key_kind, m.parents)
+						                  IS DISTINCT FROM community_deletion.community_deletion_expected_fence_args(m.relid, m.purge_action, m.tenant_key, m.key_kind, m.parents)),
 						('trigger args', community_deletion.community_deletion_ddl_guard_trigger_args(m.args)
 						                 IS DISTINCT FROM community_deletion.community_deletion_trigger_args(m.args)),
+						('bound trigger args', community_deletion.community_deletion_ddl_guard_trigger_args(m.bound_args)
+						                       IS DISTINCT FROM community_deletion.community_deletion_trigger_args(m.bound_args)),
 						('statement fenced', community_deletion.community_deletion_ddl_guard_statement_fenced(m.relid, m.purge_action, m.args)
 						                     IS DISTINCT FROM community_deletion.community_deletion_statement_fenced(m.relid, m.fence, m.args)),
+						('statement fenced in full', community_deletion.community_deletion_ddl_guard_statement_fenced(m.relid, m.purge_action, m.full_args)
+						                             IS DISTINCT FROM community_deletion.community_deletion_statement_fenced(m.relid, m.fence, m.full_args)),
+						('statement fenced bound', community_deletion.community_deletion_ddl_guard_statement_fenced(m.relid, m.purge_action, m.bound_args)
+						                           IS DISTINCT FROM community_deletion.community_deletion_statement_fenced(m.relid, m.fence, m.bound_args)),
 						('row fenced', community_deletion.community_deletion_ddl_guard_row_fenced(m.relid, m.purge_action, m.args, true)
 						               IS DISTINCT FROM community_deletion.community_deletion_row_fenced(m.relid, m.row_fence, m.args, true)),
 						('row fence present', community_deletion.community_deletion_ddl_guard_row_fenced(m.relid, m.purge_action, m.args, false)
 						                      IS DISTINCT FROM community_deletion.community_deletion_row_fenced(m.relid, m.row_fence, m.args, false)),
 						('paths', m.parents IS NOT NULL AND m.relid = m.root AND
-						          community_deletion.community_deletion_ddl_guard_child_paths(m.relid, NULL)
-						          IS DISTINCT FROM community_deletion.community_deletion_child_paths(m.relid, NULL))
+						          community_deletion.community_deletion_ddl_guard_child_paths(m.relid, NULL, NULL)
+						          IS DISTINCT FROM community_deletion.community_deletion_child_paths(m.relid, NULL, NULL)),
+						('first steps', m.parents IS NOT NULL AND m.relid = m.root AND
+						                (community_deletion.community_deletion_ddl_guard_first_steps(m.parents, false)
+						                 IS DISTINCT FROM community_deletion.community_deletion_first_steps(m.parents, false)
+						                 OR community_deletion.community_deletion_ddl_guard_first_steps(m.parents, true)
+						                    IS DISTINCT FROM community_deletion.community_deletion_first_steps(m.parents, true))),
+						('paths of its steps', m.parents IS NOT NULL AND m.relid = m.root AND
+						          community_deletion.community_deletion_ddl_guard_child_paths(m.relid,
+						              coalesce(community_deletion.community_deletion_first_steps(m.parents, false), '{}'),
+						              community_deletion.community_deletion_first_steps(m.parents, true))
+						          IS DISTINCT FROM community_deletion.community_deletion_child_paths(m.relid,
+						              coalesce(community_deletion.community_deletion_first_steps(m.parents, false), '{}'),
+						              community_deletion.community_deletion_first_steps(m.parents, true)))
 					) x (what, differs)
 					WHERE x.differs ORDER BY 1`)
 				require.NoError(t, err)
 				found, err := pgx.CollectRows(rows, pgx.RowTo[string])
 				require.NoError(t, err)
 				return found
+			}
+			// What the comparison sees, so that it cannot pass by comparing
+			// nothing: bound and full fences, paths both ways.
+			bound := func() map[string]bool {
+				t.Helper()
+				rows, err := b.pool.Query(t.Context(), `SELECT reg.relid::regclass::text, cardinality(reg.args) = 3
+					FROM community_deletion.community_deletion_ddl_guard_registered() reg`)
+				require.NoError(t, err)
+				found := map[string]bool{}
+				for rows.Next() {
+					var relation string
+					var isBound bool
+					require.NoError(t, rows.Scan(&relation, &isBound))
+					found[relation] = isBound
+				}
+				require.NoError(t, rows.Err())
+				return found
+			}
+			fenced := bound()
+			for relation, want := range map[string]bool{"svc.ledger": true, "svc.ledger_sub_low": true, "svc.ledger_run": true,
+				"svc.invoices": true, "svc.tasks": true, "svc.attachments": true, "svc.blobs": true,
+				"svc.projects": false, "svc.comments": false, "svc.events_sub_low": false, "svc.notes": false} {
+				require.Equal(t, want, fenced[relation], relation)
 			}
 			require.Empty(t, disagreements(), "fenced whole")
 			for _, tamper := range [][2]string{
@@ -984,12 +1084,30 @@ func TestDDLGuardAgreesWithTheMigrationsOnFences(t *testing.T) {
 					"ALTER TABLE svc.tasks ADD CONSTRAINT tasks_project_id_fkey FOREIGN KEY (project_id) REFERENCES svc.projects (id)"},
 				{"ALTER TABLE svc.comments ENABLE REPLICA TRIGGER community_write_fence_delete",
 					"ALTER TABLE svc.comments ENABLE TRIGGER community_write_fence_delete"},
+				// Unbound: the foreign keys that bind gone, bound fences left.
+				{"ALTER TABLE svc.ledger DROP CONSTRAINT ledger_account_id_fkey",
+					"ALTER TABLE svc.ledger ADD CONSTRAINT ledger_account_id_fkey FOREIGN KEY (account_id) REFERENCES svc.accounts (id)"},
+				{"ALTER TABLE svc.invoices DROP CONSTRAINT invoices_account_id_fkey",
+					"ALTER TABLE svc.invoices ADD CONSTRAINT invoices_account_id_fkey FOREIGN KEY (account_id) REFERENCES svc.accounts (id)"},
+				{"ALTER TABLE svc.attachments DROP CONSTRAINT attachments_blob_id_fkey",
+					"ALTER TABLE svc.attachments ADD CONSTRAINT attachments_blob_id_fkey FOREIGN KEY (blob_id) REFERENCES svc.blobs (id)"},
+				// Full fences on a table a foreign key binds; a bound fence on
+				// one it does not.
+				{"SELECT community_deletion.community_deletion_ddl_guard_full_fences('svc.ledger')",
+					"SELECT community_deletion.attach_community_write_fence('svc.ledger', 'delete', 'account_id')"},
+				{`CREATE OR REPLACE TRIGGER community_write_fence_insert AFTER INSERT ON svc.projects
+					REFERENCING NEW TABLE AS community_fence_new FOR EACH STATEMENT
+					EXECUTE FUNCTION community_deletion.enforce_community_write_fence('account_id', '` + kind.name + `', 'bound')`,
+					"SELECT community_deletion.attach_community_write_fence('svc.projects', 'delete', 'account_id')"},
+				{"ALTER TABLE svc.ledger_active DISABLE TRIGGER community_write_fence_update",
+					"ALTER TABLE svc.ledger_active ENABLE TRIGGER community_write_fence_update"},
 			} {
 				b.execInRun(t, tamper[0])
 				require.Empty(t, disagreements(), tamper[0])
 				b.execInRun(t, tamper[1])
 			}
 			require.Empty(t, disagreements(), "put back")
+			require.Equal(t, fenced, bound(), "put back")
 		})
 	}
 }

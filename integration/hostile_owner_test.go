@@ -820,9 +820,11 @@ func attackFenceWhen(_ *testing.T, w *hostileWorld) walkHooks {
 // attackPartition: with the doomed community fenced, the table owner
 // detaches the partition, drops its insert fence, lets the service write a
 // row of the doomed community into it and re-attaches it. The guard refuses the drop
-// (42501) and the fence refuses the write (55000); without the guard the
-// detached partition shows as drift while it is out, and the row written
-// is purged with the community.
+// (42501) and the fence refuses the write (55000), and disables the clone of
+// the row fence the re-attached partition gets, as attach would; without
+// the guard the detached partition shows as drift while it is out, comes
+// back fenced twice (the clone enabled) until attach runs again, and the
+// row written is purged with the community.
 func attackPartition(_ *testing.T, w *hostileWorld) walkHooks {
 	return walkHooks{fenced: func(t *testing.T, _ *lifecycle.LeaseToken) {
 		before := w.rowsOf(t, w.doomed)
@@ -849,6 +851,22 @@ func attackPartition(_ *testing.T, w *hostileWorld) walkHooks {
 				REFERENCING NEW TABLE AS community_fence_new FOR EACH STATEMENT EXECUTE FUNCTION community_deletion.enforce_community_write_fence()`))
 		}
 		require.NoError(t, w.asOwner(t, "ALTER TABLE public.fixture_activity ATTACH PARTITION public.fixture_activity_default DEFAULT"))
+		if !w.guard {
+			// PostgreSQL clones the partitioned table's row fence onto the
+			// partition it attaches, enabled, and nothing disables it: the
+			// partition is fenced twice (its statement fences and the
+			// clone), which is whole and no drift. Attach again leaves it
+			// as attach does, the clone disabled. A table attached before
+			// migration 00026 (the upgraded world) has no row fence to clone.
+			twice := strings.Replace(fence, "community_write_fence_row 29 D ", "community_write_fence_row 29 O ", 1)
+			require.Equal(t, strings.Contains(fence, "community_write_fence_row "), twice != fence,
+				"a row fence's clone was disabled on the partition before")
+			require.Equal(t, twice, triggerSnapshot(t, w.b, "public.fixture_activity_default"))
+			require.Empty(t, drift(t, w.b))
+			if twice != fence {
+				require.NoError(t, w.asOwner(t, "SELECT community_deletion.attach_community_write_fence('public.fixture_activity')"))
+			}
+		}
 		require.Equal(t, fence, triggerSnapshot(t, w.b, "public.fixture_activity_default"))
 		require.Empty(t, drift(t, w.b))
 		if w.guard {

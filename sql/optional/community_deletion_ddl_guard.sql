@@ -430,17 +430,21 @@ CREATE FUNCTION community_deletion.community_deletion_ddl_guard_row_fenced(
           AND t.tgargs OPERATOR(pg_catalog.=) community_deletion.community_deletion_ddl_guard_trigger_args(args))
 $body$;
 
--- The references of relation target to other tables: its foreign keys (on
--- the table itself, not a partition's clones) and those its owner declared
--- (community_deletion_references), each with its columns and the
--- referenced table's, in key order.
+-- The references between relation target and other tables: foreign keys
+-- (on the tables themselves, not a partition's clones) and those a table's
+-- owner declared (community_deletion_references), in key order: target's
+-- own references (reverse false: columns are target's, parent_columns the
+-- referenced table's) and those of other tables to target (reverse true:
+-- columns are target's referenced columns, parent the referencing table,
+-- parent_columns its referencing columns); via says which kind.
 CREATE FUNCTION community_deletion.community_deletion_ddl_guard_references(target pg_catalog.oid)
-    RETURNS TABLE (columns pg_catalog.name[], parent pg_catalog.oid, parent_schema pg_catalog.name,
-                   parent_table pg_catalog.name, parent_columns pg_catalog.name[])
+    RETURNS TABLE (via pg_catalog.text, reverse pg_catalog.bool, columns pg_catalog.name[], parent pg_catalog.oid,
+                   parent_schema pg_catalog.name, parent_table pg_catalog.name, parent_columns pg_catalog.name[])
     LANGUAGE sql STABLE
     SET search_path = pg_catalog, pg_temp
     AS $body$
-    SELECT ARRAY(SELECT a.attname FROM pg_catalog.unnest(f.conkey) WITH ORDINALITY k (attnum, ordinality)
+    SELECT 'foreign key ' OPERATOR(pg_catalog.||) f.conname::pg_catalog.text, false,
+           ARRAY(SELECT a.attname FROM pg_catalog.unnest(f.conkey) WITH ORDINALITY k (attnum, ordinality)
                  JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) f.conrelid AND a.attnum OPERATOR(pg_catalog.=) k.attnum
                  ORDER BY k.ordinality),
            f.confrelid, pn.nspname, pc.relname,
@@ -453,7 +457,21 @@ CREATE FUNCTION community_deletion.community_deletion_ddl_guard_references(targe
     WHERE f.contype OPERATOR(pg_catalog.=) 'f'::pg_catalog."char" AND f.conrelid OPERATOR(pg_catalog.=) target
       AND f.conparentid OPERATOR(pg_catalog.=) 0::pg_catalog.oid
     UNION ALL
-    SELECT r.child_columns, pc.oid, r.parent_schema, r.parent_table, r.parent_columns
+    SELECT 'foreign key ' OPERATOR(pg_catalog.||) f.conname::pg_catalog.text, true,
+           ARRAY(SELECT a.attname FROM pg_catalog.unnest(f.confkey) WITH ORDINALITY k (attnum, ordinality)
+                 JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) f.confrelid AND a.attnum OPERATOR(pg_catalog.=) k.attnum
+                 ORDER BY k.ordinality),
+           f.conrelid, pn.nspname, pc.relname,
+           ARRAY(SELECT a.attname FROM pg_catalog.unnest(f.conkey) WITH ORDINALITY k (attnum, ordinality)
+                 JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) f.conrelid AND a.attnum OPERATOR(pg_catalog.=) k.attnum
+                 ORDER BY k.ordinality)
+    FROM pg_catalog.pg_constraint f
+    JOIN pg_catalog.pg_class pc ON pc.oid OPERATOR(pg_catalog.=) f.conrelid
+    JOIN pg_catalog.pg_namespace pn ON pn.oid OPERATOR(pg_catalog.=) pc.relnamespace
+    WHERE f.contype OPERATOR(pg_catalog.=) 'f'::pg_catalog."char" AND f.confrelid OPERATOR(pg_catalog.=) target
+      AND f.conparentid OPERATOR(pg_catalog.=) 0::pg_catalog.oid AND f.conrelid OPERATOR(pg_catalog.<>) target
+    UNION ALL
+    SELECT 'declared reference', false, r.child_columns, pc.oid, r.parent_schema, r.parent_table, r.parent_columns
     FROM community_deletion.community_deletion_references r
     JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) target
     JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace AND n.nspname OPERATOR(pg_catalog.=) r.child_schema
@@ -461,13 +479,28 @@ CREATE FUNCTION community_deletion.community_deletion_ddl_guard_references(targe
     LEFT JOIN pg_catalog.pg_class pc ON pc.relnamespace OPERATOR(pg_catalog.=) pn.oid AND pc.relname OPERATOR(pg_catalog.=) r.parent_table
         AND pc.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'p']::pg_catalog."char"[])
     WHERE r.child_table OPERATOR(pg_catalog.=) c.relname
+    UNION ALL
+    SELECT 'declared reference', true, r.parent_columns, cc.oid, r.child_schema, r.child_table, r.child_columns
+    FROM community_deletion.community_deletion_references r
+    JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) target
+    JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace AND n.nspname OPERATOR(pg_catalog.=) r.parent_schema
+    LEFT JOIN pg_catalog.pg_namespace cn ON cn.nspname OPERATOR(pg_catalog.=) r.child_schema
+    LEFT JOIN pg_catalog.pg_class cc ON cc.relnamespace OPERATOR(pg_catalog.=) cn.oid AND cc.relname OPERATOR(pg_catalog.=) r.child_table
+        AND cc.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'p']::pg_catalog."char"[])
+    WHERE r.parent_table OPERATOR(pg_catalog.=) c.relname
+      AND NOT coalesce(r.child_schema OPERATOR(pg_catalog.=) n.nspname AND r.child_table OPERATOR(pg_catalog.=) c.relname, false)
 $body$;
 
--- The paths by which relation target reaches its tenant through its
--- references to registered 'delete' tables other than itself (only to
--- only_parents, when given): {"kind": the root key's kind, "paths": [...]}
+-- The paths by which relation target reaches its tenant: for each of its
+-- references to a registered 'delete' table other than itself (only to
+-- parent_tables, when that is not NULL) and, only for referrer_tables,
+-- each reference of such a table to target, the reference followed by the
+-- other table's own key, or by each of its paths. A step through a
+-- declared reference says so ("declared"), one against a reference's
+-- direction too ("reverse"). {"kind": the root key's kind, "paths": [...]}
 -- in a canonical order, or NULL when there is none.
-CREATE FUNCTION community_deletion.community_deletion_ddl_guard_child_paths(target pg_catalog.oid, only_parents pg_catalog.oid[])
+CREATE FUNCTION community_deletion.community_deletion_ddl_guard_child_paths(
+        target pg_catalog.oid, parent_tables pg_catalog.oid[], referrer_tables pg_catalog.oid[])
     RETURNS pg_catalog.jsonb
     LANGUAGE sql STABLE
     SET search_path = pg_catalog, pg_temp
@@ -476,14 +509,18 @@ CREATE FUNCTION community_deletion.community_deletion_ddl_guard_child_paths(targ
         SELECT ref.parent,
                pg_catalog.jsonb_build_object('schema', ref.parent_schema, 'table', ref.parent_table,
                                              'columns', pg_catalog.to_jsonb(ref.columns::pg_catalog.text[]),
-                                             'parent_columns', pg_catalog.to_jsonb(ref.parent_columns::pg_catalog.text[])) AS hop,
+                                             'parent_columns', pg_catalog.to_jsonb(ref.parent_columns::pg_catalog.text[]))
+                   OPERATOR(pg_catalog.||) CASE WHEN ref.via OPERATOR(pg_catalog.=) 'declared reference'::pg_catalog.text
+                                                THEN '{"declared": true}'::pg_catalog.jsonb ELSE '{}'::pg_catalog.jsonb END
+                   OPERATOR(pg_catalog.||) CASE WHEN ref.reverse THEN '{"reverse": true}'::pg_catalog.jsonb ELSE '{}'::pg_catalog.jsonb END AS hop,
                r.tenant_key, coalesce(r.key_kind, 'uuid') AS kind, r.parents
         FROM community_deletion.community_deletion_ddl_guard_references(target) ref
         JOIN community_deletion.community_scoped_tables r
             ON r.table_schema OPERATOR(pg_catalog.=) ref.parent_schema AND r.table_name OPERATOR(pg_catalog.=) ref.parent_table
         WHERE ref.parent IS NOT NULL AND ref.parent OPERATOR(pg_catalog.<>) target
           AND r.purge_action OPERATOR(pg_catalog.=) 'delete'::pg_catalog.text
-          AND (only_parents IS NULL OR ref.parent OPERATOR(pg_catalog.=) ANY (only_parents))
+          AND CASE WHEN ref.reverse THEN ref.parent OPERATOR(pg_catalog.=) ANY (coalesce(referrer_tables, '{}'::pg_catalog.oid[]))
+                   ELSE parent_tables IS NULL OR ref.parent OPERATOR(pg_catalog.=) ANY (parent_tables) END
     ), paths AS (
         SELECT hops.kind, pg_catalog.jsonb_build_object('hops', pg_catalog.jsonb_build_array(hops.hop), 'key', hops.tenant_key) AS path
         FROM hops WHERE hops.parents IS NULL
@@ -500,29 +537,212 @@ CREATE FUNCTION community_deletion.community_deletion_ddl_guard_child_paths(targ
     FROM paths
 $body$;
 
--- The tables of a registered table's partition tree (the registered table
--- itself among them, relid = root), by the registry's (table_schema,
--- table_name), with the registration: its purge action, key column (NULL
--- for a table attached through its parents), key kind, paths and its
--- fence's arguments; leaf is false for a partitioned table.
-CREATE FUNCTION community_deletion.community_deletion_ddl_guard_registered() RETURNS TABLE (
-        table_schema pg_catalog.name, table_name pg_catalog.name, purge_action pg_catalog.text,
-        root pg_catalog.oid, relid pg_catalog.oid, tenant_key pg_catalog.name, key_kind pg_catalog.text,
-        parents pg_catalog.jsonb, args pg_catalog.text[], leaf pg_catalog.bool)
+-- The tables the first steps of paths lead to, against a reference's
+-- direction (reverse) or along it; NULL when there are none.
+CREATE FUNCTION community_deletion.community_deletion_ddl_guard_first_steps(paths pg_catalog.jsonb, reverse pg_catalog.bool)
+    RETURNS pg_catalog.oid[]
     LANGUAGE sql STABLE
     SET search_path = pg_catalog, pg_temp
     AS $body$
-    SELECT r.table_schema, r.table_name, r.purge_action::pg_catalog.text, c.oid, part.relid, r.tenant_key,
-           coalesce(r.key_kind, 'uuid'), r.parents,
-           community_deletion.community_deletion_ddl_guard_fence_args(r.purge_action, r.tenant_key, r.key_kind, r.parents),
-           part.leaf
-    FROM community_deletion.community_scoped_tables r
-    JOIN pg_catalog.pg_namespace n ON n.nspname OPERATOR(pg_catalog.=) r.table_schema
-    JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) n.oid AND c.relname OPERATOR(pg_catalog.=) r.table_name
-        AND c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'p']::pg_catalog."char"[]) AND NOT c.relispartition
-    CROSS JOIN LATERAL (SELECT c.oid, c.relkind OPERATOR(pg_catalog.<>) 'p'::pg_catalog."char"
+    SELECT pg_catalog.array_agg(DISTINCT c.oid ORDER BY c.oid)
+    FROM pg_catalog.jsonb_array_elements(paths) p
+    JOIN pg_catalog.pg_namespace n
+        ON n.nspname OPERATOR(pg_catalog.=) (((p.value OPERATOR(pg_catalog.->) 'hops') OPERATOR(pg_catalog.->) 0) OPERATOR(pg_catalog.->>) 'schema')
+    JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) n.oid
+        AND c.relname OPERATOR(pg_catalog.=) (((p.value OPERATOR(pg_catalog.->) 'hops') OPERATOR(pg_catalog.->) 0) OPERATOR(pg_catalog.->>) 'table')
+    WHERE coalesce((((p.value OPERATOR(pg_catalog.->) 'hops') OPERATOR(pg_catalog.->) 0) OPERATOR(pg_catalog.->>) 'reverse')::pg_catalog.bool, false)
+          OPERATOR(pg_catalog.=) reverse
+$body$;
+
+-- Whether a foreign key, not a query, keeps the rows of a deleted tenant
+-- out of registered table target (key column tenant_key, or paths
+-- parents): for a table keyed by its own column, a foreign key of that
+-- column alone to the declared tenant table's key; for a table attached
+-- through its parents, no first step along a declared reference. The
+-- tenant table itself is never bound.
+CREATE FUNCTION community_deletion.community_deletion_ddl_guard_fence_bound(
+        target pg_catalog.oid, tenant_key pg_catalog.name, parents pg_catalog.jsonb) RETURNS pg_catalog.bool
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $body$
+    SELECT CASE
+        WHEN parents IS NOT NULL THEN
+            pg_catalog.jsonb_typeof(parents) OPERATOR(pg_catalog.=) 'array'::pg_catalog.text
+            AND pg_catalog.jsonb_array_length(parents) OPERATOR(pg_catalog.>) 0
+            AND NOT EXISTS (SELECT 1 FROM pg_catalog.jsonb_array_elements(parents) p
+                            WHERE coalesce((((p.value OPERATOR(pg_catalog.->) 'hops') OPERATOR(pg_catalog.->) 0)
+                                            OPERATOR(pg_catalog.->>) 'declared')::pg_catalog.bool, false)
+                              AND NOT coalesce((((p.value OPERATOR(pg_catalog.->) 'hops') OPERATOR(pg_catalog.->) 0)
+                                                OPERATOR(pg_catalog.->>) 'reverse')::pg_catalog.bool, false))
+        -- As the migrations' join, written as subqueries: a join of six
+        -- catalogs took longer to plan than the guard takes to run.
+        ELSE EXISTS (
+            SELECT 1
+            FROM pg_catalog.pg_constraint f
+            WHERE f.conrelid OPERATOR(pg_catalog.=) target AND f.contype OPERATOR(pg_catalog.=) 'f'::pg_catalog."char"
+              AND f.conkey OPERATOR(pg_catalog.=) ARRAY[(SELECT a.attnum FROM pg_catalog.pg_attribute a
+                                                         WHERE a.attrelid OPERATOR(pg_catalog.=) target
+                                                           AND a.attname OPERATOR(pg_catalog.=) tenant_key
+                                                           AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped)]
+              AND EXISTS (SELECT 1
+                          FROM community_deletion.community_deletion_tenant_table d
+                          JOIN pg_catalog.pg_namespace n ON n.nspname OPERATOR(pg_catalog.=) d.table_schema
+                          JOIN pg_catalog.pg_class tc ON tc.relnamespace OPERATOR(pg_catalog.=) n.oid
+                              AND tc.relname OPERATOR(pg_catalog.=) d.table_name
+                          WHERE tc.oid OPERATOR(pg_catalog.=) f.confrelid AND tc.oid OPERATOR(pg_catalog.<>) target
+                            AND f.confkey OPERATOR(pg_catalog.=) ARRAY[(SELECT ta.attnum FROM pg_catalog.pg_attribute ta
+                                                                        WHERE ta.attrelid OPERATOR(pg_catalog.=) tc.oid
+                                                                          AND ta.attname OPERATOR(pg_catalog.=) d.key_column
+                                                                          AND NOT ta.attisdropped)]))
+    END
+$body$;
+
+-- The arguments of a fence (write or kept-row) bound by a foreign key,
+-- from its arguments args otherwise: always three, the key column (or
+-- 'through'), the key kind (or the paths) and 'bound'.
+CREATE FUNCTION community_deletion.community_deletion_ddl_guard_bound_args(args pg_catalog.text[]) RETURNS pg_catalog.text[]
+    LANGUAGE sql IMMUTABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $body$
+    SELECT CASE WHEN coalesce(pg_catalog.cardinality(args), 0) OPERATOR(pg_catalog.=) 0
+                    THEN ARRAY['community_id', 'uuid', 'bound']::pg_catalog.text[]
+                WHEN pg_catalog.cardinality(args) OPERATOR(pg_catalog.=) 1
+                    THEN ARRAY[args[1], 'uuid', 'bound']::pg_catalog.text[]
+                ELSE ARRAY[args[1], args[2], 'bound']::pg_catalog.text[] END
+$body$;
+
+-- The arguments registered table target's fences are expected to carry:
+-- the bound ones when its own fence has them and a foreign key still
+-- binds it, the full ones otherwise (which a table is always allowed).
+CREATE FUNCTION community_deletion.community_deletion_ddl_guard_expected_args(
+        target pg_catalog.oid, purge_action pg_catalog.text, tenant_key pg_catalog.name, key_kind pg_catalog.text, parents pg_catalog.jsonb)
+    RETURNS pg_catalog.text[]
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $body$
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
+                             WHERE t.tgrelid OPERATOR(pg_catalog.=) target AND NOT t.tgisinternal
+                               AND t.tgnargs OPERATOR(pg_catalog.=) 3
+                               AND t.tgname OPERATOR(pg_catalog.=) ANY (ARRAY['community_write_fence_insert',
+                                                                              'community_kept_row_fence_insert']::pg_catalog.name[]))
+                     AND community_deletion.community_deletion_ddl_guard_fence_bound(target, tenant_key, parents)
+                THEN community_deletion.community_deletion_ddl_guard_bound_args(full_args.args)
+                ELSE full_args.args END
+    FROM (SELECT community_deletion.community_deletion_ddl_guard_fence_args(purge_action, tenant_key, key_kind, parents) AS args) full_args
+$body$;
+
+-- Why the foreign keys that bind registered table target (key column
+-- tenant_key, or paths parents) do not, in fact, keep a deleted tenant's
+-- rows out of it, or NULL when they do: community_deletion_ddl_guard_fence_bound()
+-- does not hold, or no foreign key it relies on is there with every
+-- trigger of its (on either table, on every partition) enabled. For a
+-- table attached through its parents that is a foreign key for each first
+-- step along one; for a table keyed by its own column, one foreign key of
+-- that column to the declared tenant table's key. Stricter than the
+-- migrations' test, which does not look at the foreign keys of a child
+-- table's paths (the paths check does) nor at their triggers.
+CREATE FUNCTION community_deletion.community_deletion_ddl_guard_unbound_detail(
+        target pg_catalog.oid, tenant_key pg_catalog.name, parents pg_catalog.jsonb) RETURNS pg_catalog.text
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $body$
+    WITH steps AS (
+        -- What must bind: the tenant table's key, or each first step
+        -- along a reference's direction.
+        SELECT tc.oid AS parent, d.table_schema::pg_catalog.text AS parent_schema, d.table_name::pg_catalog.text AS parent_table,
+               ARRAY[tenant_key::pg_catalog.text] AS columns, ARRAY[d.key_column::pg_catalog.text] AS parent_columns
+        FROM community_deletion.community_deletion_tenant_table d
+        LEFT JOIN pg_catalog.pg_namespace n ON n.nspname OPERATOR(pg_catalog.=) d.table_schema
+        LEFT JOIN pg_catalog.pg_class tc ON tc.relnamespace OPERATOR(pg_catalog.=) n.oid AND tc.relname OPERATOR(pg_catalog.=) d.table_name
+        WHERE parents IS NULL
+        UNION
+        SELECT c.oid, hop OPERATOR(pg_catalog.->>) 'schema', hop OPERATOR(pg_catalog.->>) 'table',
+               ARRAY(SELECT x.value FROM pg_catalog.jsonb_array_elements_text(hop OPERATOR(pg_catalog.->) 'columns') WITH ORDINALITY x (value, ordinality)
+                     ORDER BY x.ordinality),
+               ARRAY(SELECT x.value FROM pg_catalog.jsonb_array_elements_text(hop OPERATOR(pg_catalog.->) 'parent_columns') WITH ORDINALITY x (value, ordinality)
+                     ORDER BY x.ordinality)
+        FROM pg_catalog.jsonb_array_elements(CASE WHEN pg_catalog.jsonb_typeof(parents) OPERATOR(pg_catalog.=) 'array'::pg_catalog.text
+                                                  THEN parents ELSE '[]'::pg_catalog.jsonb END) p
+        CROSS JOIN LATERAL (SELECT (p.value OPERATOR(pg_catalog.->) 'hops') OPERATOR(pg_catalog.->) 0) step1 (hop)
+        LEFT JOIN pg_catalog.pg_namespace n ON n.nspname OPERATOR(pg_catalog.=) (hop OPERATOR(pg_catalog.->>) 'schema')
+        LEFT JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) n.oid AND c.relname OPERATOR(pg_catalog.=) (hop OPERATOR(pg_catalog.->>) 'table')
+        WHERE NOT coalesce((hop OPERATOR(pg_catalog.->>) 'reverse')::pg_catalog.bool, false)
+          AND NOT coalesce((hop OPERATOR(pg_catalog.->>) 'declared')::pg_catalog.bool, false)
+    ), keys AS (
+        -- The foreign keys of target that make each step, and whether every
+        -- trigger of theirs (and of their partitions' clones) is enabled.
+        SELECT steps.parent_schema, steps.parent_table, steps.columns, steps.parent_columns, f.conname,
+               NOT EXISTS (WITH RECURSIVE clones (oid) AS (
+                               SELECT f.oid
+                               UNION ALL
+                               SELECT k.oid FROM pg_catalog.pg_constraint k JOIN clones ON k.conparentid OPERATOR(pg_catalog.=) clones.oid)
+                           SELECT 1 FROM pg_catalog.pg_trigger t JOIN clones ON t.tgconstraint OPERATOR(pg_catalog.=) clones.oid
+                           WHERE NOT t.tgenabled OPERATOR(pg_catalog.=) ANY (ARRAY['O', 'A']::pg_catalog."char"[])) AS enabled
+        FROM steps
+        JOIN pg_catalog.pg_constraint f ON f.conrelid OPERATOR(pg_catalog.=) target AND f.contype OPERATOR(pg_catalog.=) 'f'::pg_catalog."char"
+            AND f.confrelid OPERATOR(pg_catalog.=) steps.parent AND f.conrelid OPERATOR(pg_catalog.<>) f.confrelid
+        WHERE ARRAY(SELECT a.attname::pg_catalog.text FROM pg_catalog.unnest(f.conkey) WITH ORDINALITY k (attnum, ordinality)
+                    JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) f.conrelid AND a.attnum OPERATOR(pg_catalog.=) k.attnum
+                    ORDER BY k.ordinality) OPERATOR(pg_catalog.=) steps.columns
+          AND ARRAY(SELECT a.attname::pg_catalog.text FROM pg_catalog.unnest(f.confkey) WITH ORDINALITY k (attnum, ordinality)
+                    JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) f.confrelid AND a.attnum OPERATOR(pg_catalog.=) k.attnum
+                    ORDER BY k.ordinality) OPERATOR(pg_catalog.=) steps.parent_columns
+    )
+    SELECT CASE
+        WHEN NOT community_deletion.community_deletion_ddl_guard_fence_bound(target, tenant_key, parents)
+            THEN CASE WHEN parents IS NOT NULL THEN 'a first step to its parents is a declared reference'
+                      WHEN NOT EXISTS (SELECT 1 FROM steps) THEN 'no tenant table is declared'
+                      ELSE (SELECT pg_catalog.format('no foreign key of its column %I to %I.%I (%I), the tenant table''s key, is there',
+                                                     tenant_key, steps.parent_schema, steps.parent_table, steps.parent_columns[1])
+                            FROM steps LIMIT 1) END
+        ELSE (SELECT pg_catalog.string_agg(problem.text, '; ' ORDER BY problem.text) FROM (
+                  SELECT CASE WHEN pg_catalog.count(keys.conname) OPERATOR(pg_catalog.=) 0
+                              THEN pg_catalog.format('no foreign key of its (%s) to %I.%I (%s) is there',
+                                                     pg_catalog.array_to_string(steps.columns, ', '), steps.parent_schema, steps.parent_table,
+                                                     pg_catalog.array_to_string(steps.parent_columns, ', '))
+                              ELSE pg_catalog.format('the triggers of its foreign key %s are disabled',
+                                                     pg_catalog.string_agg(pg_catalog.quote_ident(keys.conname::pg_catalog.text), ', ' ORDER BY keys.conname)) END
+                  FROM steps
+                  LEFT JOIN keys ON keys.parent_schema OPERATOR(pg_catalog.=) steps.parent_schema
+                      AND keys.parent_table OPERATOR(pg_catalog.=) steps.parent_table
+                      AND keys.columns OPERATOR(pg_catalog.=) steps.columns AND keys.parent_columns OPERATOR(pg_catalog.=) steps.parent_columns
+                  GROUP BY steps.parent_schema, steps.parent_table, steps.columns, steps.parent_columns
+                  HAVING NOT coalesce(pg_catalog.bool_or(keys.enabled), false)) problem (text))
+    END
+$body$;
+
+-- The tables of a registered table's partition tree (the registered table
+-- itself among them, relid = root), by the registry's (table_schema,
+-- table_name), with the registration: its purge action, key column (NULL
+-- for a table attached through its parents), key kind, paths and the
+-- arguments its fences are expected to carry (args, as the migrations'
+-- community_deletion_expected_fence_args() gives them: the bound ones when
+-- its fence has them and a foreign key binds it); leaf is false for a
+-- partitioned table. full_args are the fence's full arguments, which a
+-- table may always carry.
+CREATE FUNCTION community_deletion.community_deletion_ddl_guard_registered() RETURNS TABLE (
+        table_schema pg_catalog.name, table_name pg_catalog.name, purge_action pg_catalog.text,
+        root pg_catalog.oid, relid pg_catalog.oid, tenant_key pg_catalog.name, key_kind pg_catalog.text,
+        parents pg_catalog.jsonb, args pg_catalog.text[], leaf pg_catalog.bool, full_args pg_catalog.text[])
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $body$
+    SELECT reg.table_schema, reg.table_name, reg.purge_action, reg.oid, part.relid, reg.tenant_key,
+           reg.key_kind, reg.parents, reg.args, part.leaf, reg.full_args
+    FROM (
+        -- Once per registered table, not per partition.
+        SELECT r.table_schema, r.table_name, r.purge_action::pg_catalog.text AS purge_action, c.oid, c.relkind, r.tenant_key,
+               coalesce(r.key_kind, 'uuid') AS key_kind, r.parents,
+               community_deletion.community_deletion_ddl_guard_expected_args(c.oid, r.purge_action, r.tenant_key, r.key_kind, r.parents) AS args,
+               community_deletion.community_deletion_ddl_guard_fence_args(r.purge_action, r.tenant_key, r.key_kind, r.parents) AS full_args
+        FROM community_deletion.community_scoped_tables r
+        JOIN pg_catalog.pg_namespace n ON n.nspname OPERATOR(pg_catalog.=) r.table_schema
+        JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) n.oid AND c.relname OPERATOR(pg_catalog.=) r.table_name
+            AND c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'p']::pg_catalog."char"[]) AND NOT c.relispartition
+        OFFSET 0) reg
+    CROSS JOIN LATERAL (SELECT reg.oid, reg.relkind OPERATOR(pg_catalog.<>) 'p'::pg_catalog."char"
                         UNION SELECT tree.relid::pg_catalog.oid, tree.isleaf
-                        FROM pg_catalog.pg_partition_tree(c.oid::pg_catalog.regclass) tree) part (relid, leaf)
+                        FROM pg_catalog.pg_partition_tree(reg.oid::pg_catalog.regclass) tree) part (relid, leaf)
 $body$;
 
 -- Whether a row of a registered table (alias) belongs to a tenant that is
@@ -600,7 +820,12 @@ REVOKE ALL ON FUNCTION community_deletion.community_deletion_ddl_guard_key_kind(
     community_deletion.community_deletion_ddl_guard_statement_fenced(pg_catalog.oid, pg_catalog.text, pg_catalog.text[]),
     community_deletion.community_deletion_ddl_guard_row_fenced(pg_catalog.oid, pg_catalog.text, pg_catalog.text[], pg_catalog.bool),
     community_deletion.community_deletion_ddl_guard_references(pg_catalog.oid),
-    community_deletion.community_deletion_ddl_guard_child_paths(pg_catalog.oid, pg_catalog.oid[]),
+    community_deletion.community_deletion_ddl_guard_child_paths(pg_catalog.oid, pg_catalog.oid[], pg_catalog.oid[]),
+    community_deletion.community_deletion_ddl_guard_first_steps(pg_catalog.jsonb, pg_catalog.bool),
+    community_deletion.community_deletion_ddl_guard_fence_bound(pg_catalog.oid, pg_catalog.name, pg_catalog.jsonb),
+    community_deletion.community_deletion_ddl_guard_bound_args(pg_catalog.text[]),
+    community_deletion.community_deletion_ddl_guard_expected_args(pg_catalog.oid, pg_catalog.text, pg_catalog.name, pg_catalog.text, pg_catalog.jsonb),
+    community_deletion.community_deletion_ddl_guard_unbound_detail(pg_catalog.oid, pg_catalog.name, pg_catalog.jsonb),
     community_deletion.community_deletion_ddl_guard_registered(),
     community_deletion.community_deletion_ddl_guard_foreign_rows(pg_catalog.text[], pg_catalog.text, pg_catalog.bool)
     FROM PUBLIC;
@@ -715,7 +940,8 @@ REVOKE ALL ON FUNCTION community_deletion.community_deletion_ddl_guard_broken_pa
 -- attach creates it: under the name of its event, enabled, no WHEN clause,
 -- no column list, of the purge action of its table's registration and with
 -- the registered arguments when its table is (a partition of) a registered
--- table, any arguments while it is not (attach fences before it
+-- table (the full ones, or the bound ones while a foreign key binds the
+-- table), any arguments while it is not (attach fences before it
 -- registers, and registration checks the arguments). Such a trigger can
 -- only add or restore protection.
 CREATE FUNCTION community_deletion.community_deletion_ddl_guard_builds_fence(trigger_oid pg_catalog.oid) RETURNS pg_catalog.bool
@@ -726,11 +952,16 @@ CREATE FUNCTION community_deletion.community_deletion_ddl_guard_builds_fence(tri
         SELECT 1
         FROM pg_catalog.pg_trigger t
         JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) t.tgrelid
-        LEFT JOIN LATERAL (SELECT reg.purge_action, reg.args FROM community_deletion.community_deletion_ddl_guard_registered() reg
+        LEFT JOIN LATERAL (SELECT reg.purge_action, reg.full_args, reg.root, reg.tenant_key, reg.parents
+                           FROM community_deletion.community_deletion_ddl_guard_registered() reg
                            WHERE reg.relid OPERATOR(pg_catalog.=) t.tgrelid LIMIT 1) reg ON true
-        CROSS JOIN LATERAL (SELECT (reg.args IS NULL
-                                    OR (t.tgnargs::pg_catalog.int4 OPERATOR(pg_catalog.=) pg_catalog.cardinality(reg.args)
-                                        AND t.tgargs OPERATOR(pg_catalog.=) community_deletion.community_deletion_ddl_guard_trigger_args(reg.args))) AS registered_args,
+        CROSS JOIN LATERAL (SELECT (reg.full_args IS NULL
+                                    OR (t.tgnargs::pg_catalog.int4 OPERATOR(pg_catalog.=) pg_catalog.cardinality(reg.full_args)
+                                        AND t.tgargs OPERATOR(pg_catalog.=) community_deletion.community_deletion_ddl_guard_trigger_args(reg.full_args))
+                                    OR (t.tgnargs OPERATOR(pg_catalog.=) 3
+                                        AND t.tgargs OPERATOR(pg_catalog.=) community_deletion.community_deletion_ddl_guard_trigger_args(
+                                                community_deletion.community_deletion_ddl_guard_bound_args(reg.full_args))
+                                        AND community_deletion.community_deletion_ddl_guard_unbound_detail(reg.root, reg.tenant_key, reg.parents) IS NULL)) AS registered_args,
                                    coalesce(reg.purge_action, 'delete') OPERATOR(pg_catalog.=) 'delete'::pg_catalog.text AS may_delete,
                                    coalesce(reg.purge_action, 'nullify') OPERATOR(pg_catalog.=) 'nullify'::pg_catalog.text AS may_nullify) k
         WHERE t.oid OPERATOR(pg_catalog.=) trigger_oid
@@ -768,6 +999,150 @@ CREATE FUNCTION community_deletion.community_deletion_ddl_guard_builds_fence(tri
                       AND t.tgfoid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure('community_deletion.enforce_community_kept_row_fence_row()')::pg_catalog.oid)))))
 $body$;
 REVOKE ALL ON FUNCTION community_deletion.community_deletion_ddl_guard_builds_fence(pg_catalog.oid) FROM PUBLIC;
+
+-- The registered tables whose fences carry bound arguments (three, the
+-- last 'bound', on the table or a partition) although no foreign key binds
+-- them (community_deletion_ddl_guard_unbound_detail() says why; child: a
+-- table attached through its parents): such a fence skips its tenant
+-- check while no deletion is in flight, so a deleted tenant's rows could
+-- come back.
+CREATE FUNCTION community_deletion.community_deletion_ddl_guard_unbound() RETURNS TABLE (
+        table_schema pg_catalog.name, table_name pg_catalog.name, registered pg_catalog.text, detail pg_catalog.text,
+        child pg_catalog.bool)
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $body$
+    SELECT bound.table_schema, bound.table_name,
+           pg_catalog.quote_ident(bound.table_schema::pg_catalog.text) OPERATOR(pg_catalog.||) '.'::pg_catalog.text
+               OPERATOR(pg_catalog.||) pg_catalog.quote_ident(bound.table_name::pg_catalog.text),
+           community_deletion.community_deletion_ddl_guard_unbound_detail(bound.oid, bound.tenant_key, bound.parents),
+           bound.parents IS NOT NULL
+    FROM (
+        SELECT r.table_schema, r.table_name, r.tenant_key, r.parents, c.oid
+        FROM community_deletion.community_scoped_tables r
+        JOIN pg_catalog.pg_namespace n ON n.nspname OPERATOR(pg_catalog.=) r.table_schema
+        JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) n.oid AND c.relname OPERATOR(pg_catalog.=) r.table_name
+            AND c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'p']::pg_catalog."char"[]) AND NOT c.relispartition
+        WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
+                      WHERE t.tgrelid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT tree.relid::pg_catalog.oid
+                                                                          FROM pg_catalog.pg_partition_tree(c.oid::pg_catalog.regclass) tree)
+                                                                  OPERATOR(pg_catalog.||) c.oid)
+                        AND NOT t.tgisinternal AND t.tgnargs OPERATOR(pg_catalog.=) 3
+                        AND t.tgfoid OPERATOR(pg_catalog.=) ANY (ARRAY[
+                                pg_catalog.to_regprocedure('community_deletion.enforce_community_write_fence()'),
+                                pg_catalog.to_regprocedure('community_deletion.enforce_community_kept_row_fence()'),
+                                pg_catalog.to_regprocedure('community_deletion.enforce_community_write_fence_row()'),
+                                pg_catalog.to_regprocedure('community_deletion.enforce_community_kept_row_fence_row()')]::pg_catalog.oid[]))
+        OFFSET 0) bound
+    WHERE community_deletion.community_deletion_ddl_guard_unbound_detail(bound.oid, bound.tenant_key, bound.parents) IS NOT NULL
+$body$;
+REVOKE ALL ON FUNCTION community_deletion.community_deletion_ddl_guard_unbound() FROM PUBLIC;
+
+-- The purge action and full fence arguments of registered table target
+-- (not a partition of one), or no row: what
+-- community_deletion_ddl_guard_full_fences() needs of the registry, which
+-- its caller may not read. The arguments are in pg_trigger, which every
+-- role reads, anyway.
+CREATE FUNCTION community_deletion.community_deletion_ddl_guard_full_fence_args(target pg_catalog.oid)
+    RETURNS TABLE (purge_action pg_catalog.text, args pg_catalog.text[])
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $body$
+    SELECT reg.purge_action, reg.full_args
+    FROM community_deletion.community_deletion_ddl_guard_registered() reg
+    WHERE reg.relid OPERATOR(pg_catalog.=) target AND reg.root OPERATOR(pg_catalog.=) target
+$body$;
+REVOKE ALL ON FUNCTION community_deletion.community_deletion_ddl_guard_full_fence_args(pg_catalog.oid) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION community_deletion.community_deletion_ddl_guard_full_fence_args(pg_catalog.oid) TO PUBLIC;
+
+-- Gives registered table target (and each of its partitions that has
+-- them) its fences with their full arguments, as attach gives them to a
+-- table no foreign key binds: the fence then checks every write's tenants,
+-- and the foreign key that bound it may be dropped, which the guard
+-- refuses while the fence is bound. Runs as its caller, who must own the
+-- table (PostgreSQL refuses the triggers otherwise); attach binds the
+-- fence again while the foreign key is there.
+CREATE FUNCTION community_deletion.community_deletion_ddl_guard_full_fences(target pg_catalog.regclass) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $body$
+DECLARE
+    registration record;
+    member pg_catalog.regclass;
+    arg_list pg_catalog.text;
+    names pg_catalog.name[];
+BEGIN
+    SELECT f.purge_action, f.args INTO registration
+    FROM community_deletion.community_deletion_ddl_guard_full_fence_args(target::pg_catalog.oid) f;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = pg_catalog.format('full fences of %s refused: it is not a registered table (a partition''s fences are its partitioned table''s); attach it with community_deletion.attach_community_write_fence() or attach_child_table()',
+                                        target);
+    END IF;
+    arg_list := coalesce((SELECT pg_catalog.string_agg(pg_catalog.quote_literal(a.value), ', ' ORDER BY a.ordinality)
+                          FROM pg_catalog.unnest(registration.args) WITH ORDINALITY a (value, ordinality)), '');
+    names := CASE WHEN registration.purge_action OPERATOR(pg_catalog.=) 'delete'::pg_catalog.text
+                  THEN ARRAY['community_write_fence_insert', 'community_write_fence_update', 'community_write_fence_delete']::pg_catalog.name[]
+                  ELSE ARRAY['community_kept_row_fence_insert', 'community_kept_row_fence_update']::pg_catalog.name[] END;
+    -- Every table of the tree that has its statement fences (a partition
+    -- made in a migration run is fenced by its clone of the row fence alone).
+    FOR member IN
+        SELECT m.relid::pg_catalog.regclass
+        FROM (SELECT target::pg_catalog.oid AS relid
+              UNION SELECT tree.relid::pg_catalog.oid FROM pg_catalog.pg_partition_tree(target) tree) m
+        WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
+                      WHERE t.tgrelid OPERATOR(pg_catalog.=) m.relid AND NOT t.tgisinternal
+                        AND t.tgname OPERATOR(pg_catalog.=) ANY (names))
+        ORDER BY m.relid
+    LOOP
+        IF registration.purge_action OPERATOR(pg_catalog.=) 'delete'::pg_catalog.text THEN
+            EXECUTE pg_catalog.format('CREATE OR REPLACE TRIGGER community_write_fence_insert AFTER INSERT ON %s '
+                                      'REFERENCING NEW TABLE AS community_fence_new '
+                                      'FOR EACH STATEMENT EXECUTE FUNCTION community_deletion.enforce_community_write_fence(%s)', member, arg_list);
+            EXECUTE pg_catalog.format('CREATE OR REPLACE TRIGGER community_write_fence_update AFTER UPDATE ON %s '
+                                      'REFERENCING OLD TABLE AS community_fence_old NEW TABLE AS community_fence_new '
+                                      'FOR EACH STATEMENT EXECUTE FUNCTION community_deletion.enforce_community_write_fence(%s)', member, arg_list);
+            EXECUTE pg_catalog.format('CREATE OR REPLACE TRIGGER community_write_fence_delete AFTER DELETE ON %s '
+                                      'REFERENCING OLD TABLE AS community_fence_old '
+                                      'FOR EACH STATEMENT EXECUTE FUNCTION community_deletion.enforce_community_write_fence(%s)', member, arg_list);
+        ELSE
+            EXECUTE pg_catalog.format('CREATE OR REPLACE TRIGGER community_kept_row_fence_insert AFTER INSERT ON %s '
+                                      'REFERENCING NEW TABLE AS community_fence_new '
+                                      'FOR EACH STATEMENT EXECUTE FUNCTION community_deletion.enforce_community_kept_row_fence(%s)', member, arg_list);
+            EXECUTE pg_catalog.format('CREATE OR REPLACE TRIGGER community_kept_row_fence_update AFTER UPDATE ON %s '
+                                      'REFERENCING OLD TABLE AS community_fence_old NEW TABLE AS community_fence_new '
+                                      'FOR EACH STATEMENT EXECUTE FUNCTION community_deletion.enforce_community_kept_row_fence(%s)', member, arg_list);
+        END IF;
+    END LOOP;
+    -- The row fence of a partitioned table, which PostgreSQL clones onto
+    -- its partitions (enabled again on each): disabled again on each leaf
+    -- that has its statement fences, as attach leaves it.
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
+               WHERE t.tgrelid OPERATOR(pg_catalog.=) target::pg_catalog.oid AND NOT t.tgisinternal
+                 AND t.tgname OPERATOR(pg_catalog.=) 'community_write_fence_row'::pg_catalog.name) THEN
+        EXECUTE pg_catalog.format('CREATE OR REPLACE TRIGGER community_write_fence_row AFTER %s ON %s FOR EACH ROW EXECUTE FUNCTION %s(%s)',
+                                  CASE WHEN registration.purge_action OPERATOR(pg_catalog.=) 'delete'::pg_catalog.text
+                                       THEN 'INSERT OR UPDATE OR DELETE' ELSE 'INSERT OR UPDATE' END,
+                                  target,
+                                  CASE WHEN registration.purge_action OPERATOR(pg_catalog.=) 'delete'::pg_catalog.text
+                                       THEN 'community_deletion.enforce_community_write_fence_row'
+                                       ELSE 'community_deletion.enforce_community_kept_row_fence_row' END,
+                                  arg_list);
+        FOR member IN
+            SELECT tree.relid FROM pg_catalog.pg_partition_tree(target) tree
+            WHERE tree.isleaf AND tree.relid::pg_catalog.oid OPERATOR(pg_catalog.<>) target::pg_catalog.oid
+              AND EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
+                          WHERE t.tgrelid OPERATOR(pg_catalog.=) tree.relid::pg_catalog.oid AND NOT t.tgisinternal
+                            AND t.tgname OPERATOR(pg_catalog.=) ANY (names))
+            ORDER BY tree.relid::pg_catalog.oid
+        LOOP
+            EXECUTE pg_catalog.format('ALTER TABLE %s DISABLE TRIGGER community_write_fence_row', member);
+        END LOOP;
+    END IF;
+END
+$body$;
+REVOKE ALL ON FUNCTION community_deletion.community_deletion_ddl_guard_full_fences(pg_catalog.regclass) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION community_deletion.community_deletion_ddl_guard_full_fences(pg_catalog.regclass) TO PUBLIC;
 
 -- Table rewrites of registered tables (and their partitions) in this
 -- transaction, recorded by the table_rewrite trigger and judged at the
@@ -865,8 +1240,11 @@ REVOKE ALL ON FUNCTION community_deletion.community_deletion_ddl_guard_rewritten
 -- outside a migration run, a column a registration needs, of a table that
 -- is still there (dropped and added again in one ALTER TABLE, a key column
 -- would give every row another tenant or none, and no rewrite shows it),
--- and the row fence of a registered partitioned table, which
--- detach_community_write_fence() alone removes (after unregistering).
+-- the row fence of a registered partitioned table, which
+-- detach_community_write_fence() alone removes (after unregistering), and
+-- the foreign key that binds a bound fence (one that is re-created in the
+-- same command, as ALTER COLUMN ... TYPE does, or beside another that
+-- binds, passes).
 CREATE FUNCTION community_deletion.community_deletion_ddl_guard_dropped() RETURNS event_trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
@@ -882,7 +1260,8 @@ BEGIN
     SELECT found.message INTO problem
     FROM (
         SELECT pg_catalog.format('drops column %I of %s, which the registration of %s needs; detach %s first (community_deletion.detach_community_write_fence), or change the column without dropping it',
-                                 d.address_names[3], d.objid::pg_catalog.regclass, n.registered, n.registered) AS message
+                                 d.address_names[3], d.objid::pg_catalog.regclass, n.registered, n.registered) AS message,
+               0 AS rank
         FROM pg_catalog.pg_event_trigger_dropped_objects() d
         JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) d.objid
         JOIN pg_catalog.pg_class root ON root.oid OPERATOR(pg_catalog.=) coalesce(pg_catalog.pg_partition_root(c.oid::pg_catalog.regclass)::pg_catalog.oid, c.oid)
@@ -894,7 +1273,8 @@ BEGIN
           AND d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass::pg_catalog.oid
         UNION ALL
         SELECT pg_catalog.format('drops trigger community_write_fence_row of %I.%I, the row fence that fences its partitions as they are made; only community_deletion.detach_community_write_fence() removes it',
-                                 d.address_names[1], d.address_names[2])
+                                 d.address_names[1], d.address_names[2]),
+               0
         FROM pg_catalog.pg_event_trigger_dropped_objects() d
         JOIN community_deletion.community_scoped_tables r
             ON r.table_schema::pg_catalog.text OPERATOR(pg_catalog.=) d.address_names[1]
@@ -903,8 +1283,24 @@ BEGIN
         JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) n.oid AND c.relname::pg_catalog.text OPERATOR(pg_catalog.=) d.address_names[2]
         WHERE d.object_type OPERATOR(pg_catalog.=) 'trigger'::pg_catalog.text
           AND d.address_names[3] OPERATOR(pg_catalog.=) 'community_write_fence_row'::pg_catalog.text
+        UNION ALL
+        -- A constraint of a table whose fence is bound, which no foreign key
+        -- binds any more: the foreign key it relied on, named as the command
+        -- named it before the clones PostgreSQL drops with it (those of a
+        -- partitioned parent's partitions, named otherwise).
+        SELECT CASE WHEN u.child
+                    THEN pg_catalog.format('drops foreign key %I of %s, which binds its fence and is a first step of its paths: a bound fence skips the tenant check while no deletion is in flight, so without the key a deleted tenant''s rows could come back; change the references %s is attached by in a migration run only: detach it there and attach it again with community_deletion.attach_child_table()',
+                                           d.address_names[3], u.registered, u.registered)
+                    ELSE pg_catalog.format('drops foreign key %I of %s, which binds its fence: a bound fence skips the tenant check while no deletion is in flight, so without the key a deleted tenant''s rows could come back; give %s full fences first with SELECT community_deletion.community_deletion_ddl_guard_full_fences(%L), then drop the key',
+                                           d.address_names[3], u.registered, u.registered, u.registered) END,
+               CASE WHEN d.original THEN 0 WHEN d.normal THEN 1 ELSE 2 END
+        FROM pg_catalog.pg_event_trigger_dropped_objects() d
+        JOIN community_deletion.community_deletion_ddl_guard_unbound() u
+            ON u.table_schema::pg_catalog.text OPERATOR(pg_catalog.=) d.address_names[1]
+           AND u.table_name::pg_catalog.text OPERATOR(pg_catalog.=) d.address_names[2]
+        WHERE d.object_type OPERATOR(pg_catalog.=) 'table constraint'::pg_catalog.text
     ) found
-    ORDER BY 1
+    ORDER BY found.rank, found.message
     LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION USING ERRCODE = '42501',
@@ -1050,6 +1446,42 @@ BEGIN
                                         TG_TAG);
     END IF;
 
+    -- The fence marker (migration 00029), which the write fences read to
+    -- tell whether a deletion is in flight: still there, and no role but
+    -- its owner (whose functions set it) may change it (setval and nextval
+    -- need UPDATE or USAGE). ALTER SEQUENCE (its owner too) is refused
+    -- above, as a change in schema community_deletion; DROP SEQUENCE and
+    -- GRANT list nothing there, and are checked here.
+    IF EXISTS (SELECT 1 FROM community_deletion.community_deletion_function_digests d
+               WHERE d.function_signature OPERATOR(pg_catalog.=) 'community_deletion_fence_bit(uuid)'::pg_catalog.text) THEN
+        SELECT found.problem INTO problem
+        FROM (
+            SELECT 'gone; the write fences read it to tell whether a deletion is in flight'::pg_catalog.text AS problem
+            WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+                              WHERE c.relnamespace OPERATOR(pg_catalog.=) home
+                                AND c.relname OPERATOR(pg_catalog.=) 'community_deletion_fence_marker'::pg_catalog.name
+                                AND c.relkind OPERATOR(pg_catalog.=) 'S'::pg_catalog."char")
+            UNION ALL
+            SELECT pg_catalog.format('with %s granted to %s: only its owner may change it (setval, nextval); revoke it',
+                                     acl.privilege_type,
+                                     CASE WHEN acl.grantee OPERATOR(pg_catalog.=) 0::pg_catalog.oid THEN 'PUBLIC'::pg_catalog.text
+                                          ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(acl.grantee)::pg_catalog.text) END)
+            FROM pg_catalog.pg_class c
+            CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) acl
+            WHERE c.relnamespace OPERATOR(pg_catalog.=) home
+              AND c.relname OPERATOR(pg_catalog.=) 'community_deletion_fence_marker'::pg_catalog.name
+              AND acl.grantee OPERATOR(pg_catalog.<>) c.relowner
+              AND acl.privilege_type OPERATOR(pg_catalog.<>) 'SELECT'::pg_catalog.text
+        ) found
+        ORDER BY 1
+        LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = '42501',
+                MESSAGE = pg_catalog.format('DDL refused: %s leaves the fence marker community_deletion.community_deletion_fence_marker %s; change the deletion schema only through its migrations',
+                                            TG_TAG, problem.problem);
+        END IF;
+    END IF;
+
     -- Building a fence (attach, attach_child_table, or the fencing below)
     -- creates its triggers one command at a time. A command that only
     -- creates triggers exactly as attach does, each under the name of its
@@ -1064,6 +1496,20 @@ BEGIN
             RAISE EXCEPTION USING ERRCODE = '42501', MESSAGE = rewrite_problem;
         END IF;
         RETURN;
+    END IF;
+
+    -- A bound fence (three arguments, the last 'bound') skips its tenant
+    -- check while no deletion is in flight: it holds only while the
+    -- foreign key that binds its table is there, with its triggers enabled
+    -- (the sql_drop trigger names a foreign key dropped).
+    SELECT u.registered, u.detail INTO problem
+    FROM community_deletion.community_deletion_ddl_guard_unbound() u
+    ORDER BY 1
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = '42501',
+            MESSAGE = pg_catalog.format('DDL refused: %s leaves the fence of %s bound although %s: a bound fence skips the tenant check while no deletion is in flight, so a deleted tenant''s rows could come back; put that back, or give %s full fences first with SELECT community_deletion.community_deletion_ddl_guard_full_fences(%L)',
+                                        TG_TAG, problem.registered, problem.detail, problem.registered, problem.registered);
     END IF;
 
     -- Partitions new to a registered table: one without any fence trigger
@@ -1156,7 +1602,7 @@ BEGIN
         -- oid is NULL when the table is gone; key is its tenant key column.
         SELECT r.table_schema, r.table_name, r.purge_action, r.tenant_key, coalesce(r.key_kind, 'uuid') AS key_kind, r.parents,
                t.oid, key.atttypid AS key_type, key.attnotnull AS key_not_null,
-               community_deletion.community_deletion_ddl_guard_fence_args(r.purge_action, r.tenant_key, r.key_kind, r.parents) AS args,
+               community_deletion.community_deletion_ddl_guard_expected_args(t.oid, r.purge_action, r.tenant_key, r.key_kind, r.parents) AS args,
                pg_catalog.quote_ident(r.table_schema::pg_catalog.text) OPERATOR(pg_catalog.||) '.'::pg_catalog.text
                    OPERATOR(pg_catalog.||) pg_catalog.quote_ident(r.table_name::pg_catalog.text) AS display_name
         FROM community_deletion.community_scoped_tables r
@@ -1263,11 +1709,8 @@ BEGIN
         FROM registered
         WHERE registered.oid IS NOT NULL AND registered.parents IS NOT NULL
           AND community_deletion.community_deletion_ddl_guard_child_paths(registered.oid,
-                  ARRAY(SELECT c.oid FROM pg_catalog.jsonb_array_elements(registered.parents) p
-                        JOIN pg_catalog.pg_namespace n
-                            ON n.nspname OPERATOR(pg_catalog.=) (((p.value OPERATOR(pg_catalog.->) 'hops') OPERATOR(pg_catalog.->) 0) OPERATOR(pg_catalog.->>) 'schema')
-                        JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) n.oid
-                            AND c.relname OPERATOR(pg_catalog.=) (((p.value OPERATOR(pg_catalog.->) 'hops') OPERATOR(pg_catalog.->) 0) OPERATOR(pg_catalog.->>) 'table')))
+                  coalesce(community_deletion.community_deletion_ddl_guard_first_steps(registered.parents, false), '{}'::pg_catalog.oid[]),
+                  community_deletion.community_deletion_ddl_guard_first_steps(registered.parents, true))
               IS DISTINCT FROM pg_catalog.jsonb_build_object('kind', registered.key_kind, 'paths', registered.parents)
         UNION ALL
         SELECT broken.registered, 'parents_changed: ' OPERATOR(pg_catalog.||) broken.detail
