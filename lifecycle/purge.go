@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -118,17 +119,25 @@ type PurgeOptions struct {
 	// MaxRowsPerSecond caps the purge's average rate over the call, for a
 	// gentle deletion; zero means no cap.
 	MaxRowsPerSecond float64
+	// NiceRatio is a relative throttle: after each batch the purge sleeps
+	// NiceRatio times that batch's own duration (read on Clock), so it
+	// takes at most 1/(1+NiceRatio) of the time on the database and slows
+	// down by itself when the database is busy. Zero means no sleep; it
+	// must be finite and not negative. With MaxRowsPerSecond, the longer
+	// wait wins; the headroom pauses come on top.
+	NiceRatio float64
 	// MaxPause bounds one pause (for replication lag or wraparound
 	// vacuum): past it the purge stops with a *PurgePausedError, which the
 	// executor records as a retry. Zero means DefaultMaxPause.
 	MaxPause time.Duration
-	// Clock is what the rate cap reads the time from and sleeps on; nil is
-	// the wall clock. A test gives one of its own to decide when the cap
-	// holds a batch back, whatever the host's speed.
+	// Clock is what the rate cap and NiceRatio read the time from and sleep
+	// on; nil is the wall clock. A test gives one of its own to decide when
+	// the cap holds a batch back and how long a batch took, whatever the
+	// host's speed.
 	Clock PurgeClock
 }
 
-// PurgeClock is the time source of a purge's rate cap.
+// PurgeClock is the time source of a purge's rate cap and nice ratio.
 type PurgeClock interface {
 	// Now returns the current time.
 	Now() time.Time
@@ -215,6 +224,9 @@ type PurgeResult struct {
 	Dropped []string
 	// Batches is the batch transactions this call committed.
 	Batches int
+	// Niced is how long this call slept for PurgeOptions.NiceRatio, on its
+	// clock.
+	Niced time.Duration
 	// LongestTx is the longest transaction this call ran, the final one
 	// included, waits for locks included, and LongestTxWork says what it
 	// did (e.g. "batch of messages", "sweep of messages", "final proof").
@@ -263,6 +275,9 @@ func (e *Engine) EnterPostgresPurged(ctx context.Context, token LeaseToken, opts
 	default:
 		return nil, invalidf("unknown purge method %q", boundText(string(opts.Method), 64))
 	}
+	if err := CheckNiceRatio(opts.NiceRatio); err != nil {
+		return nil, err
+	}
 	if opts.Clock == nil {
 		opts.Clock = wallClock{}
 	}
@@ -297,6 +312,15 @@ func (e *Engine) EnterPostgresPurged(ctx context.Context, token LeaseToken, opts
 				token.CommunityID, strings.Join(remaining, ", "), pass)
 		}
 	}
+}
+
+// CheckNiceRatio refuses a PurgeOptions.NiceRatio that is negative, NaN
+// or infinite, with ErrInvalidInput.
+func CheckNiceRatio(ratio float64) error {
+	if math.IsNaN(ratio) || math.IsInf(ratio, 0) || ratio < 0 {
+		return invalidf("purge nice ratio %g refused: it must be a finite number, 0 or more (0: no sleep between batches)", ratio)
+	}
+	return nil
 }
 
 // CheckPostgresPurged proves, for a request at StageCachePurged,
@@ -878,6 +902,7 @@ func (b *purgeBatcher) batch(ctx context.Context) (bool, error) {
 	var rows int64
 	var done bool
 	var stmt time.Duration
+	began := r.opts.Clock.Now()
 	elapsed, err := r.tx(ctx, "batch of "+b.table.name, false, func(tx pgx.Tx, q *dbgen.Queries) error {
 		start := time.Now()
 		var err error
@@ -902,7 +927,22 @@ func (b *purgeBatcher) batch(ctx context.Context) (bool, error) {
 		r.progress(t, done)
 	}
 	b.adapt(rows, stmt, elapsed)
-	return done, nil
+	return done, r.nice(ctx, began)
+}
+
+// nice sleeps after a batch that began at began (on the purge's clock) for
+// NiceRatio times the batch's duration.
+func (r *purgeRun) nice(ctx context.Context, began time.Time) error {
+	if r.opts.NiceRatio == 0 {
+		return nil
+	}
+	took := r.opts.Clock.Now().Sub(began)
+	d := time.Duration(r.opts.NiceRatio * float64(took))
+	if d <= 0 {
+		return nil
+	}
+	r.result.Niced += d
+	return r.opts.Clock.Sleep(ctx, d)
 }
 
 // record copies t's rows so far into the result.
@@ -1200,6 +1240,7 @@ func (r *purgeRun) dropPartition(ctx context.Context, t *purgeTable, p dbgen.Pur
 		return fmt.Errorf("count partition %s of %s: %w", p.PartitionName, t.name, err)
 	}
 	var err error
+	began := r.opts.Clock.Now()
 	for range purgeDDLAttempts {
 		_, err = r.tx(ctx, "detach of "+p.PartitionName, false, func(tx pgx.Tx, q *dbgen.Queries) error {
 			if err := q.PurgeLockTimeoutSet(ctx, purgeDDLLockTimeout); err != nil {
@@ -1226,7 +1267,7 @@ func (r *purgeRun) dropPartition(ctx context.Context, t *purgeTable, p dbgen.Pur
 	t.rows += rows
 	r.record(t)
 	r.progress(t, false)
-	return nil
+	return r.nice(ctx, began)
 }
 
 // recordProgress records a table's rows so far in the purge's working
@@ -1246,8 +1287,10 @@ func (r *purgeRun) recordProgress(ctx context.Context, q *dbgen.Queries, t *purg
 }
 
 // yield waits before a batch of t for as long as the purge should: until
-// the rate cap allows the next batch, and while a replica's replay lag is
-// above the bound or an anti-wraparound autovacuum works on a purged table.
+// the rate cap allows the next batch (the nice sleep after the previous
+// batch counts toward it, so the longer of the two wins), and while a
+// replica's replay lag is above the bound or an anti-wraparound autovacuum
+// works on a purged table.
 // Each pause is reported through Progress; one that outlasts MaxPause ends
 // the purge with a *PurgePausedError.
 func (r *purgeRun) yield(ctx context.Context, t *purgeTable) error {
