@@ -1143,13 +1143,15 @@ func (b *purgeBatcher) statement(ctx context.Context, tx pgx.Tx) (int64, bool, e
 		tid := func(slot int64) string { return fmt.Sprintf("(%d,%d)", slot/perBlock, slot%perBlock+1) }
 		end := b.slot + b.window
 		heap := "ONLY " + pgx.Identifier{leaf.SchemaName, leaf.RelationName}.Sanitize()
-		// Up to n rows of the window, in the scan's (physical) order; the
-		// walk resumes after the last one picked. Were the order ever
-		// different, a skipped row stays for the final proof to find.
+		// The window's first n rows in physical order; the walk resumes
+		// after the last one picked. The order is asked for: a table
+		// attached through its parents is often read in its parents'
+		// order (a nested loop over their index), and a LIMIT over that
+		// order would skip rows the walk never comes back to.
 		var rows int64
 		var last *string
 		err := tx.QueryRow(ctx, "WITH picked AS (SELECT ctid AS row_address FROM "+heap+" WHERE "+rowFilter+
-			" AND ctid >= $2::tid AND ctid < $3::tid LIMIT $4), "+
+			" AND ctid >= $2::tid AND ctid < $3::tid ORDER BY ctid LIMIT $4), "+
 			"batch AS ("+action(heap, tenantRows+" AND ctid = ANY (ARRAY(SELECT row_address FROM picked))")+" RETURNING 1) "+
 			"SELECT (SELECT count(*) FROM batch), (SELECT max(row_address) FROM picked)::text",
 			community, tid(b.slot), tid(end), n).Scan(&rows, &last)
