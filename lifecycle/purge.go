@@ -73,7 +73,10 @@ const (
 	// key column besides its tenant key (community_id unless attach named
 	// another) and an index on (tenant key, that column); else
 	// PurgeMethodCommunityCTID where an index leads with the tenant key;
-	// else PurgeMethodTIDRange.
+	// else PurgeMethodTIDRange. A table attached through its parents
+	// starts with PurgeMethodCommunityCTID through its parents' rows and
+	// turns to PurgeMethodTIDRange once those batches' time per row has
+	// grown (PurgeResult.HeapWalks names it).
 	PurgeMethodAuto PurgeMethod = ""
 	// PurgeMethodKeyset walks a keyset cursor over (tenant key, key): each
 	// batch finds the key N rows past the cursor with an index-only scan and
@@ -227,6 +230,10 @@ type PurgeResult struct {
 	// Niced is how long this call slept for PurgeOptions.NiceRatio, on its
 	// clock.
 	Niced time.Duration
+	// HeapWalks names the tables attached through their parents whose
+	// batches by their parents grew slow, and which this call walked by
+	// their heap instead (see PurgeMethodAuto).
+	HeapWalks []string
 	// LongestTx is the longest transaction this call ran, the final one
 	// included, waits for locks included, and LongestTxWork says what it
 	// did (e.g. "batch of messages", "sweep of messages", "final proof").
@@ -696,6 +703,40 @@ type purgeBatcher struct {
 	window int64
 	// windowDone is set when the last batch scanned its whole window.
 	windowDone bool
+	// minPerRow is the least statement time per row of a child table's
+	// full batches by its parents so far (see heapWalkDue).
+	minPerRow time.Duration
+}
+
+// purgeHeapWalkGrowth is how many times the least time per row of a child
+// table's full batches by its parents a later one must take before the
+// table is walked by its heap instead.
+const purgeHeapWalkGrowth = 4
+
+// heapWalkDue reports, after a full batch of rows of a table attached
+// through its parents, taken as the first N rows its parents reach
+// (PurgeMethodCommunityCTID, which Auto picks for such a table), whether the
+// rest of the table should be walked by its heap (PurgeMethodTIDRange).
+// That batch has no cursor: each starts over past every row the ones
+// before it deleted or skipped, so its time per row grows with the purge's
+// progress, and the batch, sized to the budget, shrinks (at 1,000,000 rows,
+// to a few rows a second). A heap walk's cost follows the table's size
+// instead, which only a large share of it repays: so the batches by the
+// parents go on while their time per row holds (a small community's few
+// rows are found through the parents' index at once), and the heap walk
+// takes over once it has grown purgeHeapWalkGrowth times.
+func (b *purgeBatcher) heapWalkDue(rows int64, stmt time.Duration) bool {
+	t := b.table
+	if !t.child || t.method != PurgeMethodCommunityCTID || b.run.opts.Method != PurgeMethodAuto ||
+		b.clear || len(t.dependents) > 0 || rows == 0 {
+		return false
+	}
+	perRow := max(stmt/time.Duration(rows), time.Nanosecond)
+	if b.minPerRow == 0 || perRow < b.minPerRow {
+		b.minPerRow = perRow
+		return false
+	}
+	return perRow > purgeHeapWalkGrowth*b.minPerRow
 }
 
 // purgeTable works through one table: its own partitions first, then its
@@ -927,6 +968,15 @@ func (b *purgeBatcher) batch(ctx context.Context) (bool, error) {
 		r.progress(t, done)
 	}
 	b.adapt(rows, stmt, elapsed)
+	if !done && b.heapWalkDue(rows, stmt) {
+		// The rows deleted so far are gone; the heap walk starts at the
+		// table's first page and finds the rest, at the size just adapted.
+		n := b.n
+		t.method = PurgeMethodTIDRange
+		b.reset()
+		b.n = n
+		r.result.HeapWalks = append(r.result.HeapWalks, t.name)
+	}
 	return done, r.nice(ctx, began)
 }
 
