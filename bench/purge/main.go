@@ -386,6 +386,9 @@ type run struct {
 	heapByQuarter [4]uint64
 	// niced is how long a batched purge slept for its nice ratio.
 	niced time.Duration
+	// heapWalks are the child tables a batched purge turned to walking by
+	// their heap (PurgeResult.HeapWalks).
+	heapWalks []string
 	// statements are the purge's costliest statements, with -top.
 	statements []statementStat
 }
@@ -630,6 +633,11 @@ func bench(ctx context.Context, out io.Writer, d dataset, o benchOptions) (bool,
 		fmt.Fprintln(w)
 	}
 	w.Flush()
+	for _, c := range flat {
+		if walks := median(batched[c]).heapWalks; len(walks) > 0 {
+			fmt.Fprintf(out, "%s walked by their heap, once the batches through their parents grew slow: %s\n", c.name(), strings.Join(walks, ", "))
+		}
+	}
 
 	ok := true
 	check := func(pass bool) string {
@@ -945,6 +953,7 @@ func runBatched(ctx context.Context, pool *pgxpool.Pool, name string, opts lifec
 		return r, err
 	}
 	r.batches, r.longestTx, r.longestTxWork, r.niced = result.Batches, result.LongestTx, result.LongestTxWork, result.Niced
+	r.heapWalks = result.HeapWalks
 	for _, n := range result.Deleted {
 		r.rows += n
 	}
