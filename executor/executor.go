@@ -195,6 +195,9 @@ func New(cfg Config) (*Runner, error) {
 	if cfg.PollInterval < 0 {
 		problems = append(problems, "PollInterval is negative")
 	}
+	if lifecycle.CheckNiceRatio(cfg.Purge.NiceRatio) != nil {
+		problems = append(problems, fmt.Sprintf("Purge.NiceRatio must be a finite number, 0 or more, not %g", cfg.Purge.NiceRatio))
+	}
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("executor: invalid config: %s: %w", strings.Join(problems, "; "), lifecycle.ErrInvalidInput)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -295,6 +296,18 @@ func TestConfigValidation(t *testing.T) {
 		Cache: executor.NewMemoryCache(), Owner: "x"})
 	require.NoError(t, err)
 	require.NotNil(t, r)
+	// A nice ratio that is negative, NaN or infinite is refused in one line
+	// that names it; a positive one is taken.
+	for _, ratio := range []float64{-0.5, math.NaN(), math.Inf(1)} {
+		_, err = executor.New(executor.Config{Engine: &lifecycle.Engine{}, Objects: executor.NewFileObjectStore(t.TempDir()),
+			Cache: executor.NewMemoryCache(), Owner: "x", Purge: lifecycle.PurgeOptions{NiceRatio: ratio}})
+		require.ErrorIs(t, err, lifecycle.ErrInvalidInput, "%g", ratio)
+		require.ErrorContains(t, err, "Purge.NiceRatio must be a finite number, 0 or more")
+		require.NotContains(t, err.Error(), "\n")
+	}
+	_, err = executor.New(executor.Config{Engine: &lifecycle.Engine{}, Objects: executor.NewFileObjectStore(t.TempDir()),
+		Cache: executor.NewMemoryCache(), Owner: "x", Purge: lifecycle.PurgeOptions{NiceRatio: 2}})
+	require.NoError(t, err)
 }
 
 func TestRunStopsOnCancel(t *testing.T) {

@@ -797,7 +797,8 @@ func (j *job) purgePostgres(ctx context.Context) error {
 	j.setStage(lifecycle.StagePostgresPurged)
 	j.event(slog.LevelInfo, Event{Message: fmt.Sprintf("postgres purged in %d batches", result.Batches), TablesRows: final},
 		slog.Int("batches", result.Batches), slog.Int64("rows", total), slog.Any("rows_by_table", final),
-		seconds("longest_tx_seconds", result.LongestTx), slog.String("longest_tx_work", result.LongestTxWork))
+		seconds("longest_tx_seconds", result.LongestTx), slog.String("longest_tx_work", result.LongestTxWork),
+		seconds("niced_seconds", result.Niced))
 	return nil
 }
 

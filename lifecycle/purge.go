@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -72,7 +73,10 @@ const (
 	// key column besides its tenant key (community_id unless attach named
 	// another) and an index on (tenant key, that column); else
 	// PurgeMethodCommunityCTID where an index leads with the tenant key;
-	// else PurgeMethodTIDRange.
+	// else PurgeMethodTIDRange. A table attached through its parents
+	// starts with PurgeMethodCommunityCTID through its parents' rows and
+	// turns to PurgeMethodTIDRange once those batches' time per row has
+	// grown (PurgeResult.HeapWalks names it).
 	PurgeMethodAuto PurgeMethod = ""
 	// PurgeMethodKeyset walks a keyset cursor over (tenant key, key): each
 	// batch finds the key N rows past the cursor with an index-only scan and
@@ -118,17 +122,25 @@ type PurgeOptions struct {
 	// MaxRowsPerSecond caps the purge's average rate over the call, for a
 	// gentle deletion; zero means no cap.
 	MaxRowsPerSecond float64
+	// NiceRatio is a relative throttle: after each batch the purge sleeps
+	// NiceRatio times that batch's own duration (read on Clock), so it
+	// takes at most 1/(1+NiceRatio) of the time on the database and slows
+	// down by itself when the database is busy. Zero means no sleep; it
+	// must be finite and not negative. With MaxRowsPerSecond, the longer
+	// wait wins; the headroom pauses come on top.
+	NiceRatio float64
 	// MaxPause bounds one pause (for replication lag or wraparound
 	// vacuum): past it the purge stops with a *PurgePausedError, which the
 	// executor records as a retry. Zero means DefaultMaxPause.
 	MaxPause time.Duration
-	// Clock is what the rate cap reads the time from and sleeps on; nil is
-	// the wall clock. A test gives one of its own to decide when the cap
-	// holds a batch back, whatever the host's speed.
+	// Clock is what the rate cap and NiceRatio read the time from and sleep
+	// on; nil is the wall clock. A test gives one of its own to decide when
+	// the cap holds a batch back and how long a batch took, whatever the
+	// host's speed.
 	Clock PurgeClock
 }
 
-// PurgeClock is the time source of a purge's rate cap.
+// PurgeClock is the time source of a purge's rate cap and nice ratio.
 type PurgeClock interface {
 	// Now returns the current time.
 	Now() time.Time
@@ -215,6 +227,13 @@ type PurgeResult struct {
 	Dropped []string
 	// Batches is the batch transactions this call committed.
 	Batches int
+	// Niced is how long this call slept for PurgeOptions.NiceRatio, on its
+	// clock.
+	Niced time.Duration
+	// HeapWalks names the tables attached through their parents whose
+	// batches by their parents grew slow, and which this call walked by
+	// their heap instead (see PurgeMethodAuto).
+	HeapWalks []string
 	// LongestTx is the longest transaction this call ran, the final one
 	// included, waits for locks included, and LongestTxWork says what it
 	// did (e.g. "batch of messages", "sweep of messages", "final proof").
@@ -263,6 +282,9 @@ func (e *Engine) EnterPostgresPurged(ctx context.Context, token LeaseToken, opts
 	default:
 		return nil, invalidf("unknown purge method %q", boundText(string(opts.Method), 64))
 	}
+	if err := CheckNiceRatio(opts.NiceRatio); err != nil {
+		return nil, err
+	}
 	if opts.Clock == nil {
 		opts.Clock = wallClock{}
 	}
@@ -297,6 +319,15 @@ func (e *Engine) EnterPostgresPurged(ctx context.Context, token LeaseToken, opts
 				token.CommunityID, strings.Join(remaining, ", "), pass)
 		}
 	}
+}
+
+// CheckNiceRatio refuses a PurgeOptions.NiceRatio that is negative, NaN
+// or infinite, with ErrInvalidInput.
+func CheckNiceRatio(ratio float64) error {
+	if math.IsNaN(ratio) || math.IsInf(ratio, 0) || ratio < 0 {
+		return invalidf("purge nice ratio %g refused: it must be a finite number, 0 or more (0: no sleep between batches)", ratio)
+	}
+	return nil
 }
 
 // CheckPostgresPurged proves, for a request at StageCachePurged,
@@ -672,6 +703,40 @@ type purgeBatcher struct {
 	window int64
 	// windowDone is set when the last batch scanned its whole window.
 	windowDone bool
+	// minPerRow is the least statement time per row of a child table's
+	// full batches by its parents so far (see heapWalkDue).
+	minPerRow time.Duration
+}
+
+// purgeHeapWalkGrowth is how many times the least time per row of a child
+// table's full batches by its parents a later one must take before the
+// table is walked by its heap instead.
+const purgeHeapWalkGrowth = 4
+
+// heapWalkDue reports, after a full batch of rows of a table attached
+// through its parents, taken as the first N rows its parents reach
+// (PurgeMethodCommunityCTID, which Auto picks for such a table), whether the
+// rest of the table should be walked by its heap (PurgeMethodTIDRange).
+// That batch has no cursor: each starts over past every row the ones
+// before it deleted or skipped, so its time per row grows with the purge's
+// progress, and the batch, sized to the budget, shrinks (at 1,000,000 rows,
+// to a few rows a second). A heap walk's cost follows the table's size
+// instead, which only a large share of it repays: so the batches by the
+// parents go on while their time per row holds (a small community's few
+// rows are found through the parents' index at once), and the heap walk
+// takes over once it has grown purgeHeapWalkGrowth times.
+func (b *purgeBatcher) heapWalkDue(rows int64, stmt time.Duration) bool {
+	t := b.table
+	if !t.child || t.method != PurgeMethodCommunityCTID || b.run.opts.Method != PurgeMethodAuto ||
+		b.clear || len(t.dependents) > 0 || rows == 0 {
+		return false
+	}
+	perRow := max(stmt/time.Duration(rows), time.Nanosecond)
+	if b.minPerRow == 0 || perRow < b.minPerRow {
+		b.minPerRow = perRow
+		return false
+	}
+	return perRow > purgeHeapWalkGrowth*b.minPerRow
 }
 
 // purgeTable works through one table: its own partitions first, then its
@@ -878,6 +943,7 @@ func (b *purgeBatcher) batch(ctx context.Context) (bool, error) {
 	var rows int64
 	var done bool
 	var stmt time.Duration
+	began := r.opts.Clock.Now()
 	elapsed, err := r.tx(ctx, "batch of "+b.table.name, false, func(tx pgx.Tx, q *dbgen.Queries) error {
 		start := time.Now()
 		var err error
@@ -902,7 +968,31 @@ func (b *purgeBatcher) batch(ctx context.Context) (bool, error) {
 		r.progress(t, done)
 	}
 	b.adapt(rows, stmt, elapsed)
-	return done, nil
+	if !done && b.heapWalkDue(rows, stmt) {
+		// The rows deleted so far are gone; the heap walk starts at the
+		// table's first page and finds the rest, at the size just adapted.
+		n := b.n
+		t.method = PurgeMethodTIDRange
+		b.reset()
+		b.n = n
+		r.result.HeapWalks = append(r.result.HeapWalks, t.name)
+	}
+	return done, r.nice(ctx, began)
+}
+
+// nice sleeps after a batch that began at began (on the purge's clock) for
+// NiceRatio times the batch's duration.
+func (r *purgeRun) nice(ctx context.Context, began time.Time) error {
+	if r.opts.NiceRatio == 0 {
+		return nil
+	}
+	took := r.opts.Clock.Now().Sub(began)
+	d := time.Duration(r.opts.NiceRatio * float64(took))
+	if d <= 0 {
+		return nil
+	}
+	r.result.Niced += d
+	return r.opts.Clock.Sleep(ctx, d)
 }
 
 // record copies t's rows so far into the result.
@@ -1103,13 +1193,15 @@ func (b *purgeBatcher) statement(ctx context.Context, tx pgx.Tx) (int64, bool, e
 		tid := func(slot int64) string { return fmt.Sprintf("(%d,%d)", slot/perBlock, slot%perBlock+1) }
 		end := b.slot + b.window
 		heap := "ONLY " + pgx.Identifier{leaf.SchemaName, leaf.RelationName}.Sanitize()
-		// Up to n rows of the window, in the scan's (physical) order; the
-		// walk resumes after the last one picked. Were the order ever
-		// different, a skipped row stays for the final proof to find.
+		// The window's first n rows in physical order; the walk resumes
+		// after the last one picked. The order is asked for: a table
+		// attached through its parents is often read in its parents'
+		// order (a nested loop over their index), and a LIMIT over that
+		// order would skip rows the walk never comes back to.
 		var rows int64
 		var last *string
 		err := tx.QueryRow(ctx, "WITH picked AS (SELECT ctid AS row_address FROM "+heap+" WHERE "+rowFilter+
-			" AND ctid >= $2::tid AND ctid < $3::tid LIMIT $4), "+
+			" AND ctid >= $2::tid AND ctid < $3::tid ORDER BY ctid LIMIT $4), "+
 			"batch AS ("+action(heap, tenantRows+" AND ctid = ANY (ARRAY(SELECT row_address FROM picked))")+" RETURNING 1) "+
 			"SELECT (SELECT count(*) FROM batch), (SELECT max(row_address) FROM picked)::text",
 			community, tid(b.slot), tid(end), n).Scan(&rows, &last)
@@ -1200,6 +1292,7 @@ func (r *purgeRun) dropPartition(ctx context.Context, t *purgeTable, p dbgen.Pur
 		return fmt.Errorf("count partition %s of %s: %w", p.PartitionName, t.name, err)
 	}
 	var err error
+	began := r.opts.Clock.Now()
 	for range purgeDDLAttempts {
 		_, err = r.tx(ctx, "detach of "+p.PartitionName, false, func(tx pgx.Tx, q *dbgen.Queries) error {
 			if err := q.PurgeLockTimeoutSet(ctx, purgeDDLLockTimeout); err != nil {
@@ -1226,7 +1319,7 @@ func (r *purgeRun) dropPartition(ctx context.Context, t *purgeTable, p dbgen.Pur
 	t.rows += rows
 	r.record(t)
 	r.progress(t, false)
-	return nil
+	return r.nice(ctx, began)
 }
 
 // recordProgress records a table's rows so far in the purge's working
@@ -1246,8 +1339,10 @@ func (r *purgeRun) recordProgress(ctx context.Context, q *dbgen.Queries, t *purg
 }
 
 // yield waits before a batch of t for as long as the purge should: until
-// the rate cap allows the next batch, and while a replica's replay lag is
-// above the bound or an anti-wraparound autovacuum works on a purged table.
+// the rate cap allows the next batch (the nice sleep after the previous
+// batch counts toward it, so the longer of the two wins), and while a
+// replica's replay lag is above the bound or an anti-wraparound autovacuum
+// works on a purged table.
 // Each pause is reported through Progress; one that outlasts MaxPause ends
 // the purge with a *PurgePausedError.
 func (r *purgeRun) yield(ctx context.Context, t *purgeTable) error {

@@ -569,13 +569,23 @@ func TestPurgePostgresBatchMethods(t *testing.T) {
 			require.NoError(t, b.exec(t, "CREATE INDEX ON purge_uuid (community_id, id)"))
 			require.NoError(t, b.exec(t, "SELECT attach_community_write_fence('purge_bare')"))
 			require.NoError(t, b.exec(t, "SELECT attach_community_write_fence('purge_uuid')"))
+			// A table attached through its parent, whose rows lie in the
+			// reverse of their parents' order: a batch that follows the
+			// parents' index does not walk its heap in order.
+			require.NoError(t, b.exec(t, `CREATE TABLE purge_child (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+				message_id bigint NOT NULL REFERENCES fixture_messages (id), payload text)`))
+			require.NoError(t, b.exec(t, "CREATE INDEX ON purge_child (message_id)"))
+			require.NoError(t, b.exec(t, "SELECT attach_child_table('purge_child')"))
 			target := testfactory.Community(ctx, t, b.DB, nil).ID
 			other := testfactory.Community(ctx, t, b.DB, nil).ID
 			for _, c := range []uuid.UUID{other, target, other} {
 				testfactory.WriteRows(ctx, t, b.DB, c, fewThousandRows)
 				require.NoError(t, b.exec(t, "INSERT INTO purge_bare SELECT $1, 'p' || g FROM generate_series(1, 3000) g", c))
 				require.NoError(t, b.exec(t, "INSERT INTO purge_uuid (community_id, payload) SELECT $1, 'p' || g FROM generate_series(1, 700) g", c))
+				require.NoError(t, b.exec(t, `INSERT INTO purge_child (message_id, payload)
+					SELECT id, 'c' FROM fixture_messages WHERE community_id = $1 ORDER BY id DESC`, c))
 			}
+			require.NoError(t, b.exec(t, "ANALYZE"))
 			otherBefore := b.checksums(t, other)
 			var otherBare, otherUUID int64
 			require.NoError(t, b.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM purge_bare WHERE community_id = $1),
@@ -591,6 +601,7 @@ func TestPurgePostgresBatchMethods(t *testing.T) {
 			}
 			require.Equal(t, int64(3000), result.Deleted["purge_bare"])
 			require.Equal(t, int64(700), result.Deleted["purge_uuid"])
+			require.Equal(t, int64(fewThousandRows.Messages), result.Deleted["purge_child"])
 			require.Equal(t, otherBefore, b.checksums(t, other))
 			var bare, keyed int64
 			require.NoError(t, b.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM purge_bare WHERE community_id = $1),

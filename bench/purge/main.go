@@ -1,15 +1,19 @@
 // Command purge measures the bounded PostgreSQL purge of a whole community
 // against the naive purge it replaces. On a throwaway PostgreSQL server it
 // builds one database holding a community of -rows rows spread over the
-// fixture tables (generated with INSERT ... SELECT generate_series, every
-// trigger and foreign key in force) beside another community's rows, with
-// the deletion request already at bindings_removed; the server clones it
-// with CREATE DATABASE ... TEMPLATE so every run starts from identical data.
+// fixture tables and a two-level chain of tables attached through their
+// parents (generated with INSERT ... SELECT generate_series, every trigger
+// and foreign key in force) beside another community's rows, with the
+// deletion request already at bindings_removed; the server clones it with
+// CREATE DATABASE ... TEMPLATE so every run starts from identical data.
 // Then, on separate clones:
 //
-//   - batched: lifecycle.Engine.EnterPostgresPurged, bounded transactions;
 //   - single transaction: one DELETE per table, child before parent, and the
-//     'nullify' UPDATE, in one transaction as the authorized executor.
+//     'nullify' UPDATE, in one transaction as the authorized executor;
+//   - batched: lifecycle.Engine.EnterPostgresPurged, bounded transactions,
+//     once per PurgeOptions.NiceRatio of -nice (default 0, 0.5, 1 and 2: the
+//     curve of total time against the bystander's latency), and once per
+//     further mechanic of -methods at the first ratio.
 //
 // During each purge another tenant's traffic runs beside it, in a process of
 // its own (single-row INSERTs into a fenced table and primary-key reads,
@@ -17,18 +21,21 @@
 // idle windows of a run are pooled into the idle latency every phase is
 // compared with. Each purge is followed by a VACUUM of the purged tables,
 // timed apart. The executor's heap in use is sampled during the batched
-// purge.
+// purge. -autovacuum=false turns autovacuum off on the server, to measure
+// its share; -top N prints each purge's costliest statements, nested ones
+// included (pg_stat_statements).
 //
-// It prints the runs side by side and checks four targets:
+// It prints the runs side by side and checks these targets:
 //
-//   - total time of the batched purge <= 1.2x the single transaction
-//   - longest batched purge transaction < 250 ms
+//   - total time of the batched purge at nice 0 <= 1.2x the single
+//     transaction
+//   - longest batched purge transaction < 250 ms, at every ratio
 //   - the bystander's p99 write and read latency during the batched purge
-//     <= 1.5x its idle p99
+//     at the recommended ratio (recommendedNice) <= 1.5x its idle p99
 //   - the executor's peak heap in use does not grow with the rows purged
 //     (each quarter of the purge peaks within 2x of the first quarter)
 //
-// Run it with: go run ./bench/purge
+// Run it with: go run ./bench/purge (1,000,000 rows), or -rows 10000000.
 package main
 
 import (
@@ -72,24 +79,74 @@ var (
 
 const executor = "bench-purge-executor"
 
-// share is one fixture table's part of a community's rows, in millionths.
+// share is one table's part of a community's rows, in millionths.
 type share struct {
 	table string
 	parts int
+	// of selects the rows of the community whose key is the placeholder
+	// %[1]s: by the table's community_id, or for a table attached through
+	// its parent, through the parent's rows.
+	of string
 }
 
-// shares spread a community's rows over the fixture tables. The parents are
-// few: the fixture (like many schemas) has no index on most referencing
-// columns, so each parent row deleted costs a scan of every table that
-// references it, in both purges alike.
+// byCommunity selects a table's rows by its community_id.
+const byCommunity = "community_id = %[1]s"
+
+// shares spread a community's rows over the tables: the fixture's and a
+// two-level chain of tables attached through their parents (a message's
+// revisions and a revision's notes, neither with a community_id). The
+// parents are few, and every referencing column is indexed, so a parent
+// row deleted costs an index probe of each table that references it, in
+// both purges alike.
 var shares = []share{
-	{"fixture_members", 1000},
-	{"fixture_channels", 100},
-	{"fixture_messages", 200000},
-	{"fixture_reactions", 400000},
-	{"fixture_attachments", 2000},
-	{"fixture_activity", 386900},
-	{"fixture_audit_events", 10000},
+	{"fixture_members", 1000, byCommunity},
+	{"fixture_channels", 100, byCommunity},
+	{"fixture_messages", 200000, byCommunity},
+	{"fixture_reactions", 400000, byCommunity},
+	{"fixture_attachments", 2000, byCommunity},
+	{"bench_message_revisions", 40000, "message_id IN (SELECT id FROM fixture_messages WHERE community_id = %[1]s)"},
+	{"bench_revision_notes", 40000, "revision_id IN (SELECT r.id FROM bench_message_revisions r JOIN fixture_messages m " +
+		"ON m.id = r.message_id WHERE m.community_id = %[1]s)"},
+	{"fixture_activity", 306900, byCommunity},
+	{"fixture_audit_events", 10000, byCommunity},
+}
+
+// deleteOrder is the single transaction's order, child before parent, and
+// nullifyTables its 'nullify' tables, cleared last.
+var (
+	deleteOrder = []string{"fixture_reactions", "fixture_attachments", "bench_revision_notes", "bench_message_revisions",
+		"fixture_messages", "fixture_channels", "fixture_activity", "fixture_members"}
+	nullifyTables = fixture.NullifyTables
+)
+
+// chainSQL adds the two-level chain to the fixture: revisions of a message
+// and notes of a revision, attached through their foreign keys
+// (attach_child_table), with the referencing columns indexed.
+const chainSQL = `
+CREATE TABLE bench_message_revisions (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    message_id bigint NOT NULL REFERENCES fixture_messages (id),
+    body text NOT NULL
+);
+CREATE INDEX bench_message_revisions_message_idx ON bench_message_revisions (message_id);
+CREATE TABLE bench_revision_notes (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    revision_id bigint NOT NULL REFERENCES bench_message_revisions (id),
+    note text NOT NULL
+);
+CREATE INDEX bench_revision_notes_revision_idx ON bench_revision_notes (revision_id);
+SELECT community_deletion.attach_child_table('bench_message_revisions');
+SELECT community_deletion.attach_child_table('bench_revision_notes');
+`
+
+// shareOf returns the share of table.
+func shareOf(table string) share {
+	for _, s := range shares {
+		if s.table == table {
+			return s
+		}
+	}
+	panic("no share of " + table)
 }
 
 // dataset is a Migrator: the fixture schema plus the generated rows and the
@@ -116,7 +173,7 @@ func (d dataset) Hash() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00purge-bench-v1\x00%d\x00%d\x00%d\x00%v", base, d.rows, d.otherRows, d.rounds, shares))
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00purge-bench-v2\x00%d\x00%d\x00%d\x00%v\x00%s", base, d.rows, d.otherRows, d.rounds, shares, chainSQL))
 	return hex.EncodeToString(sum[:]), nil
 }
 
@@ -135,6 +192,9 @@ func (d dataset) Migrate(ctx context.Context, connString string) error {
 			return fmt.Errorf("%s: %w", strings.Join(strings.Fields(sql), " "), err)
 		}
 		return nil
+	}
+	if err := exec(chainSQL); err != nil {
+		return err
 	}
 	for i, c := range []uuid.UUID{target, bystander} {
 		if err := exec("INSERT INTO community_deletion.communities (id, host, signing_key, icon) VALUES ($1, $2, 'key', 'icon.png')",
@@ -193,6 +253,13 @@ func populate(exec func(string, ...any) error, community uuid.UUID, counts map[s
 		{"fixture_attachments", `INSERT INTO fixture_attachments (community_id, message_id, storage_key)
 			SELECT $1, ms[1 + g % cardinality(ms)], 'objects/' || g FROM generate_series(1, $2::int) g,
 			(SELECT array_agg(id) AS ms FROM fixture_messages WHERE community_id = $1) s`},
+		{"bench_message_revisions", `INSERT INTO bench_message_revisions (message_id, body)
+			SELECT ms[1 + g % cardinality(ms)], 'revision ' || g FROM generate_series(1, $2::int) g,
+			(SELECT array_agg(id) AS ms FROM fixture_messages WHERE community_id = $1) s`},
+		{"bench_revision_notes", `INSERT INTO bench_revision_notes (revision_id, note)
+			SELECT rv[1 + g % cardinality(rv)], 'note ' || g FROM generate_series(1, $2::int) g,
+			(SELECT array_agg(r.id) AS rv FROM bench_message_revisions r JOIN fixture_messages m ON m.id = r.message_id
+			 WHERE m.community_id = $1) r`},
 		{"fixture_activity", `INSERT INTO fixture_activity (community_id, kind) SELECT $1, 'kind-' || (g % 7) FROM generate_series(1, $2::int) g`},
 		{"fixture_audit_events", `INSERT INTO fixture_audit_events (community_id, action) SELECT $1, 'action-' || g FROM generate_series(1, $2::int) g`},
 	}
@@ -317,6 +384,13 @@ type run struct {
 	// and heapByQuarter its peak in each quarter of the rows purged.
 	heapPeak      uint64
 	heapByQuarter [4]uint64
+	// niced is how long a batched purge slept for its nice ratio.
+	niced time.Duration
+	// heapWalks are the child tables a batched purge turned to walking by
+	// their heap (PurgeResult.HeapWalks).
+	heapWalks []string
+	// statements are the purge's costliest statements, with -top.
+	statements []statementStat
 }
 
 // tableRun is one table's part of a run.
@@ -333,32 +407,47 @@ func main() {
 	flag.IntVar(&d.otherRows, "other-rows", 200000, "rows of the other community, which must survive")
 	flag.IntVar(&d.rounds, "rounds", 10, "insert rounds interleaving the two communities")
 	flag.BoolVar(&d.load, "load", true, "run another tenant's traffic beside each purge and report its latency")
-	repeat := flag.Int("repeat", 1, "runs of each purge on fresh clones (the median is reported)")
+	var o benchOptions
+	flag.IntVar(&o.repeat, "repeat", 1, "runs of each purge on fresh clones (the median is reported)")
 	methods := flag.String("methods", "auto", `batched mechanics to run, comma-separated: auto, keyset, keyset-ctid, keyset-array, community-ctid, tid-range, or "all"`)
+	nices := flag.String("nice", "0,0.5,1,2", "PurgeOptions.NiceRatio values of the curve, comma-separated (the first method runs at each, the others at the first)")
 	budget := flag.Duration("tx-budget", lifecycle.DefaultPurgeTxBudget, "PurgeOptions.TxBudget")
 	maxRows := flag.Int("max-rows", lifecycle.DefaultPurgeMaxRowsPerTx, "PurgeOptions.MaxRowsPerTx")
+	flag.BoolVar(&o.autovacuum, "autovacuum", true, "leave autovacuum on (false: off on the throwaway server, to measure its share)")
+	flag.IntVar(&o.top, "top", 0, "print each purge's N costliest statements, nested ones included (pg_stat_statements)")
 	strict := flag.Bool("strict", false, "exit 1 when a target is missed")
 	flag.Parse()
 
-	var chosen []lifecycle.PurgeMethod
 	all := allMethods
 	for m := range strings.SplitSeq(*methods, ",") {
 		switch m = strings.TrimSpace(m); m {
 		case "all":
-			chosen = all
+			o.methods = all
 		case "auto":
-			chosen = append(chosen, lifecycle.PurgeMethodAuto)
+			o.methods = append(o.methods, lifecycle.PurgeMethodAuto)
 		default:
 			if !slices.Contains(all, lifecycle.PurgeMethod(m)) {
 				fmt.Fprintf(os.Stderr, "unknown method %q\n", m)
 				os.Exit(2)
 			}
-			chosen = append(chosen, lifecycle.PurgeMethod(m))
+			o.methods = append(o.methods, lifecycle.PurgeMethod(m))
 		}
 	}
+	for n := range strings.SplitSeq(*nices, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(n), 64)
+		if err == nil {
+			err = lifecycle.CheckNiceRatio(v)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "-nice: %q is not a nice ratio (a finite number, 0 or more)\n", n)
+			os.Exit(2)
+		}
+		o.nices = append(o.nices, v)
+	}
+	o.purge = lifecycle.PurgeOptions{TxBudget: *budget, MaxRowsPerTx: *maxRows}
 
 	ctx := context.Background()
-	ok, err := bench(ctx, os.Stdout, d, chosen, *repeat, lifecycle.PurgeOptions{TxBudget: *budget, MaxRowsPerTx: *maxRows})
+	ok, err := bench(ctx, os.Stdout, d, o)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "purge benchmark: %v\n", err)
 		os.Exit(1)
@@ -372,8 +461,63 @@ func main() {
 var allMethods = []lifecycle.PurgeMethod{lifecycle.PurgeMethodAuto, lifecycle.PurgeMethodKeyset, lifecycle.PurgeMethodKeysetCTID,
 	lifecycle.PurgeMethodKeysetArray, lifecycle.PurgeMethodCommunityCTID, lifecycle.PurgeMethodTIDRange}
 
-func bench(ctx context.Context, out io.Writer, d dataset, methods []lifecycle.PurgeMethod, repeat int, opts lifecycle.PurgeOptions) (bool, error) {
-	server, err := ephemeralpg.Start(ctx, ephemeralpg.Options{Fsync: false})
+// recommendedNice is the NiceRatio docs/executor.md recommends for a purge
+// beside live traffic, at which the bystander's p99 target applies.
+const recommendedNice = 1.0
+
+// benchOptions are what one run of the benchmark compares.
+type benchOptions struct {
+	// methods are the batched mechanics: the first runs at every ratio of
+	// nices, the others at the first ratio.
+	methods []lifecycle.PurgeMethod
+	// nices are the NiceRatio values of the curve.
+	nices  []float64
+	repeat int
+	// purge is the options every batched purge starts from.
+	purge lifecycle.PurgeOptions
+	// autovacuum false turns autovacuum off on the throwaway server.
+	autovacuum bool
+	// top > 0 records each purge's top statements (pg_stat_statements).
+	top int
+}
+
+// batchedConfig is one batched purge of a run.
+type batchedConfig struct {
+	method lifecycle.PurgeMethod
+	nice   float64
+}
+
+func (c batchedConfig) name() string {
+	if c.nice == 0 {
+		return "batched (" + methodName(c.method) + ")"
+	}
+	return fmt.Sprintf("batched (%s, nice %g)", methodName(c.method), c.nice)
+}
+
+// configs are the batched purges of a run, in the order they run.
+func (o benchOptions) configs() []batchedConfig {
+	var cs []batchedConfig
+	for i, m := range o.methods {
+		for j, n := range o.nices {
+			if i == 0 || j == 0 {
+				cs = append(cs, batchedConfig{method: m, nice: n})
+			}
+		}
+	}
+	return cs
+}
+
+func bench(ctx context.Context, out io.Writer, d dataset, o benchOptions) (bool, error) {
+	config := map[string]string{}
+	if !o.autovacuum {
+		config["autovacuum"] = "off"
+	}
+	if o.top > 0 {
+		config["shared_preload_libraries"] = "pg_stat_statements"
+		config["pg_stat_statements.track"] = "all"
+		config["pg_stat_statements.max"] = "10000"
+	}
+	server, err := ephemeralpg.Start(ctx, ephemeralpg.Options{Fsync: false, ExtraConfig: config})
 	if err != nil {
 		return false, fmt.Errorf("start server: %w", err)
 	}
@@ -390,15 +534,15 @@ func bench(ctx context.Context, out io.Writer, d dataset, methods []lifecycle.Pu
 	if err != nil {
 		return false, fmt.Errorf("build dataset: %w", err)
 	}
-	var version string
+	var version, autovacuum string
 	var rows int64
 	if err := withPool(ctx, url, func(pool *pgxpool.Pool) error {
-		if err := pool.QueryRow(ctx, "SELECT current_setting('server_version')").Scan(&version); err != nil {
+		if err := pool.QueryRow(ctx, "SELECT current_setting('server_version'), current_setting('autovacuum')").Scan(&version, &autovacuum); err != nil {
 			return err
 		}
 		for _, s := range shares {
 			var n int64
-			if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{s.table}.Sanitize()+" WHERE community_id = $1", target).Scan(&n); err != nil {
+			if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{s.table}.Sanitize()+" WHERE "+fmt.Sprintf(s.of, "$1"), target).Scan(&n); err != nil {
 				return err
 			}
 			rows += n
@@ -410,24 +554,25 @@ func bench(ctx context.Context, out io.Writer, d dataset, methods []lifecycle.Pu
 	_ = drop(ctx)
 	fmt.Fprintf(out, "built in %s\n\n", time.Since(start).Round(time.Second))
 
-	single := make([]run, 0, repeat)
-	batched := make(map[lifecycle.PurgeMethod][]run)
-	for i := range repeat {
+	configs := o.configs()
+	single := make([]run, 0, o.repeat)
+	batched := make(map[batchedConfig][]run)
+	for i := range o.repeat {
 		// Alternate which side goes first.
 		sides := []func() error{
 			func() error {
-				r, err := onClone(ctx, clone, d.load, runSingle)
+				r, err := onClone(ctx, clone, d.load, o.top, runSingle)
 				single = append(single, r)
 				return err
 			},
 			func() error {
-				for _, m := range methods {
-					o := opts
-					o.Method = m
-					r, err := onClone(ctx, clone, d.load, func(ctx context.Context, pool *pgxpool.Pool) (run, error) {
-						return runBatched(ctx, pool, o, rows)
+				for _, c := range configs {
+					p := o.purge
+					p.Method, p.NiceRatio = c.method, c.nice
+					r, err := onClone(ctx, clone, d.load, o.top, func(ctx context.Context, pool *pgxpool.Pool) (run, error) {
+						return runBatched(ctx, pool, c.name(), p, rows)
 					})
-					batched[m] = append(batched[m], r)
+					batched[c] = append(batched[c], r)
 					if err != nil {
 						return err
 					}
@@ -446,40 +591,53 @@ func bench(ctx context.Context, out io.Writer, d dataset, methods []lifecycle.Pu
 	}
 
 	base := median(single)
-	fmt.Fprintf(out, "PostgreSQL %s, %s\n", version, durability)
+	fmt.Fprintf(out, "PostgreSQL %s, %s, autovacuum %s\n", version, durability, autovacuum)
 	fmt.Fprintf(out, "purged community: %d rows in %d tables (+ %d rows of another community that must survive); median of %d run(s)\n",
-		rows, len(shares), d.otherRows, repeat)
-	fmt.Fprintf(out, "batched: TxBudget %s, MaxRowsPerTx %d\n\n", opts.TxBudget, opts.MaxRowsPerTx)
+		rows, len(shares), d.otherRows, o.repeat)
+	fmt.Fprintf(out, "batched: TxBudget %s, MaxRowsPerTx %d\n\n", o.purge.TxBudget, o.purge.MaxRowsPerTx)
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "purge\ttotal\tbatches\tlongest tx\trows/s\ttotal vs single\tthen VACUUM\twith VACUUM vs single\t")
+	fmt.Fprintln(w, "purge\ttotal\tbatches\tlongest tx\trows/s\ttotal vs single\tniced\tthen VACUUM\twith VACUUM vs single\t")
 	line := func(r run) {
-		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%.0f\t%.2fx\t%s\t%.2fx\t\n", r.name, r.total.Round(time.Millisecond), r.batches,
+		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%.0f\t%.2fx\t%s\t%s\t%.2fx\t\n", r.name, r.total.Round(time.Millisecond), r.batches,
 			r.longestTx.Round(time.Millisecond), float64(r.rows)/r.total.Seconds(), r.total.Seconds()/base.total.Seconds(),
-			r.vacuum.Round(time.Millisecond), (r.total+r.vacuum).Seconds()/(base.total+base.vacuum).Seconds())
+			r.niced.Round(time.Millisecond), r.vacuum.Round(time.Millisecond), (r.total+r.vacuum).Seconds()/(base.total+base.vacuum).Seconds())
 	}
 	line(base)
-	for _, m := range methods {
-		line(median(batched[m]))
+	for _, c := range configs {
+		line(median(batched[c]))
 	}
 	w.Flush()
 
+	// Per table, for the purges at the first ratio (the others only
+	// stretch the same work by their sleeps).
+	var flat []batchedConfig
+	for _, c := range configs {
+		if c.nice == o.nices[0] {
+			flat = append(flat, c)
+		}
+	}
 	fmt.Fprintln(out, "\nper table (single: the statement's time; batched: batches, and time from the previous table's last batch to this one's,")
 	fmt.Fprintln(out, "so the plan counts toward the first table and each table's closing sweep toward the next):")
 	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(w, "table\trows\tsingle\t")
-	for _, m := range methods {
-		fmt.Fprintf(w, "%s batches\t%s\t", methodName(m), methodName(m))
+	for _, c := range flat {
+		fmt.Fprintf(w, "%s batches\t%s\t", c.name(), c.name())
 	}
 	fmt.Fprintln(w)
 	for _, s := range shares {
 		fmt.Fprintf(w, "%s\t%d\t%s\t", s.table, base.perTable[s.table].rows, base.perTable[s.table].elapsed.Round(time.Millisecond))
-		for _, m := range methods {
-			t := median(batched[m]).perTable[s.table]
+		for _, c := range flat {
+			t := median(batched[c]).perTable[s.table]
 			fmt.Fprintf(w, "%d\t%s\t", t.batches, t.elapsed.Round(time.Millisecond))
 		}
 		fmt.Fprintln(w)
 	}
 	w.Flush()
+	for _, c := range flat {
+		if walks := median(batched[c]).heapWalks; len(walks) > 0 {
+			fmt.Fprintf(out, "%s walked by their heap, once the batches through their parents grew slow: %s\n", c.name(), strings.Join(walks, ", "))
+		}
+	}
 
 	ok := true
 	check := func(pass bool) string {
@@ -490,62 +648,136 @@ func bench(ctx context.Context, out io.Writer, d dataset, methods []lifecycle.Pu
 		return "MISS"
 	}
 	fmt.Fprintln(out)
-	for _, m := range methods {
-		r := median(batched[m])
+	for _, c := range configs {
+		r := median(batched[c])
 		if r.digest != base.digest {
 			return false, fmt.Errorf("%s left different surviving data than the single transaction", r.name)
 		}
 		ratio := r.total.Seconds() / base.total.Seconds()
-		fmt.Fprintf(out, "%s: total %.2fx the single transaction (target <= %.1fx) %s; longest transaction %s, a %s (target < %s) %s\n",
-			r.name, ratio, maxTotalRatio, check(ratio <= maxTotalRatio),
+		total := fmt.Sprintf("total %.2fx the single transaction (target <= %.1fx at nice 0) %s", ratio, maxTotalRatio, check(ratio <= maxTotalRatio))
+		if c.nice != 0 {
+			total = fmt.Sprintf("total %.2fx the single transaction (no target: it sleeps %.0f%% of it)", ratio, 100*r.niced.Seconds()/r.total.Seconds())
+		}
+		fmt.Fprintf(out, "%s: %s; longest transaction %s, a %s (target < %s) %s\n", r.name, total,
 			r.longestTx.Round(time.Millisecond), r.longestTxWork, maxLongestTx, check(r.longestTx < maxLongestTx))
 	}
 	if d.load {
-		fmt.Fprintf(out, "\nthe bystander tenant's traffic (%d workers: single-row INSERT into a fenced table, primary-key SELECT), p50 / p99:\n", loadWorkers)
-		w = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(w, "phase	write p50	write p99	read p50	read p99	statements	p99 vs idle (write, read)	")
 		// Every phase against the idle traffic of all the run's idle windows
 		// pooled (each clone's, just before its purge): one window's p99 moves
 		// by 2x from one to the next on a shared machine.
 		var idle latencies
+		windows := 0
 		for _, r := range single {
 			idle = idle.plus(r.idle)
+			windows++
 		}
-		for _, m := range methods {
-			for _, r := range batched[m] {
+		for _, c := range configs {
+			for _, r := range batched[c] {
 				idle = idle.plus(r.idle)
+				windows++
 			}
 		}
-		phase := func(name string, l latencies) {
-			fmt.Fprintf(w, "%s	%s	%s	%s	%s	%d	%.2fx, %.2fx	\n", name,
+		fmt.Fprintf(out, "\nthe trade: the bystander tenant's traffic (%d workers: single-row INSERT into a fenced table, primary-key SELECT)\n", loadWorkers)
+		fmt.Fprintln(out, "beside each purge, against its total time; nice R sleeps R times each batch's duration after it:")
+		w = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(w, "phase\ttotal\tvs single\tlongest tx\twrite p50\twrite p99\twrite vs idle\tread p50\tread p99\tread vs idle\tstatements\t")
+		phase := func(name string, r *run, l latencies) {
+			total, vs, longest := "-", "-", "-"
+			if r != nil {
+				total, vs, longest = r.total.Round(time.Millisecond).String(), fmt.Sprintf("%.2fx", r.total.Seconds()/base.total.Seconds()),
+					r.longestTx.Round(time.Millisecond).String()
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%.2fx\t%s\t%s\t%.2fx\t%d\t\n", name, total, vs, longest,
 				quantile(l.writes, 0.5).Round(time.Microsecond), quantile(l.writes, 0.99).Round(time.Microsecond),
+				ratio(quantile(l.writes, 0.99), quantile(idle.writes, 0.99)),
 				quantile(l.reads, 0.5).Round(time.Microsecond), quantile(l.reads, 0.99).Round(time.Microsecond),
-				len(l.writes)+len(l.reads),
-				ratio(quantile(l.writes, 0.99), quantile(idle.writes, 0.99)), ratio(quantile(l.reads, 0.99), quantile(idle.reads, 0.99)))
+				ratio(quantile(l.reads, 0.99), quantile(idle.reads, 0.99)), len(l.writes)+len(l.reads))
 		}
-		phase(fmt.Sprintf("idle (%d windows of %s)", len(single)+len(methods)*repeat, idleWindow), idle)
-		phase("beside the single transaction", base.busy)
-		for _, m := range methods {
-			phase("beside "+median(batched[m]).name, median(batched[m]).busy)
+		phase(fmt.Sprintf("idle (%d windows of %s)", windows, idleWindow), nil, idle)
+		phase("single transaction", &base, base.busy)
+		for _, c := range configs {
+			r := median(batched[c])
+			phase(r.name, &r, r.busy)
 		}
 		w.Flush()
-		for _, m := range methods {
-			r := median(batched[m])
+		checked := false
+		for _, c := range configs {
+			if c.nice != recommendedNice || c.method != o.methods[0] {
+				continue
+			}
+			checked = true
+			r := median(batched[c])
 			wr := ratio(quantile(r.busy.writes, 0.99), quantile(idle.writes, 0.99))
 			rd := ratio(quantile(r.busy.reads, 0.99), quantile(idle.reads, 0.99))
-			fmt.Fprintf(out, "%s: the bystander's p99 beside it %.2fx (writes) and %.2fx (reads) its idle p99 (target <= %.1fx) %s\n",
+			fmt.Fprintf(out, "%s (the recommended setting): the bystander's p99 beside it %.2fx (writes) and %.2fx (reads) its idle p99 (target <= %.1fx) %s\n",
 				r.name, wr, rd, maxBystanderRatio, check(wr <= maxBystanderRatio && rd <= maxBystanderRatio))
+		}
+		if !checked {
+			fmt.Fprintf(out, "the bystander's p99 target applies at the recommended nice %g, which this run did not include: not checked\n", recommendedNice)
 		}
 	}
 	fmt.Fprintln(out)
-	for _, m := range methods {
-		r := median(batched[m])
+	for _, c := range flat {
+		r := median(batched[c])
 		growth := float64(slices.Max(r.heapByQuarter[:])) / float64(max(r.heapByQuarter[0], 1))
 		fmt.Fprintf(out, "%s: executor heap in use peaked at %.1f MiB; by quarter of the rows purged %s (%.2fx the first; target <= %.1fx) %s\n",
 			r.name, float64(r.heapPeak)/(1<<20), mib(r.heapByQuarter[:]), growth, maxHeapGrowth, check(growth <= maxHeapGrowth))
 	}
+	if o.top > 0 {
+		printStatements(out, base)
+		for _, c := range configs {
+			printStatements(out, median(batched[c]))
+		}
+	}
 	fmt.Fprintln(out, "surviving data (the other community, the nullified audit rows) is identical after every run")
 	return ok, nil
+}
+
+// statementStat is one statement's cost during a purge, from
+// pg_stat_statements (nested statements included: foreign key checks and
+// cascades, the fence's queries).
+type statementStat struct {
+	calls       int64
+	total, mean time.Duration
+	rows        int64
+	query       string
+}
+
+// printStatements prints the costliest statements of r.
+func printStatements(out io.Writer, r run) {
+	fmt.Fprintf(out, "\n%s: its costliest statements (pg_stat_statements, nested included; the bystander's too):\n", r.name)
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "total\tcalls\tmean\trows\tstatement")
+	for _, s := range r.statements {
+		fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%s\n", s.total.Round(time.Millisecond), s.calls, s.mean.Round(time.Microsecond), s.rows, s.query)
+	}
+	w.Flush()
+}
+
+// topStatements reads the database's top n statements by total time since
+// the last reset.
+func topStatements(ctx context.Context, pool *pgxpool.Pool, n int) ([]statementStat, error) {
+	rows, err := pool.Query(ctx, `SELECT calls, total_exec_time, mean_exec_time, rows, query FROM pg_stat_statements
+		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+		ORDER BY total_exec_time DESC LIMIT $1`, n)
+	if err != nil {
+		return nil, fmt.Errorf("read pg_stat_statements: %w", err)
+	}
+	defer rows.Close()
+	var stats []statementStat
+	for rows.Next() {
+		var s statementStat
+		var total, mean float64
+		if err := rows.Scan(&s.calls, &total, &mean, &s.rows, &s.query); err != nil {
+			return nil, err
+		}
+		s.total, s.mean = time.Duration(total*float64(time.Millisecond)), time.Duration(mean*float64(time.Millisecond))
+		if s.query = strings.Join(strings.Fields(s.query), " "); len(s.query) > 160 {
+			s.query = s.query[:160] + "…"
+		}
+		stats = append(stats, s)
+	}
+	return stats, rows.Err()
 }
 
 // ratio is a/b, 0 when b is 0.
@@ -591,7 +823,7 @@ func withPool(ctx context.Context, url string, fn func(*pgxpool.Pool) error) err
 // onClone runs fn on a fresh clone of the dataset and digests what survives.
 // With load, the bystander's traffic runs alone on the clone first and then
 // beside fn.
-func onClone(ctx context.Context, clone func() (string, func(context.Context) error, error), load bool,
+func onClone(ctx context.Context, clone func() (string, func(context.Context) error, error), load bool, top int,
 	fn func(context.Context, *pgxpool.Pool) (run, error)) (run, error) {
 	url, drop, err := clone()
 	if err != nil {
@@ -600,6 +832,11 @@ func onClone(ctx context.Context, clone func() (string, func(context.Context) er
 	defer func() { _ = drop(ctx) }()
 	var r run
 	err = withPool(ctx, url, func(pool *pgxpool.Pool) error {
+		if top > 0 {
+			if _, err := pool.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
+				return err
+			}
+		}
 		var idle latencies
 		var traffic *bystanderLoad
 		if load {
@@ -611,8 +848,18 @@ func onClone(ctx context.Context, clone func() (string, func(context.Context) er
 				return err
 			}
 		}
+		if top > 0 {
+			if _, err := pool.Exec(ctx, "SELECT pg_stat_statements_reset()"); err != nil {
+				return err
+			}
+		}
 		var err error
 		r, err = fn(ctx, pool)
+		if top > 0 && err == nil {
+			if r.statements, err = topStatements(ctx, pool, top); err != nil {
+				return err
+			}
+		}
 		if traffic != nil {
 			busy, loadErr := traffic.finish()
 			if loadErr != nil {
@@ -627,9 +874,9 @@ func onClone(ctx context.Context, clone func() (string, func(context.Context) er
 			return fmt.Errorf("%s: %w", r.name, err)
 		}
 		start := time.Now()
-		for _, table := range fixture.Tables {
-			if _, err := pool.Exec(ctx, "VACUUM "+table); err != nil {
-				return fmt.Errorf("vacuum %s: %w", table, err)
+		for _, s := range shares {
+			if _, err := pool.Exec(ctx, "VACUUM "+s.table); err != nil {
+				return fmt.Errorf("vacuum %s: %w", s.table, err)
 			}
 		}
 		r.vacuum = time.Since(start)
@@ -650,9 +897,11 @@ func survivors(ctx context.Context, pool *pgxpool.Pool) (string, error) {
 	for _, s := range shares {
 		var left int64
 		var digest string
-		if err := pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+pgx.Identifier{s.table}.Sanitize()+" WHERE community_id = $1), "+
-			"(SELECT md5(coalesce(string_agg(t::text, '|' ORDER BY t::text), '')) FROM "+pgx.Identifier{s.table}.Sanitize()+
-			" t WHERE community_id = $2 OR community_id IS NULL)", target, bystander).Scan(&left, &digest); err != nil {
+		// What survives is every row but the target's (the other
+		// community's, and rows of none).
+		table := pgx.Identifier{s.table}.Sanitize()
+		if err := pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+table+" WHERE "+fmt.Sprintf(s.of, "$1")+"), "+
+			"(SELECT md5(coalesce(string_agg(t::text, '|' ORDER BY t::text), '')) FROM "+table+" t)", target).Scan(&left, &digest); err != nil {
 			return "", err
 		}
 		if left != 0 {
@@ -664,8 +913,8 @@ func survivors(ctx context.Context, pool *pgxpool.Pool) (string, error) {
 }
 
 // runBatched runs Engine.EnterPostgresPurged.
-func runBatched(ctx context.Context, pool *pgxpool.Pool, opts lifecycle.PurgeOptions, expected int64) (run, error) {
-	r := run{name: "batched (" + methodName(opts.Method) + ")", perTable: map[string]tableRun{}}
+func runBatched(ctx context.Context, pool *pgxpool.Pool, name string, opts lifecycle.PurgeOptions, expected int64) (run, error) {
+	r := run{name: name, perTable: map[string]tableRun{}}
 	var token lifecycle.LeaseToken
 	// The clone's lease is as old as the template: renew it.
 	if err := pool.QueryRow(ctx, `UPDATE community_deletion.community_deletion_requests SET lease_until = now() + interval '1 hour'
@@ -703,7 +952,8 @@ func runBatched(ctx context.Context, pool *pgxpool.Pool, opts lifecycle.PurgeOpt
 	if err != nil {
 		return r, err
 	}
-	r.batches, r.longestTx, r.longestTxWork = result.Batches, result.LongestTx, result.LongestTxWork
+	r.batches, r.longestTx, r.longestTxWork, r.niced = result.Batches, result.LongestTx, result.LongestTxWork, result.Niced
+	r.heapWalks = result.HeapWalks
 	for _, n := range result.Deleted {
 		r.rows += n
 	}
@@ -727,11 +977,11 @@ func runSingle(ctx context.Context, pool *pgxpool.Pool) (run, error) {
 			set_config('community_deletion.fence_generation', '1', true)`, target.String()); err != nil {
 			return err
 		}
-		statements := make([][2]string, 0, len(fixture.Tables)+len(fixture.NullifyTables))
-		for _, table := range fixture.Tables {
-			statements = append(statements, [2]string{table, "DELETE FROM " + pgx.Identifier{table}.Sanitize() + " WHERE community_id = $1"})
+		statements := make([][2]string, 0, len(deleteOrder)+len(nullifyTables))
+		for _, table := range deleteOrder {
+			statements = append(statements, [2]string{table, "DELETE FROM " + pgx.Identifier{table}.Sanitize() + " WHERE " + fmt.Sprintf(shareOf(table).of, "$1")})
 		}
-		for _, table := range fixture.NullifyTables {
+		for _, table := range nullifyTables {
 			statements = append(statements, [2]string{table, "UPDATE " + pgx.Identifier{table}.Sanitize() + " SET community_id = NULL WHERE community_id = $1"})
 		}
 		for _, s := range statements {

@@ -22,20 +22,31 @@ func TestMain(m *testing.M) {
 func TestBenchPurgesWithEveryMethod(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
-	_, err := bench(t.Context(), &out, dataset{rows: 3000, otherRows: 500, rounds: 2}, allMethods, 1,
-		lifecycle.PurgeOptions{TxBudget: lifecycle.DefaultPurgeTxBudget, MaxRowsPerTx: 100})
+	_, err := bench(t.Context(), &out, dataset{rows: 3000, otherRows: 500, rounds: 2}, benchOptions{
+		methods: allMethods, nices: []float64{0}, repeat: 1, autovacuum: true,
+		purge: lifecycle.PurgeOptions{TxBudget: lifecycle.DefaultPurgeTxBudget, MaxRowsPerTx: 100},
+	})
 	require.NoError(t, err, out.String())
 	require.Contains(t, out.String(), "is identical after every run")
+	// The two-level chain attached through its parents holds rows and is
+	// purged like the rest.
+	require.Regexp(t, `(?m)^\s*bench_revision_notes\s+[1-9]\d*\s`, out.String())
 }
 
-// The bystander's traffic and the heap sampling run end to end on a small
-// dataset, and the report prints their lines.
+// The bystander's traffic, the heap sampling, the nice ratio's curve and
+// the statements' costs run end to end on a small dataset with autovacuum
+// off, and the report prints their lines.
 func TestBenchMeasuresTheBystanderAndTheHeap(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
-	_, err := bench(t.Context(), &out, dataset{rows: 3000, otherRows: 500, rounds: 2, load: true},
-		[]lifecycle.PurgeMethod{lifecycle.PurgeMethodAuto}, 1, lifecycle.PurgeOptions{TxBudget: lifecycle.DefaultPurgeTxBudget, MaxRowsPerTx: 100})
+	_, err := bench(t.Context(), &out, dataset{rows: 3000, otherRows: 500, rounds: 2, load: true}, benchOptions{
+		methods: []lifecycle.PurgeMethod{lifecycle.PurgeMethodAuto}, nices: []float64{0, recommendedNice}, repeat: 1, top: 5,
+		purge: lifecycle.PurgeOptions{TxBudget: lifecycle.DefaultPurgeTxBudget, MaxRowsPerTx: 100},
+	})
 	require.NoError(t, err, out.String())
-	require.Contains(t, out.String(), "the bystander's p99 beside it")
+	require.Contains(t, out.String(), "autovacuum off")
+	require.Contains(t, out.String(), "(the recommended setting): the bystander's p99 beside it")
+	require.Regexp(t, `(?m)^\s*batched \(auto, nice 1\)\s+\d`, out.String(), "the curve has its nice row")
 	require.Contains(t, out.String(), "executor heap in use peaked at")
+	require.Contains(t, out.String(), "its costliest statements")
 }

@@ -70,6 +70,7 @@ type config struct {
 	owner       string        // run: executor identity; "" means the default
 	lease       time.Duration // run: claim length; 0 means the executor default
 	chunkSize   int           // run: keys per manifest chunk; 0 means the executor default
+	niceRatio   float64       // run: the purge's PurgeOptions.NiceRatio; 0 means no sleep
 	receiptKey  string        // run: --receipt-key file; "" none
 	receiptEnv  string        // run: $COMMUNITYDELETION_RECEIPT_KEY, when --receipt-key is not given
 
@@ -146,6 +147,7 @@ func parseArgs(args []string, getenv func(string) string) (config, error) {
 	fs.StringVar(&cfg.owner, "owner", "", "")
 	fs.DurationVar(&cfg.lease, "lease", 0, "")
 	fs.IntVar(&cfg.chunkSize, "chunk-size", 0, "")
+	fs.Float64Var(&cfg.niceRatio, "nice-ratio", 0, "")
 	var grace time.Duration
 	fs.DurationVar(&grace, "grace", 0, "")
 	fs.BoolVar(&cfg.approve, "approve", false, "")
@@ -354,7 +356,7 @@ func (cfg *config) boundedFlags(set map[string]bool, grace time.Duration) error 
 	return nil
 }
 
-// runFlags checks run's --owner, --lease and --chunk-size.
+// runFlags checks run's --owner, --lease, --chunk-size and --nice-ratio.
 func (cfg *config) runFlags(set map[string]bool) error {
 	if set["owner"] {
 		cfg.owner = strings.TrimSpace(cfg.owner)
@@ -367,6 +369,9 @@ func (cfg *config) runFlags(set map[string]bool) error {
 	}
 	if set["chunk-size"] && (cfg.chunkSize < 1 || cfg.chunkSize > lifecycle.MaxManifestChunkKeys) {
 		return usagef("run: --chunk-size must be between 1 and %d, got %d", lifecycle.MaxManifestChunkKeys, cfg.chunkSize)
+	}
+	if set["nice-ratio"] && lifecycle.CheckNiceRatio(cfg.niceRatio) != nil {
+		return usagef("run: --nice-ratio must be a finite number, 0 or more (0: no sleep between purge batches), got %g", cfg.niceRatio)
 	}
 	return nil
 }

@@ -77,6 +77,9 @@ func fzRender(cfg config, flagsFirst bool) []string {
 	if cfg.chunkSize != 0 {
 		add("chunk-size", strconv.Itoa(cfg.chunkSize))
 	}
+	if cfg.niceRatio != 0 {
+		add("nice-ratio", strconv.FormatFloat(cfg.niceRatio, 'g', -1, 64))
+	}
 	if flagsFirst {
 		return append(flags, cfg.command)
 	}
@@ -105,6 +108,8 @@ func FuzzParseArgs(f *testing.F) {
 		{"unblock", "--request", id, "--by", "carol", "--reason", "fixed"},
 		{"run", "--once", "--request", id, "--owner", " ops-1 ", "--objects-dir=/o", "--cache", "memory:", "--lease", "90s", "--chunk-size", "500"},
 		{"run", "--objects-dir", "/o", "--cache=memory:", "--lease", "2562047h47m16.854775807s"},
+		{"run", "--objects-dir", "/o", "--cache=memory:", "--nice-ratio", "0.5"},
+		{"run", "--objects-dir", "/o", "--cache=memory:", "--nice-ratio", "NaN"},
 		{"run", "--objects", "s3://media/t/?endpoint=http://127.0.0.1:9000&region=us-east-1&path_style=true",
 			"--cache", "redis://:pw@127.0.0.1:6379/0?pattern=app:{community}:*", "--metrics-addr", ":9464", "--log-level", "DEBUG", "--log-format", "json"},
 		{"run", "--objects", "file:///srv", "--objects-dir", "/srv", "--cache", "memory:"},

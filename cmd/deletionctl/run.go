@@ -167,6 +167,7 @@ func runExecutor(ctx context.Context, engine *lifecycle.Engine, pool *pgxpool.Po
 		Owner:         owner,
 		LeaseDuration: cfg.lease,
 		ChunkSize:     cfg.chunkSize,
+		Purge:         lifecycle.PurgeOptions{NiceRatio: cfg.niceRatio},
 		Progress:      out.progress(),
 		Logger:        out.log,
 		Metrics:       metrics,

@@ -137,7 +137,8 @@ func TestRunOnce(t *testing.T) {
 
 	db.okAs(t, fixture.RoleApprover, "approve", "--request", id, "--by", "bob")
 
-	out := db.ok(t, "run", "--once", "--objects-dir", dir, "--cache", "memory:", "--request", id, "--owner", "test-executor", "--chunk-size", "2")
+	out := db.ok(t, "run", "--once", "--objects-dir", dir, "--cache", "memory:", "--request", id, "--owner", "test-executor", "--chunk-size", "2",
+		"--nice-ratio", "1")
 	require.NotContains(t, out, "\r", "no progress bar off a terminal")
 	recs := records(t, out)
 	started := recs[0]
@@ -171,6 +172,10 @@ func TestRunOnce(t *testing.T) {
 	require.Less(t, wait, 60.0, "seconds, not nanoseconds")
 	purged := recordPrefix(t, recs, "postgres purged in ")
 	require.EqualValues(t, 3, purged["rows_by_table"].(map[string]any)["fixture_members"])
+	// --nice-ratio reached the purge: it slept after its batches.
+	niced, ok := purged["niced_seconds"].(float64)
+	require.True(t, ok, purged)
+	require.Positive(t, niced, "the purge slept its nice ratio")
 	require.Equal(t, "completed", lastMessage(t, out))
 
 	stage, blocked := db.inspectStage(t, id)

@@ -220,15 +220,16 @@ var commands = []commandSpec{
 	},
 	{
 		name: "run", summary: "run the executor: fence, delete, purge, verify, sign",
-		about: "Runs the executor over the object store and cache the URLs name (see docs/executor.md). With --once it " +
-			"processes one request (--request ID, or the next claimable one) and exits; without, it runs until SIGINT or " +
-			"SIGTERM. It refuses to start without the registered receipt key, and with memory: where cache templates are " +
-			"declared. Its log goes to stdout (JSON lines off a terminal; --json forces them); with --once the last record " +
-			"says how it ended and, for a request it could not claim, why and what to do.",
+		about: "Runs the executor over the stores the URLs name (docs/executor.md). With --once it processes one " +
+			"request (--request ID, or the next claimable) and exits; else it runs until SIGINT or SIGTERM. It " +
+			"refuses to start without the registered receipt key, or with memory: where cache templates are declared. " +
+			"It logs to stdout (JSON lines off a terminal); with --once its last record says how it " +
+			"ended and, for a request not claimed, why and what to do.",
 		flags: []flagDoc{flagRequest, {"once", "", "process one request and exit"}, flagObjects, flagObjectsDir,
 			{"cache", "URL", "the cache: redis://HOST:PORT/DB?pattern=…, or memory: for none (default $DELETIONCTL_CACHE)"},
 			{"owner", "NAME", "the executor's identity (default deletionctl-<hostname>-<pid>)"},
 			{"lease", "D", "the claim's length (default 60s)"}, {"chunk-size", "N", "keys per manifest chunk, 1 to 10000 (default 1000)"},
+			{"nice-ratio", "R", "after each purge batch, sleep R times its duration"},
 			{"metrics-addr", "HOST:PORT", "serve /metrics and /healthz there"}, {"log-level", "LEVEL", "debug, info (default), warn or error"},
 			{"log-format", "FORMAT", "auto (default), json or text"},
 			{"receipt-key", "FILE", "sign receipts with this Ed25519 key, a file only its owner may read (default $COMMUNITYDELETION_RECEIPT_KEY, the key itself)"}},
