@@ -116,7 +116,8 @@ type PurgeOptions struct {
 	Method PurgeMethod
 	// MaxReplicationLag pauses the purge before a batch while a streaming
 	// replica's replay lag exceeds it (pg_stat_replication, through
-	// community_deletion_purge_pressure()). Zero means
+	// community_deletion_purge_pressure(), looked at before the first
+	// batch and then at most once a second). Zero means
 	// DefaultMaxReplicationLag; negative disables the check.
 	MaxReplicationLag time.Duration
 	// MaxRowsPerSecond caps the purge's average rate over the call, for a
@@ -163,6 +164,11 @@ const (
 	DefaultMaxPause = 5 * time.Minute
 	// purgePausePoll is how often a paused purge looks again.
 	purgePausePoll = 200 * time.Millisecond
+	// purgeHeadroomRecheck is how long a look that found headroom holds
+	// before a batch looks again, as pt-archiver's --check-interval: a
+	// look reads pg_stat_replication and pg_stat_activity, which cost
+	// about as much as a small batch.
+	purgeHeadroomRecheck = time.Second
 )
 
 // PurgePausedError reports a purge that paused longer than its MaxPause
@@ -392,6 +398,8 @@ type purgeRun struct {
 	// cleared so far, for the rate cap.
 	started time.Time
 	rows    int64
+	// headroomAt is when a look last found headroom (zero: never).
+	headroomAt time.Time
 }
 
 // purgePlan is the work of one pass, read in one transaction.
@@ -1342,7 +1350,8 @@ func (r *purgeRun) recordProgress(ctx context.Context, q *dbgen.Queries, t *purg
 // the rate cap allows the next batch (the nice sleep after the previous
 // batch counts toward it, so the longer of the two wins), and while a
 // replica's replay lag is above the bound or an anti-wraparound autovacuum
-// works on a purged table.
+// works on a purged table, looking at that at most once a second while it
+// finds headroom.
 // Each pause is reported through Progress; one that outlasts MaxPause ends
 // the purge with a *PurgePausedError.
 func (r *purgeRun) yield(ctx context.Context, t *purgeTable) error {
@@ -1355,13 +1364,20 @@ func (r *purgeRun) yield(ctx context.Context, t *purgeTable) error {
 			}
 		}
 	}
-	return r.store.awaitHeadroom(ctx, HeadroomOpts{
+	if !r.headroomAt.IsZero() && time.Since(r.headroomAt) < purgeHeadroomRecheck {
+		return nil
+	}
+	if err := r.store.awaitHeadroom(ctx, HeadroomOpts{
 		MaxReplicationLag: r.opts.MaxReplicationLag,
 		MaxPause:          r.opts.MaxPause,
 		Paused: func(reason string, causes []PurgePauseCause) {
 			r.paused(t, reason, causes)
 		},
-	})
+	}); err != nil {
+		return err
+	}
+	r.headroomAt = time.Now()
+	return nil
 }
 
 // HeadroomOpts bounds a wait for the database's headroom.
