@@ -53,7 +53,8 @@ func TestSubmitOnASnapshotOlderThanItsProtectionIsRefused(t *testing.T) {
 
 // Every other admission decision refuses a pinned snapshot too (25000): a
 // protection event, an approval (its grace period stamped from the
-// settings) and a claim.
+// settings), a claim, and the step out of active that the grace period
+// holds back.
 func TestAdmissionRefusesPinnedSnapshots(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -79,6 +80,19 @@ func TestAdmissionRefusesPinnedSnapshots(t *testing.T) {
 		return err
 	})
 	requireSQLState(t, err, sqlstateIsolation, "claim at READ COMMITTED")
+
+	// The step out of active, which the grace period holds back.
+	_, generation := b.communityState(t, community)
+	err = pgx.BeginTxFunc(ctx, b.as(fixture.RoleExecutor), pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
+		if err := setExecutor(ctx, tx, community, generation); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "UPDATE communities SET deletion_state = 'quiescing', archived_at = now() WHERE id = $1", community)
+		return err
+	})
+	requireSQLState(t, err, sqlstateIsolation, "cannot see its deletion's grace period")
+	state, _ := b.communityState(t, community)
+	require.Equal(t, "active", state)
 }
 
 const claimSQL = `UPDATE community_deletion_requests
