@@ -244,10 +244,6 @@ var legacyProbes = map[int64][]check{
 		function("community_deletion_untrusted_code(regclass)"),
 		functionBody("enforce_community_kept_row_fence()", "community_deletion_fence_context"),
 	},
-	31: { // 00031_community_deletion_near_free_context.sql
-		functionBody("enforce_community_kept_row_fence()", "The near-free return above reads none"),
-		functionBody("enforce_community_kept_row_fence_row()", "The near-free return above reads no relation"),
-	},
 }
 
 // querier is what probes and the version-table reads run on: a *sql.DB,
