@@ -152,3 +152,30 @@ func TestPurgeRefusesAnUntrustedTriggerPlantedMidway(t *testing.T) {
 	require.Equal(t, int64(1), b.secrets(t, s.other))
 	require.Equal(t, int64(2), b.secrets(t, s.target), "the batch that fired the trigger rolled back")
 }
+
+// A rule's own table access is checked as its table's owner, but the
+// functions it calls run as the executor: a service's rule on its own
+// registered table that calls a function of its own deleting another
+// owner's rows is drift (rule_untrusted), and the purge refuses it.
+func TestPurgeRefusesAServicesRule(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	s := b.newUntrustedScene(t)
+	for _, sql := range []string{
+		"CREATE FUNCTION svc_code.wipe_ledger_now() RETURNS void LANGUAGE sql AS 'DELETE FROM public.partner_ledger'",
+		"CREATE RULE tenant_secrets_wipe AS ON DELETE TO tenant_secrets DO ALSO SELECT svc_code.wipe_ledger_now()",
+	} {
+		_, err := s.service.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	drift := b.drift(t)
+	require.Len(t, drift, 1)
+	require.Contains(t, drift[0], "public.tenant_secrets rule_untrusted: rule tenant_secrets_wipe on public.tenant_secrets calls svc_code.wipe_ledger_now() (owned by cd_test_serving)")
+
+	_, err := b.Engine.EnterPostgresPurged(ctx, s.token, lifecycle.PurgeOptions{})
+	require.ErrorIs(t, err, lifecycle.ErrRefused)
+	require.Contains(t, err.Error(), "rule_untrusted")
+	require.Equal(t, int64(1), b.ledgerRows(t, s.other), "the bystander's row of another owner's table")
+	b.requireUntouched(t, s, s.counts)
+}
