@@ -34,6 +34,23 @@ type driftAttack struct {
 
 var driftAttacks = []driftAttack{
 	{
+		name:   "a role that may read a registered table keeps a materialized copy of it",
+		setup:  []string{"GRANT SELECT ON fixture_messages TO %[1]s", "CREATE SCHEMA svc_copies AUTHORIZATION %[1]s"},
+		attack: []string{"CREATE MATERIALIZED VIEW svc_copies.message_copy AS SELECT id, body FROM public.fixture_messages"},
+		want: driftRow{"svc_copies.message_copy", "unregistered: materialized view svc_copies.message_copy keeps a copy of rows of public.fixture_messages, " +
+			"which no deletion purges; drop it, or exclude it with community_deletion.exclude_table('svc_copies.message_copy', reason) if it keeps no tenant's rows"},
+		restore: []string{"DROP MATERIALIZED VIEW svc_copies.message_copy"},
+	},
+	{
+		name:  "a materialized view over a view of a registered table",
+		setup: []string{"GRANT SELECT ON fixture_messages TO %[1]s", "CREATE SCHEMA svc_copies AUTHORIZATION %[1]s"},
+		attack: []string{"CREATE VIEW svc_copies.recent AS SELECT id, body FROM public.fixture_messages",
+			"CREATE MATERIALIZED VIEW svc_copies.recent_copy AS SELECT * FROM svc_copies.recent"},
+		want: driftRow{"svc_copies.recent_copy", "unregistered: materialized view svc_copies.recent_copy keeps a copy of rows of public.fixture_messages, " +
+			"which no deletion purges; drop it, or exclude it with community_deletion.exclude_table('svc_copies.recent_copy', reason) if it keeps no tenant's rows"},
+		restore: []string{"DROP MATERIALIZED VIEW svc_copies.recent_copy"},
+	},
+	{
 		name:  "a tenant table's owner exempts one application_name from the insert fence",
 		setup: []string{"ALTER TABLE fixture_messages OWNER TO %[1]s"},
 		attack: []string{

@@ -245,7 +245,7 @@ func TestDeclareTheServicesTenantTable(t *testing.T) {
 	for _, conn := range []*pgx.Conn{serving, operator, owner.conn} {
 		_, err = conn.Exec(ctx, "DELETE FROM community_deletion.community_deletion_tenant_table")
 		requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "")
-		_, err = conn.Exec(ctx, "INSERT INTO community_deletion.community_deletion_excluded_tables (table_schema, table_name, reason) VALUES ('svc', 'x', 'r')")
+		_, err = conn.Exec(ctx, "INSERT INTO community_deletion.community_deletion_exclusion_events (table_schema, table_name, action, reason) VALUES ('svc', 'x', 'exclude', 'r')")
 		requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "")
 	}
 
@@ -280,7 +280,7 @@ func TestDeclareTheServicesTenantTable(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT table_schema || '.' || table_name || '/' || reason || '/' || excluded_by
 		FROM community_deletion.community_deletion_excluded_tables`).Scan(&excluded))
 	require.Equal(t, "svc.pin_notes/notes are kept by legal hold/"+owner.name, excluded)
-	owner.run(t, "SELECT community_deletion.include_table('svc.pin_notes')")
+	owner.run(t, "SELECT community_deletion.include_table('svc.pin_notes', 'the hold was lifted')")
 	require.Equal(t, []driftRow{{"svc.pin_notes", "unregistered"}}, drift(t, b))
 
 	// A table of the deletion's own schema can never be registered there.

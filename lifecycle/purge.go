@@ -536,6 +536,26 @@ func purgeValidateCatalog(ctx context.Context, q *dbgen.Queries) error {
 	return refusef("catalog drift: %s", strings.Join(problems, ", "))
 }
 
+// purgeCheckTableCode refuses, rolling the batch back, when the batch's
+// statement on table ran code that no one trusted: a trigger, rule or
+// expression of the table's owner calling functions of its own, planted
+// after the plan's drift check. It reads the catalog after the statement,
+// whose lock keeps such code from appearing until the batch commits.
+func purgeCheckTableCode(ctx context.Context, q *dbgen.Queries, table string) error {
+	untrusted, err := q.PurgeUntrustedCode(ctx, table)
+	if err != nil {
+		return fmt.Errorf("check the code the purge of %s runs: %w", table, err)
+	}
+	if len(untrusted) == 0 {
+		return nil
+	}
+	problems := make([]string, 0, len(untrusted))
+	for _, u := range untrusted {
+		problems = append(problems, u.TableName+" ("+u.Problem+")")
+	}
+	return refusef("catalog drift: %s", strings.Join(problems, ", "))
+}
+
 // plan reads, in one transaction under the purge's guards, the registered
 // tables, the foreign keys among them, the community's own partitions and
 // the checkpoints so far, and orders the tables. recheck ignores the
@@ -958,6 +978,9 @@ func (b *purgeBatcher) batch(ctx context.Context) (bool, error) {
 		rows, done, err = b.statement(ctx, tx)
 		stmt = time.Since(start)
 		if err != nil {
+			return err
+		}
+		if err := purgeCheckTableCode(ctx, q, t.name); err != nil {
 			return err
 		}
 		if b.clear {

@@ -81,6 +81,11 @@ func writeReceipt(ctx context.Context, q *dbgen.Queries, token LeaseToken, key e
 	if err != nil {
 		return fmt.Errorf("build the receipt of deletion %s: %w", token.RequestID, err)
 	}
+	exclusions, err := q.ReceiptExclusions(ctx, token.RequestID)
+	if err != nil {
+		return fmt.Errorf("read the exclusions in force during deletion %s: %w", token.RequestID, err)
+	}
+	r.Excluded = receiptExclusions(exclusions)
 	head, err := q.ReceiptChainHead(ctx)
 	if err != nil {
 		return fmt.Errorf("read the receipt chain's head: %w", err)
@@ -120,6 +125,20 @@ func writeReceipt(ctx context.Context, q *dbgen.Queries, token LeaseToken, key e
 		return fmt.Errorf("insert receipt %d of deletion %s: %w", r.Sequence, token.RequestID, err)
 	}
 	return nil
+}
+
+// receiptExclusions are the receipt's excluded tables: every exclusion in
+// force at some time during the deletion, with when a later event ended it.
+func receiptExclusions(rows []dbgen.ReceiptExclusionsRow) []receipt.Exclusion {
+	excluded := make([]receipt.Exclusion, 0, len(rows))
+	for _, e := range rows {
+		x := receipt.Exclusion{Table: e.TableName, Reason: e.Reason, ExcludedBy: e.ExcludedBy, ExcludedAt: e.ExcludedAt}
+		if e.Ended {
+			x.Until = e.EndedAt
+		}
+		excluded = append(excluded, x)
+	}
+	return excluded
 }
 
 // receiptBody is the receipt of request from what the database recorded,

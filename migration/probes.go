@@ -238,6 +238,12 @@ var legacyProbes = map[int64][]check{
 		function("community_deletion_settle_fence_marker()"),
 		trigger("communities", "communities_fence_marker_arm"),
 	},
+	30: { // 00030_community_deletion_trust_closes.sql
+		table("community_deletion_exclusion_events"),
+		table("community_deletion_trusted_code"),
+		function("community_deletion_untrusted_code(regclass)"),
+		functionBody("enforce_community_kept_row_fence()", "community_deletion_fence_context"),
+	},
 }
 
 // querier is what probes and the version-table reads run on: a *sql.DB,

@@ -44,6 +44,16 @@ func Normalize(r Receipt) Receipt {
 		}
 	}
 	slices.SortStableFunc(r.Absence, func(a, b Absence) int { return cmp.Compare(a.Store, b.Store) })
+	r.Excluded = slices.Clone(r.Excluded)
+	for i := range r.Excluded {
+		r.Excluded[i].ExcludedAt = r.Excluded[i].ExcludedAt.UTC()
+		if !r.Excluded[i].Until.IsZero() {
+			r.Excluded[i].Until = r.Excluded[i].Until.UTC()
+		}
+	}
+	slices.SortStableFunc(r.Excluded, func(a, b Exclusion) int {
+		return cmp.Or(cmp.Compare(a.Table, b.Table), a.ExcludedAt.Compare(b.ExcludedAt))
+	})
 	r.Stages = slices.Clone(r.Stages)
 	for i := range r.Stages {
 		r.Stages[i].At = r.Stages[i].At.UTC()
@@ -164,7 +174,7 @@ func tree(r Receipt) map[string]any {
 		stages = append(stages, map[string]any{"stage": s.Stage, "at": formatTime(s.At)})
 	}
 	operator := func(o Operator) map[string]any { return map[string]any{"name": o.Name, "login": o.Login} }
-	return map[string]any{
+	body := map[string]any{
 		"format":     r.Format,
 		"sequence":   r.Sequence,
 		"request_id": r.RequestID.String(),
@@ -187,6 +197,19 @@ func tree(r Receipt) map[string]any {
 		"previous_hash":        r.PreviousHash,
 		"signer":               r.Signer,
 	}
+	if r.Format != FormatV1 {
+		excluded := make([]any, 0, len(r.Excluded))
+		for _, e := range r.Excluded {
+			until := ""
+			if !e.Until.IsZero() {
+				until = formatTime(e.Until)
+			}
+			excluded = append(excluded, map[string]any{"table": e.Table, "reason": e.Reason, "excluded_by": e.ExcludedBy,
+				"excluded_at": formatTime(e.ExcludedAt), "until": until})
+		}
+		body["excluded_tables"] = excluded
+	}
+	return body
 }
 
 func formatTime(t time.Time) string { return t.UTC().Format(TimeLayout) }
@@ -300,23 +323,24 @@ func isASCII(s string) bool {
 // The receipt as decoded; strings where the receipt holds uuids and times so
 // that a bad one is reported as such.
 type wireReceipt struct {
-	Format             string        `json:"format"`
-	Sequence           int64         `json:"sequence"`
-	RequestID          string        `json:"request_id"`
-	Community          wireTenant    `json:"community"`
-	InventoryDigest    string        `json:"inventory_digest"`
-	ManifestDigest     string        `json:"manifest_digest"`
-	Tables             []wireTable   `json:"tables"`
-	Objects            []wireObjects `json:"objects"`
-	Cache              []wireCache   `json:"cache"`
-	Absence            []wireAbsence `json:"absence"`
-	SubmittedBy        wireOperator  `json:"submitted_by"`
-	ApprovedBy         wireOperator  `json:"approved_by"`
-	OperatorsShareRole bool          `json:"operators_share_role"`
-	Stages             []wireStage   `json:"stages"`
-	SchemaVersion      int64         `json:"schema_version"`
-	PreviousHash       string        `json:"previous_hash"`
-	Signer             string        `json:"signer"`
+	Format             string         `json:"format"`
+	Sequence           int64          `json:"sequence"`
+	RequestID          string         `json:"request_id"`
+	Community          wireTenant     `json:"community"`
+	InventoryDigest    string         `json:"inventory_digest"`
+	ManifestDigest     string         `json:"manifest_digest"`
+	Tables             []wireTable    `json:"tables"`
+	Objects            []wireObjects  `json:"objects"`
+	Cache              []wireCache    `json:"cache"`
+	Absence            []wireAbsence  `json:"absence"`
+	ExcludedTables     []wireExcluded `json:"excluded_tables"`
+	SubmittedBy        wireOperator   `json:"submitted_by"`
+	ApprovedBy         wireOperator   `json:"approved_by"`
+	OperatorsShareRole bool           `json:"operators_share_role"`
+	Stages             []wireStage    `json:"stages"`
+	SchemaVersion      int64          `json:"schema_version"`
+	PreviousHash       string         `json:"previous_hash"`
+	Signer             string         `json:"signer"`
 }
 
 type wireTenant struct {
@@ -350,6 +374,14 @@ type wireAbsence struct {
 	Checked  []string `json:"checked"`
 	Status   string   `json:"status"`
 	Detail   string   `json:"detail"`
+}
+
+type wireExcluded struct {
+	Table      string `json:"table"`
+	Reason     string `json:"reason"`
+	ExcludedBy string `json:"excluded_by"`
+	ExcludedAt string `json:"excluded_at"`
+	Until      string `json:"until"`
 }
 
 type wireOperator struct {
@@ -418,6 +450,18 @@ func decode(b []byte) (Receipt, error) {
 			checked = []string{}
 		}
 		r.Absence = append(r.Absence, Absence{Store: a.Store, Kind: a.Kind, Checked: checked, Status: a.Status, Detail: a.Detail})
+	}
+	for i, e := range w.ExcludedTables {
+		x := Exclusion{Table: e.Table, Reason: e.Reason, ExcludedBy: e.ExcludedBy}
+		if x.ExcludedAt, err = parseTime(fmt.Sprintf("excluded_tables[%d].excluded_at", i), e.ExcludedAt); err != nil {
+			return Receipt{}, err
+		}
+		if e.Until != "" {
+			if x.Until, err = parseTime(fmt.Sprintf("excluded_tables[%d].until", i), e.Until); err != nil {
+				return Receipt{}, err
+			}
+		}
+		r.Excluded = append(r.Excluded, x)
 	}
 	for _, s := range w.Stages {
 		at, err := parseTime("stage "+quote(s.Stage)+" time", s.At)

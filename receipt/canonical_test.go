@@ -61,6 +61,11 @@ func goldenReceipt() Receipt {
 		{Store: StoreCache, Kind: KindMemory, Status: StatusNotChecked, Detail: "the in-process cache lists nothing of the deployment's cache"},
 		{Store: StoreObjects, Kind: "s3", Checked: []string{"communities/7d1e2f3a/"}, Status: StatusVerified},
 	}
+	at := func(sec int, nsec int) time.Time { return time.Date(2025, 3, 1, 9, 0, sec, nsec, time.UTC) }
+	r.Excluded = []Exclusion{
+		{Table: "public.partner_accounts", Reason: "ids of the partner system, not ours", ExcludedBy: "svc_owner", ExcludedAt: at(1, 0)},
+		{Table: "public.drafts", Reason: "drafts outlive their author", ExcludedBy: "svc_owner", ExcludedAt: at(0, 5000), Until: at(3, 0)},
+	}
 	return r
 }
 
@@ -79,9 +84,9 @@ MCowBQYDK2VwAyEAZtFEC/R8I/g6l3Yto1qliR2Ac0lH37rC97wWlKRhFpA=
 // The test vector docs/receipts.md publishes, in the current format:
 // goldenReceipt chained first and signed with the golden key.
 const (
-	goldenV2Body      = `{"absence":[{"checked":[],"detail":"the in-process cache lists nothing of the deployment's cache","kind":"memory","status":"not_checked","store":"cache"},{"checked":["communities/7d1e2f3a/"],"detail":"","kind":"s3","status":"verified","store":"objects"},{"checked":["messages"],"detail":"0 rows; \"quoted\" \\ tab\t nl\n bell\u0007 <&>  ","kind":"postgresql","status":"verified","store":"postgres"}],"approved_by":{"login":"ops_bob","name":"Bob"},"cache":[{"deleted":0,"pattern":"community:7d1e2f3a:*"}],"community":{"deleted_at":"2025-03-01T09:00:06.500000000Z","host":"bücher.example","id":"7d1e2f3a-4b5c-4d6e-8f70-81a2b3c4d5e6"},"format":"communitydeletion.receipt/v2","inventory_digest":"abababababababababababababababababababababababababababababababab","manifest_digest":"cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd","objects":[{"deleted":9,"prefix":"communities/7d1e2f3a/"}],"operators_share_role":false,"previous_hash":"","request_id":"0b9e3f1c-5a7d-4c2e-9f10-2d3c4b5a6978","schema_version":14,"sequence":1,"signer":"2d70204d1a412912","stages":[{"at":"2025-03-01T09:00:00.000001000Z","stage":"submitted"},{"at":"2025-03-01T09:00:02.000000000Z","stage":"approved"},{"at":"2025-03-01T09:00:09.999999999Z","stage":"retention_pending"}],"submitted_by":{"login":"ops_alice","name":"Alice"},"tables":[{"mode":"nullify","rows":3,"table":"audit_log"},{"mode":"delete","rows":120,"table":"messages"}]}`
-	goldenV2Hash      = "6ffce35d41afacd37e8155c7266380564a0885962ba91804b3252758b34c190d"
-	goldenV2Signature = "EHbUOmMetu1UXlY8fn56Ah1eK8iiS86iJAG1dg+i3QY4pQevcOgSsTpccCmAV/bB5aRrDUThdVC/VIfGoGm7AA=="
+	goldenV2Body      = `{"absence":[{"checked":[],"detail":"the in-process cache lists nothing of the deployment's cache","kind":"memory","status":"not_checked","store":"cache"},{"checked":["communities/7d1e2f3a/"],"detail":"","kind":"s3","status":"verified","store":"objects"},{"checked":["messages"],"detail":"0 rows; \"quoted\" \\ tab\t nl\n bell\u0007 <&>  ","kind":"postgresql","status":"verified","store":"postgres"}],"approved_by":{"login":"ops_bob","name":"Bob"},"cache":[{"deleted":0,"pattern":"community:7d1e2f3a:*"}],"community":{"deleted_at":"2025-03-01T09:00:06.500000000Z","host":"bücher.example","id":"7d1e2f3a-4b5c-4d6e-8f70-81a2b3c4d5e6"},"excluded_tables":[{"excluded_at":"2025-03-01T09:00:00.000005000Z","excluded_by":"svc_owner","reason":"drafts outlive their author","table":"public.drafts","until":"2025-03-01T09:00:03.000000000Z"},{"excluded_at":"2025-03-01T09:00:01.000000000Z","excluded_by":"svc_owner","reason":"ids of the partner system, not ours","table":"public.partner_accounts","until":""}],"format":"communitydeletion.receipt/v2","inventory_digest":"abababababababababababababababababababababababababababababababab","manifest_digest":"cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd","objects":[{"deleted":9,"prefix":"communities/7d1e2f3a/"}],"operators_share_role":false,"previous_hash":"","request_id":"0b9e3f1c-5a7d-4c2e-9f10-2d3c4b5a6978","schema_version":14,"sequence":1,"signer":"2d70204d1a412912","stages":[{"at":"2025-03-01T09:00:00.000001000Z","stage":"submitted"},{"at":"2025-03-01T09:00:02.000000000Z","stage":"approved"},{"at":"2025-03-01T09:00:09.999999999Z","stage":"retention_pending"}],"submitted_by":{"login":"ops_alice","name":"Alice"},"tables":[{"mode":"nullify","rows":3,"table":"audit_log"},{"mode":"delete","rows":120,"table":"messages"}]}`
+	goldenV2Hash      = "8373816e93fa22df5d838dafb875bc2a265afc6a8166fb4030fa2933ecdbccdb"
+	goldenV2Signature = "vz7PZBVHnn9MP/Wmky4xXjm7V81sr0k0r+zu5cZJXTzkV/RCAsDCSjJOZKMJ+be7TLEFX/HI+1fsZ0a91wGaAQ=="
 )
 
 func TestCanonicalGolden(t *testing.T) {

@@ -118,6 +118,11 @@ type Receipt struct {
 	Cache []Cache
 	// Absence lists the absence proof's result per store, sorted by Store.
 	Absence []Absence
+	// Excluded lists every exclusion of a table from the deletion that was
+	// in force at some time between the request's submission and its
+	// receipt, sorted by Table and ExcludedAt (format 2; empty in format 1,
+	// which cannot hold it). Excluded tables keep their rows.
+	Excluded []Exclusion
 	// SubmittedBy and ApprovedBy are the two operators, each by the name
 	// given to the lifecycle and the database login (session_user) used.
 	SubmittedBy Operator
@@ -153,6 +158,19 @@ type Table struct {
 	Table string
 	Mode  string
 	Rows  int64
+}
+
+// Exclusion is one exclusion of a table from the deletion
+// (community_deletion.exclude_table()): the schema-qualified Table, the
+// Reason its owner gave, the login that excluded it and when, and Until,
+// the time a later event (an inclusion, a new exclusion, a registration)
+// ended it, or the zero time while it was still in force at the receipt.
+type Exclusion struct {
+	Table      string
+	Reason     string
+	ExcludedBy string
+	ExcludedAt time.Time
+	Until      time.Time
 }
 
 // Objects is the number of object-store keys deleted under one prefix.
@@ -290,6 +308,9 @@ func Validate(r Receipt) error {
 	if err := checkAbsence(r.Format, r.Absence); err != nil {
 		return err
 	}
+	if err := checkExcluded(r.Format, r.Excluded); err != nil {
+		return err
+	}
 	if err := checkOperators(r); err != nil {
 		return err
 	}
@@ -375,6 +396,43 @@ func checkStoreCheck(a Absence) error {
 		}
 	default:
 		return inconsistent("absence in store %q has status %q, want %s or %s", a.Store, clip(a.Status), StatusVerified, StatusNotChecked)
+	}
+	return nil
+}
+
+// checkExcluded is the rule for the exclusions: none in format 1; in
+// format 2 each names its table, reason and login, with times, ended no
+// earlier than it began, sorted by table and then time.
+func checkExcluded(format string, excluded []Exclusion) error {
+	if format == FormatV1 && len(excluded) > 0 {
+		return inconsistent("excluded_tables are listed, which format %s cannot hold", FormatV1)
+	}
+	for i, e := range excluded {
+		for _, f := range []struct{ field, value string }{
+			{"table", e.Table}, {"reason", e.Reason}, {"excluded_by", e.ExcludedBy},
+		} {
+			if err := text(fmt.Sprintf("excluded_tables[%d].%s", i, f.field), f.value, false); err != nil {
+				return err
+			}
+		}
+		if err := checkTime(fmt.Sprintf("excluded_tables[%d].excluded_at", i), e.ExcludedAt); err != nil {
+			return err
+		}
+		if !e.Until.IsZero() {
+			if err := checkTime(fmt.Sprintf("excluded_tables[%d].until", i), e.Until); err != nil {
+				return err
+			}
+			if e.Until.Before(e.ExcludedAt) {
+				return inconsistent("the exclusion of %q ends at %s, before it began at %s", clip(e.Table), formatTime(e.Until), formatTime(e.ExcludedAt))
+			}
+		}
+		if i > 0 {
+			p := excluded[i-1]
+			if p.Table > e.Table || (p.Table == e.Table && p.ExcludedAt.After(e.ExcludedAt)) {
+				return inconsistent("excluded_tables are not sorted by table and time: %q at %s follows %q at %s",
+					clip(e.Table), formatTime(e.ExcludedAt), clip(p.Table), formatTime(p.ExcludedAt))
+			}
+		}
 	}
 	return nil
 }

@@ -574,3 +574,42 @@ func (q *Queries) PurgeTenantTable(ctx context.Context) (string, error) {
 	err := row.Scan(&table_name)
 	return table_name, err
 }
+
+const purgeUntrustedCode = `-- name: PurgeUntrustedCode :many
+SELECT u.table_name::text AS table_name, u.problem::text AS problem
+FROM pg_catalog.pg_class root
+JOIN pg_catalog.pg_namespace n ON n.oid = root.relnamespace
+JOIN community_deletion.community_scoped_tables r ON r.table_schema = n.nspname AND r.table_name = root.relname
+CROSS JOIN LATERAL community_deletion.community_deletion_untrusted_code(root.oid::regclass) u
+WHERE r.table_name = $1::text
+`
+
+type PurgeUntrustedCodeRow struct {
+	TableName string
+	Problem   string
+}
+
+// The untrusted code of a registered table (migration 00030): each trigger,
+// rule or expression the purge's statement on it runs that calls code of
+// its own and that the schema's owner has not declared trusted at its
+// current digest. A batch reads it after its statement, under the
+// statement's lock, and rolls back on any row.
+func (q *Queries) PurgeUntrustedCode(ctx context.Context, tableName string) ([]PurgeUntrustedCodeRow, error) {
+	rows, err := q.db.Query(ctx, purgeUntrustedCode, tableName)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []PurgeUntrustedCodeRow{}
+	for rows.Next() {
+		var i PurgeUntrustedCodeRow
+		if err := rows.Scan(&i.TableName, &i.Problem); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

@@ -33,6 +33,61 @@ func (q *Queries) ReceiptChainHead(ctx context.Context) (ReceiptChainHeadRow, er
 	return i, err
 }
 
+const receiptExclusions = `-- name: ReceiptExclusions :many
+SELECT format('%I.%I', e.table_schema, e.table_name)::text AS table_name,
+       e.reason, e.actor::text AS excluded_by, e.recorded_at AS excluded_at,
+       (next_event.recorded_at IS NOT NULL)::boolean AS ended,
+       coalesce(next_event.recorded_at, e.recorded_at)::timestamptz AS ended_at
+FROM community_deletion.community_deletion_exclusion_events e
+CROSS JOIN (SELECT r.created_at FROM community_deletion.community_deletion_requests r WHERE r.id = $1::uuid) request
+LEFT JOIN LATERAL (SELECT l.recorded_at FROM community_deletion.community_deletion_exclusion_events l
+                   WHERE l.table_schema = e.table_schema AND l.table_name = e.table_name AND l.sequence > e.sequence
+                   ORDER BY l.sequence LIMIT 1) next_event ON true
+WHERE e.action = 'exclude'
+  AND (next_event.recorded_at IS NULL OR next_event.recorded_at >= request.created_at)
+ORDER BY 1, e.sequence
+`
+
+type ReceiptExclusionsRow struct {
+	TableName  string
+	Reason     string
+	ExcludedBy string
+	ExcludedAt time.Time
+	Ended      bool
+	EndedAt    time.Time
+}
+
+// Every exclusion of a table in force at some time from the request's
+// submission until now (migration 00030): the table, schema-qualified,
+// why, who and when, and when the table's next exclusion event ended it
+// (ended false while it is in force), in table and event order.
+func (q *Queries) ReceiptExclusions(ctx context.Context, requestID uuid.UUID) ([]ReceiptExclusionsRow, error) {
+	rows, err := q.db.Query(ctx, receiptExclusions, requestID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ReceiptExclusionsRow{}
+	for rows.Next() {
+		var i ReceiptExclusionsRow
+		if err := rows.Scan(
+			&i.TableName,
+			&i.Reason,
+			&i.ExcludedBy,
+			&i.ExcludedAt,
+			&i.Ended,
+			&i.EndedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const receiptFacts = `-- name: ReceiptFacts :one
 SELECT r.community_id, c.host, c.tenant_key, c.deleted_at, r.requested_by, coalesce(r.requested_by_role::text, '')::text AS requested_by_role,
        r.inventory_digest, r.destructive_storage_manifest, r.created_at, r.inventory_frozen_at, r.completed_at,

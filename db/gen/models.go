@@ -51,13 +51,25 @@ type CommunityDeletionCheckpoint struct {
 	CompletedAt     *time.Time
 }
 
-// Tables that look like tenant data but that their owner keeps out of the deletion (exclude_table()), with why; the drift report does not flag them.
+// The exclusions in force: each table whose newest exclusion event excludes it, with that event's reason, login and time.
 type CommunityDeletionCommunityDeletionExcludedTable struct {
 	TableSchema string
 	TableName   string
 	Reason      string
 	ExcludedBy  string
 	ExcludedAt  time.Time
+	Sequence    int64
+}
+
+// Every exclusion of a table from the deletion and every lifting of one (exclude_table(), include_table(), a registration), with who, when and why. Append-only; a table's newest event says whether it is excluded (community_deletion_excluded_tables).
+type CommunityDeletionCommunityDeletionExclusionEvent struct {
+	Sequence    int64
+	TableSchema string
+	TableName   string
+	Action      string
+	Reason      string
+	Actor       string
+	RecordedAt  time.Time
 }
 
 // References a schema declares no foreign key for (declare_reference()), by the referencing table's owner: attach_child_table() and the drift report follow them like foreign keys.
@@ -79,6 +91,20 @@ type CommunityDeletionCommunityDeletionTenantTable struct {
 	TableSchema string
 	TableName   string
 	KeyColumn   string
+	DeclaredBy  string
+	DeclaredAt  time.Time
+}
+
+// The deployment's declarations that code on a registered table which the deletion's statements run (a trigger, rule, constraint, index expression or generated column calling functions of its own) may run with the executor's rights: what, the digest of the code declared, who, when and why. Append-only; written only by the schema's owner; the newest row of an object counts while its digest matches.
+type CommunityDeletionCommunityDeletionTrustedCode struct {
+	Sequence    int64
+	TableSchema string
+	TableName   string
+	Kind        string
+	ObjectName  string
+	Action      string
+	Digest      *string
+	Reason      string
 	DeclaredBy  string
 	DeclaredAt  time.Time
 }

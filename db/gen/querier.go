@@ -342,9 +342,20 @@ type Querier interface {
 	// The declared tenant table's name, registered like any 'delete' table; ''
 	// when none is declared. The purge deletes it last.
 	PurgeTenantTable(ctx context.Context) (string, error)
+	// The untrusted code of a registered table (migration 00030): each trigger,
+	// rule or expression the purge's statement on it runs that calls code of
+	// its own and that the schema's owner has not declared trusted at its
+	// current digest. A batch reads it after its statement, under the
+	// statement's lock, and rolls back on any row.
+	PurgeUntrustedCode(ctx context.Context, tableName string) ([]PurgeUntrustedCodeRow, error)
 	// The newest receipt's sequence and hash (0 and '' for none) and the
 	// schema version (0 if unknown), after queueing on the chain's advisory lock.
 	ReceiptChainHead(ctx context.Context) (ReceiptChainHeadRow, error)
+	// Every exclusion of a table in force at some time from the request's
+	// submission until now (migration 00030): the table, schema-qualified,
+	// why, who and when, and when the table's next exclusion event ended it
+	// (ended false while it is in force), in table and event order.
+	ReceiptExclusions(ctx context.Context, requestID uuid.UUID) ([]ReceiptExclusionsRow, error)
 	// What a completed request's receipt states from its request, approval,
 	// community (the tombstone) and the deployment's settings.
 	ReceiptFacts(ctx context.Context, id uuid.UUID) (ReceiptFactsRow, error)

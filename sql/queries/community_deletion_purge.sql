@@ -247,3 +247,16 @@ ORDER BY 1, 3, 4, 5;
 -- sequence) as the schema's owner and returns their names; the caller is
 -- the authorized executor at bindings_removed.
 SELECT coalesce(community_deletion.community_deletion_drop_tenant_objects(@community_id::uuid), '{}')::text[] AS dropped;
+
+-- name: PurgeUntrustedCode :many
+-- The untrusted code of a registered table (migration 00030): each trigger,
+-- rule or expression the purge's statement on it runs that calls code of
+-- its own and that the schema's owner has not declared trusted at its
+-- current digest. A batch reads it after its statement, under the
+-- statement's lock, and rolls back on any row.
+SELECT u.table_name::text AS table_name, u.problem::text AS problem
+FROM pg_catalog.pg_class root
+JOIN pg_catalog.pg_namespace n ON n.oid = root.relnamespace
+JOIN community_deletion.community_scoped_tables r ON r.table_schema = n.nspname AND r.table_name = root.relname
+CROSS JOIN LATERAL community_deletion.community_deletion_untrusted_code(root.oid::regclass) u
+WHERE r.table_name = @table_name::text;

@@ -63,3 +63,21 @@ LIMIT 1;
 INSERT INTO community_deletion.community_deletion_receipts
     (sequence, kind, body, body_sha256, previous_sha256, signature, signer)
 VALUES (@sequence, 'rotation', @body, @body_sha256, @previous_sha256, @signature, @signer);
+
+-- name: ReceiptExclusions :many
+-- Every exclusion of a table in force at some time from the request's
+-- submission until now (migration 00030): the table, schema-qualified,
+-- why, who and when, and when the table's next exclusion event ended it
+-- (ended false while it is in force), in table and event order.
+SELECT format('%I.%I', e.table_schema, e.table_name)::text AS table_name,
+       e.reason, e.actor::text AS excluded_by, e.recorded_at AS excluded_at,
+       (next_event.recorded_at IS NOT NULL)::boolean AS ended,
+       coalesce(next_event.recorded_at, e.recorded_at)::timestamptz AS ended_at
+FROM community_deletion.community_deletion_exclusion_events e
+CROSS JOIN (SELECT r.created_at FROM community_deletion.community_deletion_requests r WHERE r.id = @request_id::uuid) request
+LEFT JOIN LATERAL (SELECT l.recorded_at FROM community_deletion.community_deletion_exclusion_events l
+                   WHERE l.table_schema = e.table_schema AND l.table_name = e.table_name AND l.sequence > e.sequence
+                   ORDER BY l.sequence LIMIT 1) next_event ON true
+WHERE e.action = 'exclude'
+  AND (next_event.recorded_at IS NULL OR next_event.recorded_at >= request.created_at)
+ORDER BY 1, e.sequence;
