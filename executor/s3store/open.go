@@ -10,6 +10,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
@@ -128,6 +129,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			o.BaseEndpoint = aws.String(cfg.Endpoint)
 		}
 		o.UsePathStyle = cfg.PathStyle
+		next := o.HTTPClient
+		if next == nil {
+			next = awshttp.NewBuildableClient()
+		}
+		o.HTTPClient = plainBodyClient{next: next}
 	})
 	return New(client, opts)
 }
