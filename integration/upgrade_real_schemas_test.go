@@ -122,13 +122,14 @@ func migrateDown(t *testing.T, url string) error {
 	return err
 }
 
-// downTo26 rolls the database at url back to migration 00026.
-func downTo26(t *testing.T, url string) {
+// downToTheModel rolls the database at url back to migration 00027, the
+// real-schema model (00026 as released, rebuilt as it stands).
+func downToTheModel(t *testing.T, url string) {
 	t.Helper()
 	migrator, err := migration.Open(t.Context(), url)
 	require.NoError(t, err)
 	defer migrator.Close()
-	_, err = migrator.DownTo(t.Context(), 26)
+	_, err = migrator.DownTo(t.Context(), 27)
 	require.NoError(t, err)
 }
 
@@ -143,13 +144,14 @@ func migrationVersion(t *testing.T, url string) int64 {
 	return version
 }
 
-// requireDownRefused asserts that rolling back migration 00026 is refused
-// (55000) with a message containing contains, and that the database stays
-// at version 26: the migrations after it roll back first, and migrate up
+// requireDownRefused asserts that rolling back the real-schema model
+// (00027, whose Down runs 00026's current Down first) is refused (55000)
+// with a message containing contains, and that the database stays at
+// version 27: the migrations after it roll back first, and migrate up
 // again after.
 func requireDownRefused(t *testing.T, url string, contains string) {
 	t.Helper()
-	downTo26(t, url)
+	downToTheModel(t, url)
 	version := migrationVersion(t, url)
 	err := migrateDown(t, url)
 	var pgErr *pgconn.PgError

@@ -220,25 +220,28 @@ var legacyProbes = map[int64][]check{
 	25: { // 00025_community_deletion_tenant_keys.sql
 		table("community_deletion_references"),
 	},
-	26: { // 00026_community_deletion_real_schemas.sql
-		function("attach_child_table(regclass,regclass[],regclass[])"),
+	26: { // 00026_community_deletion_real_schemas.sql (00027 keeps these)
 		function("community_deletion_tenant_uuid(text)"),
 		trigger("communities", "communities_tenant_key_guard"),
 	},
-	27: { // 00027_community_deletion_keys_in_tables.sql
+	27: { // 00027_community_deletion_bound_fences.sql
+		function("community_deletion_fence_bound(oid,name,jsonb)"),
+		function("community_deletion_path_keys(jsonb,jsonb)"),
+	},
+	28: { // 00028_community_deletion_keys_in_tables.sql
 		function("community_deletion_drop_tenant_objects(uuid)"),
 		trigger("communities", "communities_tenant_objects_proof"),
 	},
-	28: { // 00028_community_deletion_receipt_anchors.sql
+	29: { // 00029_community_deletion_receipt_anchors.sql
 		table("community_deletion_receipt_keys"),
 		trigger("community_deletion_receipt_keys", "community_deletion_receipt_keys_guard"),
 		functionBody("enforce_community_deletion_receipt_guard()", "communitydeletion.key-rotation/v1"),
 	},
-	29: { // 00029_community_deletion_near_free_fence.sql
+	30: { // 00030_community_deletion_near_free_fence.sql
 		function("community_deletion_settle_fence_marker()"),
 		trigger("communities", "communities_fence_marker_arm"),
 	},
-	30: { // 00030_community_deletion_trust_closes.sql
+	31: { // 00031_community_deletion_trust_closes.sql
 		table("community_deletion_exclusion_events"),
 		table("community_deletion_trusted_code"),
 		function("community_deletion_untrusted_code(regclass)"),

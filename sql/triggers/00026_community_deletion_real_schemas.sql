@@ -176,53 +176,6 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
--- The tenant keys (as text) that a registered child table's path reaches
--- from first_keys, a JSON array with one array of the first hop's column
--- values per written row: read as this function's owner with row security
--- off, so that no policy hides a parent row from the fence (where the
--- owner is subject to a policy, PostgreSQL refuses the read: fail closed).
--- path must be one a registered table is attached by (42501).
-CREATE FUNCTION community_deletion.community_deletion_path_keys(path jsonb, first_keys jsonb) RETURNS text[]
-    LANGUAGE plpgsql STABLE SECURITY DEFINER
-    SET search_path = pg_catalog, community_deletion, pg_temp
-    SET row_security = off
-    AS $$
-DECLARE
-    hop jsonb;
-    depth int;
-    joins text := '';
-    cond text;
-    result text[];
-BEGIN
-    IF first_keys IS NULL OR jsonb_array_length(first_keys) = 0 THEN
-        RETURN NULL;
-    END IF;
-    IF NOT EXISTS (SELECT 1 FROM community_scoped_tables r, jsonb_array_elements(r.parents) p WHERE p.value = path) THEN
-        RAISE EXCEPTION USING ERRCODE = '42501', MESSAGE = 'community_deletion_path_keys refused: not the path of a registered table';
-    END IF;
-    FOR depth IN 1 .. jsonb_array_length(path -> 'hops') LOOP
-        hop := path -> 'hops' -> (depth - 1);
-        SELECT string_agg(CASE WHEN depth = 1
-                               THEN format('p1.%I OPERATOR(pg_catalog.=) (k.value ->> %s)::%s', pc.value, pc.ordinality - 1,
-                                           (SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a
-                                            WHERE a.attrelid = format('%I.%I', hop ->> 'schema', hop ->> 'table')::regclass
-                                              AND a.attname = pc.value AND NOT a.attisdropped))
-                               ELSE format('p%s.%I OPERATOR(pg_catalog.=) p%s.%I', depth, pc.value, depth - 1, cc.value) END,
-                          ' AND ')
-        INTO cond
-        FROM jsonb_array_elements_text(hop -> 'columns') WITH ORDINALITY cc
-        JOIN jsonb_array_elements_text(hop -> 'parent_columns') WITH ORDINALITY pc ON pc.ordinality = cc.ordinality;
-        joins := joins || format(' JOIN %I.%I p%s ON %s', hop ->> 'schema', hop ->> 'table', depth, cond);
-    END LOOP;
-    EXECUTE format('SELECT array_agg(DISTINCT p%s.%I::text) FROM jsonb_array_elements($1) k%s',
-                   jsonb_array_length(path -> 'hops'), path ->> 'key', joins)
-        INTO result USING first_keys;
-    RETURN result;
-END
-$$;
--- +goose StatementEnd
-
--- +goose StatementBegin
 -- The query a fence runs for a statement of operation op (INSERT, UPDATE,
 -- DELETE; ROW for the row-level fence) on a table whose fence arguments are args: it returns the
 -- distinct lifecycle ids of the tenants the statement's rows belong to,
@@ -232,7 +185,7 @@ $$;
 -- attached through its parents, paths as community_scoped_tables.parents
 -- records them with the root key's kind.
 CREATE FUNCTION community_deletion.community_deletion_fence_query(op text, args text[]) RETURNS text
-    LANGUAGE plpgsql STABLE
+    LANGUAGE plpgsql IMMUTABLE
     SET search_path = pg_catalog, community_deletion, pg_temp
     AS $$
 DECLARE
@@ -259,20 +212,6 @@ BEGIN
         kind := spec ->> 'kind';
         FOREACH side IN ARRAY sides LOOP
             FOR path IN SELECT p.value FROM jsonb_array_elements(spec -> 'paths') p LOOP
-                IF EXISTS (SELECT 1 FROM jsonb_array_elements(path -> 'hops') h
-                           WHERE row_security_active(format('%I.%I', h.value ->> 'schema', h.value ->> 'table'))) THEN
-                    -- A policy applies to the writer on a parent: follow the
-                    -- path as community_deletion_path_keys()'s owner, which
-                    -- no policy hides a row from.
-                    rows := rows || format('SELECT t.k FROM pg_catalog.unnest(community_deletion.community_deletion_path_keys(%L::pg_catalog.jsonb, '
-                                           '(SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_array(%s)) FROM %s w))) t (k)',
-                                           path::text,
-                                           (SELECT string_agg(format('w.%I', c.value), ', ' ORDER BY c.ordinality)
-                                            FROM jsonb_array_elements_text(path -> 'hops' -> 0 -> 'columns') WITH ORDINALITY c),
-                                           side);
-                    CONTINUE;
-                END IF;
-                -- The writer sees every parent row: join as the writer.
                 joins := '';
                 FOR depth IN 1 .. jsonb_array_length(path -> 'hops') LOOP
                     hop := path -> 'hops' -> (depth - 1);
@@ -300,34 +239,6 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
--- The query a fence runs, for a statement of operation op (INSERT, UPDATE;
--- ROW with the new row as $2) on a table attached through its parents whose
--- fence arguments are args, to find a new row whose declared reference
--- names no row: it returns the referenced table of the first such row, or
--- nothing. NULL when no path starts with a declared reference. A declared
--- reference holds like a foreign key for the rows the fence sees, so that a
--- late write cannot point at a row the deletion removed.
-CREATE FUNCTION community_deletion.community_deletion_dangling_query(op text, args text[]) RETURNS text
-    LANGUAGE sql IMMUTABLE
-    SET search_path = pg_catalog, community_deletion, pg_temp
-    AS $$
-        SELECT string_agg(format('SELECT %L FROM %s w WHERE (%s) IS NOT NULL AND NOT EXISTS (SELECT 1 FROM %I.%I p WHERE %s)',
-                                 format('%I.%I', hop ->> 'schema', hop ->> 'table'),
-                                 CASE op WHEN 'ROW' THEN '(SELECT ($2).*)' ELSE 'community_fence_new' END,
-                                 (SELECT string_agg(format('w.%I', c.value), ', ') FROM jsonb_array_elements_text(hop -> 'columns') c),
-                                 hop ->> 'schema', hop ->> 'table',
-                                 (SELECT string_agg(format('p.%I OPERATOR(pg_catalog.=) w.%I', pc.value, cc.value), ' AND ')
-                                  FROM jsonb_array_elements_text(hop -> 'columns') WITH ORDINALITY cc
-                                  JOIN jsonb_array_elements_text(hop -> 'parent_columns') WITH ORDINALITY pc ON pc.ordinality = cc.ordinality)),
-                          ' UNION ALL ') || ' LIMIT 1'
-        FROM (SELECT DISTINCT p.value -> 'hops' -> 0 AS hop
-              FROM jsonb_array_elements((args[array_lower(args, 1) + 1])::jsonb -> 'paths') p
-              WHERE args[array_lower(args, 1)] = 'through' AND op <> 'DELETE') first_steps
-        WHERE coalesce((hop ->> 'declared')::boolean, false) AND NOT coalesce((hop ->> 'reverse')::boolean, false)
-    $$;
--- +goose StatementEnd
-
--- +goose StatementBegin
 -- The write fence of a registered table, statement level. Without
 -- arguments it reads community_id; with one argument, the uuid key column
 -- it names (both by the paths of migration 00023); with two, a key column
@@ -346,8 +257,6 @@ DECLARE
     touched pg_catalog.uuid[];
     community pg_catalog.uuid;
     label pg_catalog.text;
-    dangling_sql pg_catalog.text;
-    dangling pg_catalog.text;
 BEGIN
     IF TG_NARGS OPERATOR(pg_catalog.=) 0 THEN
         -- Path 1: one community, its lock free, active, READ COMMITTED.
@@ -405,17 +314,6 @@ BEGIN
             touched := pg_catalog.array_remove(touched, NULL);
         ELSE
             EXECUTE community_deletion.community_deletion_fence_query(TG_OP, TG_ARGV) INTO touched;
-            dangling_sql := community_deletion.community_deletion_dangling_query(TG_OP, TG_ARGV);
-            IF dangling_sql IS NOT NULL THEN
-                EXECUTE dangling_sql INTO dangling;
-                IF dangling IS NOT NULL THEN
-                    RAISE EXCEPTION USING
-                        ERRCODE = '55000',
-                        MESSAGE = pg_catalog.format('community write to %I refused: a row''s declared reference to %s names no row there; write the row it references first',
-                                                    TG_TABLE_NAME, dangling),
-                        CONSTRAINT = 'community_write_fence';
-                END IF;
-            END IF;
         END IF;
         IF touched IS NULL OR pg_catalog.cardinality(touched) OPERATOR(pg_catalog.=) 0 THEN
             RETURN NULL; -- no row of any tenant
@@ -537,8 +435,6 @@ CREATE FUNCTION community_deletion.enforce_community_write_fence_row() RETURNS t
 DECLARE
     args pg_catalog.text[];
     touched pg_catalog.uuid[];
-    dangling_sql pg_catalog.text;
-    dangling pg_catalog.text;
 BEGIN
     args := CASE TG_NARGS WHEN 0 THEN ARRAY['community_id', 'uuid']
                           WHEN 1 THEN ARRAY[TG_ARGV[0], 'uuid']
@@ -549,17 +445,6 @@ BEGIN
         EXECUTE community_deletion.community_deletion_fence_query('ROW', args) INTO touched USING OLD, NEW;
     ELSE
         EXECUTE community_deletion.community_deletion_fence_query('ROW', args) INTO touched USING OLD, OLD;
-    END IF;
-    dangling_sql := community_deletion.community_deletion_dangling_query(CASE TG_OP WHEN 'DELETE' THEN 'DELETE' ELSE 'ROW' END, args);
-    IF dangling_sql IS NOT NULL THEN
-        EXECUTE dangling_sql INTO dangling USING NEW, NEW;
-        IF dangling IS NOT NULL THEN
-            RAISE EXCEPTION USING
-                ERRCODE = '55000',
-                MESSAGE = pg_catalog.format('community write to %I refused: a row''s declared reference to %s names no row there; write the row it references first',
-                                            TG_TABLE_NAME, dangling),
-                CONSTRAINT = 'community_write_fence';
-        END IF;
     END IF;
     IF touched IS NOT NULL THEN
         PERFORM community_deletion.community_deletion_fence_admit(touched, TG_TABLE_NAME::pg_catalog.text);
@@ -712,75 +597,6 @@ CREATE FUNCTION community_deletion.community_deletion_trigger_args(args text[]) 
 -- +goose StatementEnd
 
 -- +goose StatementBegin
--- Whether a foreign key, not a query, keeps the rows of a deleted tenant
--- out of registered table target, whose key column is tenant_key or whose
--- paths to its parents are parents: for a table keyed by its own column, a
--- foreign key of that column alone to the declared tenant table's key
--- (whose row the deletion removes and whose key is never reused); for a
--- table attached through its parents, no first step along a declared
--- reference (a row can name a removed parent row only there). The tenant
--- table itself is not: its key can be changed. A fence that knows this
--- may skip its tenant check while no deletion is in flight.
-CREATE FUNCTION community_deletion.community_deletion_fence_bound(target oid, tenant_key name, parents jsonb) RETURNS boolean
-    LANGUAGE sql STABLE SECURITY DEFINER
-    SET search_path = pg_catalog, community_deletion, pg_temp
-    AS $$
-        SELECT CASE
-            WHEN parents IS NOT NULL THEN
-                jsonb_typeof(parents) = 'array' AND jsonb_array_length(parents) > 0
-                AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(parents) p
-                                WHERE coalesce((p.value -> 'hops' -> 0 ->> 'declared')::boolean, false)
-                                  AND NOT coalesce((p.value -> 'hops' -> 0 ->> 'reverse')::boolean, false))
-            ELSE EXISTS (
-                SELECT 1
-                FROM community_deletion_tenant_table d
-                JOIN pg_namespace n ON n.nspname = d.table_schema
-                JOIN pg_class tc ON tc.relnamespace = n.oid AND tc.relname = d.table_name
-                JOIN pg_attribute ta ON ta.attrelid = tc.oid AND ta.attname = d.key_column AND NOT ta.attisdropped
-                JOIN pg_attribute a ON a.attrelid = target AND a.attname = tenant_key AND a.attnum > 0 AND NOT a.attisdropped
-                JOIN pg_constraint f ON f.conrelid = target AND f.contype = 'f' AND f.confrelid = tc.oid
-                WHERE tc.oid <> target
-                  AND f.conkey = ARRAY[a.attnum] AND f.confkey = ARRAY[ta.attnum])
-        END
-    $$;
--- +goose StatementEnd
-
--- +goose StatementBegin
--- The arguments of a fence (write or kept-row) whose table is bound by a
--- foreign key (community_deletion_fence_bound()), from its arguments args
--- otherwise: always three, the key column (or 'through'), the key kind
--- (or the paths) and 'bound'.
-CREATE FUNCTION community_deletion.community_deletion_bound_args(args text[]) RETURNS text[]
-    LANGUAGE sql IMMUTABLE
-    SET search_path = pg_catalog, community_deletion, pg_temp
-    AS $$
-        SELECT CASE coalesce(cardinality(args), 0)
-            WHEN 0 THEN ARRAY['community_id', 'uuid', 'bound']
-            WHEN 1 THEN ARRAY[args[1], 'uuid', 'bound']
-            ELSE ARRAY[args[1], args[2], 'bound'] END
-    $$;
--- +goose StatementEnd
-
--- +goose StatementBegin
--- The arguments registered table target's fences are expected to carry:
--- the bound ones when its own fence has them and a foreign key still
--- binds it, the full ones otherwise (which a table is always allowed).
-CREATE FUNCTION community_deletion.community_deletion_expected_fence_args(target oid, purge_action text, tenant_key name, key_kind text, parents jsonb) RETURNS text[]
-    LANGUAGE sql STABLE
-    SET search_path = pg_catalog, community_deletion, pg_temp
-    AS $$
-        SELECT CASE WHEN EXISTS (SELECT 1 FROM pg_trigger t
-                                 WHERE t.tgrelid = target AND NOT t.tgisinternal AND t.tgnargs = 3
-                                   AND t.tgname IN ('community_write_fence_insert', 'community_kept_row_fence_insert'))
-                         AND community_deletion_fence_bound(target, tenant_key, parents)
-                    THEN community_deletion_bound_args(full_args.args)
-                    ELSE full_args.args END
-        FROM (SELECT CASE WHEN purge_action = 'delete' THEN community_deletion_fence_args(tenant_key, key_kind, parents)
-                          ELSE community_deletion_kept_row_args(tenant_key, key_kind) END AS args) full_args
-    $$;
--- +goose StatementEnd
-
--- +goose StatementBegin
 -- Whether relation has the complete statement-level fence function gives
 -- (enforce_community_write_fence() on INSERT, UPDATE and DELETE, or the
 -- kept-row fence on INSERT and UPDATE), enabled, firing for every row
@@ -833,20 +649,16 @@ CREATE FUNCTION community_deletion.community_deletion_row_fenced(relation oid, f
 -- +goose StatementEnd
 
 -- +goose StatementBegin
--- The references between relation target and other tables that the schema
--- declares (foreign keys, on the tables themselves, not a partition's
--- clones) or that a table's owner declared (community_deletion_references),
--- in key order: target's own references to other tables (reverse false:
--- columns are target's, parent_columns the referenced table's), and the
--- references of other tables to target (reverse true: columns are
--- target's referenced columns, parent the referencing table, parent_columns
--- its referencing columns).
+-- The references of relation target to other tables that the schema
+-- declares (its foreign keys, on the table itself, not a partition's
+-- clones) or that its owner declared (community_deletion_references), each
+-- with its columns and the referenced table's, in key order.
 CREATE FUNCTION community_deletion.community_deletion_table_references(target oid)
-    RETURNS TABLE(via text, reverse boolean, columns name[], parent oid, parent_schema name, parent_table name, parent_columns name[])
+    RETURNS TABLE(via text, columns name[], parent oid, parent_schema name, parent_table name, parent_columns name[])
     LANGUAGE sql STABLE
     SET search_path = pg_catalog, community_deletion, pg_temp
     AS $$
-        SELECT 'foreign key ' || f.conname::text, false,
+        SELECT 'foreign key ' || f.conname::text,
                ARRAY(SELECT a.attname FROM unnest(f.conkey) WITH ORDINALITY k (attnum, ordinality)
                      JOIN pg_attribute a ON a.attrelid = f.conrelid AND a.attnum = k.attnum ORDER BY k.ordinality),
                f.confrelid, pn.nspname, pc.relname,
@@ -857,62 +669,36 @@ CREATE FUNCTION community_deletion.community_deletion_table_references(target oi
         JOIN pg_namespace pn ON pn.oid = pc.relnamespace
         WHERE f.contype = 'f' AND f.conrelid = target AND f.conparentid = 0
         UNION ALL
-        SELECT 'foreign key ' || f.conname::text, true,
-               ARRAY(SELECT a.attname FROM unnest(f.confkey) WITH ORDINALITY k (attnum, ordinality)
-                     JOIN pg_attribute a ON a.attrelid = f.confrelid AND a.attnum = k.attnum ORDER BY k.ordinality),
-               f.conrelid, pn.nspname, pc.relname,
-               ARRAY(SELECT a.attname FROM unnest(f.conkey) WITH ORDINALITY k (attnum, ordinality)
-                     JOIN pg_attribute a ON a.attrelid = f.conrelid AND a.attnum = k.attnum ORDER BY k.ordinality)
-        FROM pg_constraint f
-        JOIN pg_class pc ON pc.oid = f.conrelid
-        JOIN pg_namespace pn ON pn.oid = pc.relnamespace
-        WHERE f.contype = 'f' AND f.confrelid = target AND f.conparentid = 0 AND f.conrelid <> target
-        UNION ALL
-        SELECT 'declared reference', false, r.child_columns, pc.oid, r.parent_schema, r.parent_table, r.parent_columns
+        SELECT 'declared reference', r.child_columns, pc.oid, r.parent_schema, r.parent_table, r.parent_columns
         FROM community_deletion_references r
         JOIN pg_class c ON c.oid = target
         JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = r.child_schema
         LEFT JOIN pg_namespace pn ON pn.nspname = r.parent_schema
         LEFT JOIN pg_class pc ON pc.relnamespace = pn.oid AND pc.relname = r.parent_table AND pc.relkind IN ('r', 'p')
         WHERE r.child_table = c.relname
-        UNION ALL
-        SELECT 'declared reference', true, r.parent_columns, cc.oid, r.child_schema, r.child_table, r.child_columns
-        FROM community_deletion_references r
-        JOIN pg_class c ON c.oid = target
-        JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = r.parent_schema
-        LEFT JOIN pg_namespace cn ON cn.nspname = r.child_schema
-        LEFT JOIN pg_class cc ON cc.relnamespace = cn.oid AND cc.relname = r.child_table AND cc.relkind IN ('r', 'p')
-        WHERE r.parent_table = c.relname AND (r.child_schema, r.child_table) IS DISTINCT FROM (n.nspname, c.relname)
     $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
--- The paths by which relation target reaches its tenant. For each of its
+-- The paths by which relation target reaches its tenant: for each of its
 -- references to a registered 'delete' table other than itself (restricted
--- to parent_tables, when that is not NULL) and, only for referrer_tables,
--- each reference of such a table to target (target's rows
--- then belong to the tenants of the rows that reference them): the
--- reference followed by the other table's own key, or by each of its paths
--- when it is itself attached through its parents. A step through a
--- declared reference says so ("declared"), one against a reference's
--- direction too ("reverse"). {"kind": the root key's kind, "paths": [...]}
--- in a canonical order, or NULL when there is none.
-CREATE FUNCTION community_deletion.community_deletion_child_paths(target oid, parent_tables oid[] DEFAULT NULL, referrer_tables oid[] DEFAULT NULL) RETURNS jsonb
+-- to the tables only, when only is not NULL), the reference followed by
+-- the parent's own key, or by each of the parent's paths when the parent
+-- is itself attached through its parents. {"kind": the root key's kind,
+-- "paths": [...]} in a canonical order, or NULL when there is none.
+CREATE FUNCTION community_deletion.community_deletion_child_paths(target oid, only_parents oid[] DEFAULT NULL) RETURNS jsonb
     LANGUAGE sql STABLE
     SET search_path = pg_catalog, community_deletion, pg_temp
     AS $$
         WITH hops AS (
             SELECT ref.parent, jsonb_build_object('schema', ref.parent_schema, 'table', ref.parent_table,
                                                   'columns', to_jsonb(ref.columns::text[]),
-                                                  'parent_columns', to_jsonb(ref.parent_columns::text[]))
-                               || CASE WHEN ref.via = 'declared reference' THEN '{"declared": true}'::jsonb ELSE '{}' END
-                               || CASE WHEN ref.reverse THEN '{"reverse": true}'::jsonb ELSE '{}' END AS hop,
+                                                  'parent_columns', to_jsonb(ref.parent_columns::text[])) AS hop,
                    r.tenant_key, coalesce(r.key_kind, 'uuid') AS kind, r.parents
             FROM community_deletion_table_references(target) ref
             JOIN community_scoped_tables r ON r.table_schema = ref.parent_schema AND r.table_name = ref.parent_table
             WHERE ref.parent IS NOT NULL AND ref.parent <> target AND r.purge_action = 'delete'
-              AND CASE WHEN ref.reverse THEN ref.parent = ANY (coalesce(referrer_tables, '{}'))
-                       ELSE parent_tables IS NULL OR ref.parent = ANY (parent_tables) END
+              AND (only_parents IS NULL OR ref.parent = ANY (only_parents))
         ), paths AS (
             SELECT hops.kind, jsonb_build_object('hops', jsonb_build_array(hops.hop), 'key', hops.tenant_key) AS path
             FROM hops WHERE hops.parents IS NULL
@@ -1012,11 +798,6 @@ BEGIN
     -- path; another uuid key is its one argument, any other key two.
     args := CASE purge_action WHEN 'delete' THEN community_deletion_fence_args(tenant_key, kind, NULL)
                               ELSE community_deletion_kept_row_args(tenant_key, kind) END;
-    -- A table whose key has a foreign key to the tenant table gets the
-    -- fence that skips its tenant check while no deletion is in flight.
-    IF community_deletion_fence_bound(target, tenant_key, NULL) THEN
-        args := community_deletion_bound_args(args);
-    END IF;
     arg_list := coalesce((SELECT string_agg(quote_literal(a), ', ') FROM unnest(args) a), '');
     -- A change of purge action or key is refused by
     -- community_deletion_register_table() below, which rolls back the
@@ -1085,12 +866,11 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
--- The paths of attach_child_table(target, parents, referenced_by), for
--- target's owner, who may read nothing of the deletion's: every listed
--- parent must be a registered 'delete' table target references, and every
--- table of referenced_by one that references target, by one column
--- (22023).
-CREATE FUNCTION community_deletion.community_deletion_child_spec(target regclass, parents regclass[], referenced_by regclass[]) RETURNS jsonb
+-- The paths of attach_child_table(target, parents), for target's owner, who
+-- may read nothing of the deletion's: every listed parent (by default every
+-- registered 'delete' table target references) must be one target
+-- references (22023).
+CREATE FUNCTION community_deletion.community_deletion_child_spec(target regclass, parents regclass[]) RETURNS jsonb
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path = pg_catalog, community_deletion, pg_temp
     AS $$
@@ -1104,28 +884,22 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '42501',
             MESSAGE = format('attach of %s refused: role %s does not own it', target, session_user);
     END IF;
-    SELECT string_agg(p.table_oid::regclass::text, ', ') INTO missing
-    FROM (SELECT unnest(parents) AS table_oid, false AS reverse UNION ALL SELECT unnest(referenced_by), true) p
-    WHERE NOT EXISTS (SELECT 1 FROM community_deletion_table_references(target) ref
-                      JOIN community_scoped_tables r ON r.table_schema = ref.parent_schema AND r.table_name = ref.parent_table
-                      WHERE ref.parent = p.table_oid AND ref.reverse = p.reverse AND r.purge_action = 'delete');
-    IF missing IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = format('attach of %s refused: %s is not a registered ''delete'' table that it references (parents) or that references it (referenced_by), by a foreign key or a declared reference; attach that table first, or declare the reference with community_deletion.declare_reference()',
-                             target, missing);
+    IF parents IS NOT NULL THEN
+        SELECT string_agg(p::text, ', ') INTO missing
+        FROM unnest(parents) p
+        WHERE NOT EXISTS (SELECT 1 FROM community_deletion_table_references(target) ref
+                          JOIN community_scoped_tables r ON r.table_schema = ref.parent_schema AND r.table_name = ref.parent_table
+                          WHERE ref.parent = p AND r.purge_action = 'delete');
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = '22023',
+                MESSAGE = format('attach of %s refused: it has no foreign key or declared reference to %s as a registered ''delete'' table; attach the parent first, or declare the reference with community_deletion.declare_reference()',
+                                 target, missing);
+        END IF;
     END IF;
-    SELECT string_agg(format('%I.%I', ref.parent_schema, ref.parent_table), ', ') INTO missing
-    FROM community_deletion_table_references(target) ref
-    WHERE ref.reverse AND ref.parent = ANY (referenced_by::oid[]) AND cardinality(ref.columns) <> 1;
-    IF missing IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = format('attach of %s refused: %s references it by more than one column; a table is attached through the rows that reference it by a single-column reference only',
-                             target, missing);
-    END IF;
-    spec := community_deletion_child_paths(target, parents::oid[], referenced_by::oid[]);
+    spec := community_deletion_child_paths(target, parents::oid[]);
     IF spec IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = format('attach of %s refused: it has no foreign key or declared reference to a registered ''delete'' table; attach its parent first, declare the reference with community_deletion.declare_reference(), name the registered tables that reference it (referenced_by), or attach it by a tenant key column with community_deletion.attach_community_write_fence()',
+            MESSAGE = format('attach of %s refused: it has no foreign key or declared reference to a registered ''delete'' table; attach its parent first, declare the reference with community_deletion.declare_reference(), or attach it by a tenant key column with community_deletion.attach_community_write_fence()',
                              target);
     END IF;
     RETURN spec;
@@ -1139,14 +913,11 @@ $$;
 -- registered 'delete' tables, through its foreign keys or the references
 -- declared for it (declare_reference()), to any depth. parents restricts
 -- the references followed to those tables; by default every reference to
--- a registered table is. referenced_by names registered tables whose rows
--- reference target's (a blobs table under an attachments table): target's
--- rows then belong to the tenants of the rows that reference them, and go
--- with the last of those. It gets the write fence, which resolves each
+-- a registered table is. It gets the write fence, which resolves each
 -- written row's tenants through those references (a row that reaches none
 -- belongs to no tenant), and is purged before its parents. Only the
 -- table's owner may attach it; its parents must be attached first.
-CREATE FUNCTION community_deletion.attach_child_table(target regclass, parents regclass[] DEFAULT NULL, referenced_by regclass[] DEFAULT NULL) RETURNS void
+CREATE FUNCTION community_deletion.attach_child_table(target regclass, parents regclass[] DEFAULT NULL) RETURNS void
     LANGUAGE plpgsql
     SET search_path = pg_catalog, community_deletion, pg_temp
     AS $$
@@ -1180,7 +951,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '42501',
             MESSAGE = format('attach of %s refused: only its owner (%s) may register it', target, pg_get_userbyid(rel.relowner));
     END IF;
-    spec := community_deletion_child_spec(target, parents, referenced_by);
+    spec := community_deletion_child_spec(target, parents);
     -- Every role that counts, purges or proves the table's rows follows its
     -- paths: the operator reads each parent's referenced columns.
     FOR hop IN SELECT DISTINCT h.value - 'columns' FROM jsonb_array_elements(spec -> 'paths') p, jsonb_array_elements(p.value -> 'hops') h LOOP
@@ -1199,43 +970,7 @@ BEGIN
             END IF;
         END IF;
     END LOOP;
-    -- The fence follows the paths as the owner of
-    -- community_deletion_path_keys(), so that no row security hides a
-    -- parent row from it: that owner reads the columns it joins on.
-    FOR hop IN
-        SELECT jsonb_build_object('schema', h.value ->> 'schema', 'table', h.value ->> 'table',
-                                  'columns', jsonb_agg(DISTINCT c.value)) AS value
-        FROM jsonb_array_elements(spec -> 'paths') p
-        CROSS JOIN LATERAL jsonb_array_elements(p.value -> 'hops') WITH ORDINALITY h (value, depth)
-        CROSS JOIN LATERAL (SELECT jsonb_array_elements_text(h.value -> 'parent_columns')
-                            UNION ALL
-                            SELECT CASE WHEN h.depth = jsonb_array_length(p.value -> 'hops') THEN p.value ->> 'key' END
-                            UNION ALL
-                            SELECT jsonb_array_elements_text(p.value -> 'hops' -> h.depth::int -> 'columns')) c (value)
-        WHERE c.value IS NOT NULL
-        GROUP BY h.value ->> 'schema', h.value ->> 'table'
-    LOOP
-        SELECT string_agg(quote_ident(c.value), ', ' ORDER BY c.value) INTO grant_needed
-        FROM jsonb_array_elements_text(hop -> 'columns') c
-        WHERE NOT has_column_privilege((SELECT f.proowner FROM pg_proc f WHERE f.oid = 'community_deletion_path_keys(jsonb,jsonb)'::regprocedure),
-                                       format('%I.%I', hop ->> 'schema', hop ->> 'table'), c.value, 'SELECT');
-        IF grant_needed IS NOT NULL THEN
-            grant_needed := format('GRANT SELECT (%s) ON %I.%I TO %I', grant_needed, hop ->> 'schema', hop ->> 'table',
-                                   (SELECT pg_get_userbyid(f.proowner) FROM pg_proc f WHERE f.oid = 'community_deletion_path_keys(jsonb,jsonb)'::regprocedure));
-            IF pg_has_role(current_user, (SELECT c.relowner FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-                                          WHERE n.nspname = hop ->> 'schema' AND c.relname = hop ->> 'table'), 'USAGE') THEN
-                EXECUTE grant_needed;
-            ELSE
-                RAISE EXCEPTION USING ERRCODE = '42501',
-                    MESSAGE = format('attach of %s refused: the fence cannot read the columns it follows its parents by; have the owner of %I.%I run: %s',
-                                     target, hop ->> 'schema', hop ->> 'table', grant_needed);
-            END IF;
-        END IF;
-    END LOOP;
     args := community_deletion_fence_args(NULL, spec ->> 'kind', spec -> 'paths');
-    IF community_deletion_fence_bound(target, NULL, spec -> 'paths') THEN
-        args := community_deletion_bound_args(args);
-    END IF;
     arg_list := (SELECT string_agg(quote_literal(a), ', ') FROM unnest(args) a);
     FOR member IN SELECT tree.relid FROM pg_partition_tree(target) tree UNION SELECT target LOOP
         EXECUTE format('CREATE OR REPLACE TRIGGER community_write_fence_insert AFTER INSERT ON %s '
@@ -1407,15 +1142,6 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '42501',
             MESSAGE = 'community_deletion_references refused: references are declared only by community_deletion.declare_reference() and dropped only by community_deletion.drop_reference()';
     END IF;
-    -- The stack names a function as its search_path showed it when it was
-    -- compiled: any other function of these names could be the caller.
-    IF EXISTS (SELECT 1 FROM pg_proc p
-               WHERE p.proname IN ('declare_reference', 'drop_reference')
-                 AND p.oid NOT IN ('declare_reference(regclass,name[],regclass,name[],text)'::regprocedure,
-                                   'drop_reference(regclass,name[])'::regprocedure)) THEN
-        RAISE EXCEPTION USING ERRCODE = '42501',
-            MESSAGE = 'community_deletion_references refused: references are declared only by community_deletion.declare_reference() and dropped only by community_deletion.drop_reference(), and another function has one of their names; drop it';
-    END IF;
     IF TG_OP = 'DELETE' THEN
         RETURN OLD;
     END IF;
@@ -1488,21 +1214,6 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
--- The tables the first steps of paths lead to, against a reference's
--- direction (reverse) or along it; NULL when there are none.
-CREATE FUNCTION community_deletion.community_deletion_first_steps(paths jsonb, reverse boolean) RETURNS oid[]
-    LANGUAGE sql STABLE
-    SET search_path = pg_catalog, community_deletion, pg_temp
-    AS $$
-        SELECT array_agg(DISTINCT c.oid ORDER BY c.oid)
-        FROM jsonb_array_elements(paths) p
-        JOIN pg_namespace n ON n.nspname = p.value -> 'hops' -> 0 ->> 'schema'
-        JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = p.value -> 'hops' -> 0 ->> 'table'
-        WHERE coalesce((p.value -> 'hops' -> 0 ->> 'reverse')::boolean, false) = reverse
-    $$;
--- +goose StatementEnd
-
--- +goose StatementBegin
 -- Records a table attach_child_table() fenced through its parents; its
 -- paths are recomputed from the catalog here, as the schema's owner, and
 -- must be those the fence was given.
@@ -1526,12 +1237,12 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '42501',
             MESSAGE = format('registration of %s refused: role %s does not own it', target, session_user);
     END IF;
-    -- The paths given must be those of some sets of the table's parents and
-    -- referrers.
-    parent_tables := community_deletion_first_steps(spec -> 'paths', false);
-    IF (parent_tables IS NULL AND community_deletion_first_steps(spec -> 'paths', true) IS NULL)
-       OR community_deletion_child_paths(target, coalesce(parent_tables, '{}'), community_deletion_first_steps(spec -> 'paths', true))
-          IS DISTINCT FROM spec THEN
+    -- The paths given must be those of some set of the table's parents.
+    SELECT array_agg(DISTINCT c.oid) INTO parent_tables
+    FROM jsonb_array_elements(spec -> 'paths') p
+    JOIN pg_namespace n ON n.nspname = p.value -> 'hops' -> 0 ->> 'schema'
+    JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = p.value -> 'hops' -> 0 ->> 'table';
+    IF parent_tables IS NULL OR community_deletion_child_paths(target, parent_tables) IS DISTINCT FROM spec THEN
         RAISE EXCEPTION USING ERRCODE = '42501',
             MESSAGE = format('registration of %s refused: its paths are not those of its references to registered tables', target);
     END IF;
@@ -1585,16 +1296,6 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '42501',
             MESSAGE = 'community_scoped_tables refused: tenant tables are registered only by attach_community_write_fence() or attach_child_table() and unregistered only by detach_community_write_fence()';
     END IF;
-    -- The stack names a function as its search_path showed it when it was
-    -- compiled: any other function of these names could be the caller.
-    IF EXISTS (SELECT 1 FROM pg_proc p
-               WHERE p.proname ~ '^community_deletion_(un)?register_(child_)?table$'
-                 AND p.oid NOT IN ('community_deletion_register_table(regclass,text,name)'::regprocedure,
-                                   'community_deletion_unregister_table(name,name)'::regprocedure,
-                                   'community_deletion_register_child_table(regclass,jsonb)'::regprocedure)) THEN
-        RAISE EXCEPTION USING ERRCODE = '42501',
-            MESSAGE = 'community_scoped_tables refused: tenant tables are registered only by attach_community_write_fence() or attach_child_table() and unregistered only by detach_community_write_fence(), and another function has one of their names; drop it';
-    END IF;
     IF TG_OP = 'DELETE' THEN
         IF EXISTS (SELECT 1 FROM community_deletion_requests r
                    WHERE r.stage IN ('approved', 'fenced', 'drained', 'bindings_removed')) THEN
@@ -1619,13 +1320,14 @@ BEGIN
                 MESSAGE = format('registration of %s refused: it is not a tenant table with the %I column of the tenant key''s kind that purge action %s needs',
                                  NEW.table_name, NEW.tenant_key, NEW.purge_action);
         END IF;
-        args := community_deletion_expected_fence_args(target, NEW.purge_action, NEW.tenant_key, NEW.key_kind, NULL);
+        args := CASE NEW.purge_action WHEN 'delete' THEN community_deletion_fence_args(NEW.tenant_key, NEW.key_kind, NULL)
+                                      ELSE community_deletion_kept_row_args(NEW.tenant_key, NEW.key_kind) END;
     ELSE
         IF target IS NULL OR NEW.purge_action <> 'delete' OR NEW.key_kind IS DISTINCT FROM community_deletion_tenant_key_kind() THEN
             RAISE EXCEPTION USING ERRCODE = '23000',
                 MESSAGE = format('registration of %s refused: a table attached through its parents is a ''delete'' table of the tenant key''s kind', NEW.table_name);
         END IF;
-        args := community_deletion_expected_fence_args(target, 'delete', NULL, NEW.key_kind, NEW.parents);
+        args := community_deletion_fence_args(NULL, NEW.key_kind, NEW.parents);
     END IF;
     IF NOT community_deletion_statement_fenced(target,
                CASE NEW.purge_action WHEN 'delete' THEN 'enforce_community_write_fence()' ELSE 'enforce_community_kept_row_fence()' END::regprocedure, args)
@@ -1729,20 +1431,6 @@ BEGIN
     IF dependent IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = '55000',
             MESSAGE = format('detach of %I.%I refused: %s is attached through it; detach that first', table_schema, table_name, dependent);
-    END IF;
-    -- The storage layout may list a tenant's object keys in one of its
-    -- columns (kind 'object_keys', migration 00027): its rows must stay a
-    -- tenant's.
-    SELECT string_agg(l.template, ', ') INTO dependent
-    FROM community_deletion_storage_layout l
-    WHERE l.kind = 'object_keys' AND l.action = 'declare'
-      AND NOT EXISTS (SELECT 1 FROM community_deletion_storage_layout later
-                      WHERE later.kind = l.kind AND later.template = l.template AND later.sequence > l.sequence)
-      AND (parse_ident(l.template))[1] = community_deletion_unregister_table.table_schema
-      AND (parse_ident(l.template))[2] = community_deletion_unregister_table.table_name;
-    IF dependent IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = '55000',
-            MESSAGE = format('detach of %I.%I refused: the storage layout lists object keys in it (%s); retire that template first', table_schema, table_name, dependent);
     END IF;
     DELETE FROM community_scoped_tables r
     WHERE r.table_schema = community_deletion_unregister_table.table_schema
@@ -2037,7 +1725,8 @@ CREATE OR REPLACE FUNCTION community_deletion.community_deletion_catalog_drift()
         -- tenant key. args are its fence's expected arguments.
         SELECT r.table_schema, r.table_name, r.purge_action, r.tenant_key, coalesce(r.key_kind, 'uuid') AS key_kind, r.parents,
                t.oid, t.attnotnull,
-               community_deletion_expected_fence_args(t.oid, r.purge_action, r.tenant_key, r.key_kind, r.parents) AS args,
+               CASE WHEN r.purge_action = 'delete' THEN community_deletion_fence_args(r.tenant_key, r.key_kind, r.parents)
+                    ELSE community_deletion_kept_row_args(r.tenant_key, r.key_kind) END AS args,
                CASE WHEN r.purge_action = 'delete' THEN 'enforce_community_write_fence()'::regprocedure
                     ELSE 'enforce_community_kept_row_fence()'::regprocedure END AS fence,
                CASE WHEN r.purge_action = 'delete' THEN 'enforce_community_write_fence_row()'::regprocedure
@@ -2253,8 +1942,9 @@ CREATE OR REPLACE FUNCTION community_deletion.community_deletion_catalog_drift()
     FROM registered
     WHERE registered.oid IS NOT NULL AND registered.parents IS NOT NULL
       AND community_deletion_child_paths(registered.oid,
-              coalesce(community_deletion_first_steps(registered.parents, false), '{}'),
-              community_deletion_first_steps(registered.parents, true))
+              ARRAY(SELECT c.oid FROM jsonb_array_elements(registered.parents) p
+                    JOIN pg_namespace n ON n.nspname = p.value -> 'hops' -> 0 ->> 'schema'
+                    JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = p.value -> 'hops' -> 0 ->> 'table'))
           IS DISTINCT FROM jsonb_build_object('kind', registered.key_kind, 'paths', registered.parents)
     UNION ALL
     SELECT DISTINCT fencing.table_name, 'unfenced'
@@ -2270,21 +1960,6 @@ CREATE OR REPLACE FUNCTION community_deletion.community_deletion_catalog_drift()
     WHERE fencing.purge_action = 'nullify'
       AND NOT fencing.statement_fenced AND NOT fencing.row_fenced
       AND NOT EXISTS (SELECT 1 FROM fence_defects WHERE fence_defects.table_name = fencing.table_name)
-    UNION ALL
-    -- A fence that skips its tenant check while no deletion is in flight,
-    -- on a table that no foreign key binds any more.
-    SELECT registered.table_name,
-           format('unbound: its fence skips the tenant check while no deletion is in flight, which is safe only while %s; add it back, or attach %I.%I again to fence every write in full',
-                  CASE WHEN registered.parents IS NULL
-                       THEN format('a foreign key from %I to the tenant table''s key keeps a deleted tenant''s rows out', registered.tenant_key)
-                       ELSE 'no first step to its parents is a declared reference' END,
-                  registered.table_schema, registered.table_name)
-    FROM registered
-    WHERE registered.oid IS NOT NULL
-      AND EXISTS (SELECT 1 FROM pg_trigger t
-                  WHERE t.tgrelid = registered.oid AND NOT t.tgisinternal AND t.tgnargs = 3
-                    AND t.tgfoid IN (registered.fence, registered.row_fence))
-      AND NOT community_deletion_fence_bound(registered.oid, registered.tenant_key, registered.parents)
     UNION ALL
     SELECT fence_defects.table_name, 'unfenced: ' || fence_defects.defects
     FROM fence_defects
@@ -2426,44 +2101,21 @@ CREATE FUNCTION community_deletion.community_deletion_catalog_notes() RETURNS TA
     SET search_path = pg_catalog, community_deletion, pg_temp
     AS $$
     WITH registered AS (
-        SELECT r.table_schema, r.table_name, r.purge_action, c.oid, r.tenant_key, r.parents, c.relkind,
-               community_deletion_expected_fence_args(c.oid, r.purge_action, r.tenant_key, r.key_kind, r.parents) AS args,
+        SELECT r.table_schema, r.table_name, r.purge_action, c.oid,
+               CASE WHEN r.purge_action = 'delete' THEN community_deletion_fence_args(r.tenant_key, r.key_kind, r.parents)
+                    ELSE community_deletion_kept_row_args(r.tenant_key, r.key_kind) END AS args,
                CASE WHEN r.purge_action = 'delete' THEN 'enforce_community_write_fence()'::regprocedure
                     ELSE 'enforce_community_kept_row_fence()'::regprocedure END AS fence,
                CASE WHEN r.purge_action = 'delete' THEN 'enforce_community_write_fence_row()'::regprocedure
                     ELSE 'enforce_community_kept_row_fence_row()'::regprocedure END AS row_fence
         FROM community_scoped_tables r
         JOIN pg_namespace n ON n.nspname = r.table_schema
-        JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = r.table_name AND c.relkind IN ('r', 'p')
-    ), tenant_table AS (
-        SELECT d.table_schema, d.table_name, d.key_column FROM community_deletion_tenant_table d
-    ), partitioned AS (
-        SELECT * FROM registered WHERE registered.relkind = 'p'
+        JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = r.table_name AND c.relkind = 'p'
     )
-    -- A table whose fence checks every write in full although a foreign key
-    -- binds it; one that a foreign key could bind.
-    SELECT registered.table_name,
-           format('its fence checks every write''s tenants although a foreign key binds it: attach %I.%I again to let writes skip the check while no deletion is in flight',
-                  registered.table_schema, registered.table_name)
-    FROM registered
-    WHERE community_deletion_fence_bound(registered.oid, registered.tenant_key, registered.parents)
-      AND NOT EXISTS (SELECT 1 FROM pg_trigger t
-                      WHERE t.tgrelid = registered.oid AND NOT t.tgisinternal AND t.tgnargs = 3
-                        AND t.tgname IN ('community_write_fence_insert', 'community_kept_row_fence_insert'))
-    UNION ALL
-    SELECT registered.table_name,
-           CASE WHEN registered.parents IS NULL
-                THEN format('its fence checks every write''s tenants (two queries a statement); a foreign key from %I to %I.%I (%I) would let writes skip the check while no deletion is in flight; add one and attach the table again',
-                            registered.tenant_key, tenant_table.table_schema, tenant_table.table_name, tenant_table.key_column)
-                ELSE 'its fence checks every write''s tenants, because a first step to its parents is a declared reference; a foreign key there would let writes skip the check while no deletion is in flight' END
-    FROM registered CROSS JOIN tenant_table
-    WHERE NOT community_deletion_fence_bound(registered.oid, registered.tenant_key, registered.parents)
-      AND (registered.table_schema, registered.table_name) IS DISTINCT FROM (tenant_table.table_schema, tenant_table.table_name)
-    UNION ALL
     SELECT registered.table_name,
            format('partitions created from now on will not be fenced: run community_deletion.attach_community_write_fence (or attach_child_table) on %I.%I again to fence them as they are created',
                   registered.table_schema, registered.table_name)
-    FROM partitioned registered
+    FROM registered
     WHERE NOT community_deletion_row_fenced(registered.oid, registered.row_fence, registered.args, false)
        OR NOT EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = registered.oid AND t.tgname = 'community_write_fence_row'
                       AND t.tgenabled IN ('O', 'A'))
@@ -2471,7 +2123,7 @@ CREATE FUNCTION community_deletion.community_deletion_catalog_notes() RETURNS TA
     SELECT registered.table_name,
            format('partition %I.%I, created after attach, is fenced row by row and its TRUNCATE is not fenced: run attach on %I.%I again to give it the statement-level fences',
                   pn.nspname, pc.relname, registered.table_schema, registered.table_name)
-    FROM partitioned registered
+    FROM registered
     CROSS JOIN LATERAL pg_partition_tree(registered.oid) tree
     JOIN pg_class pc ON pc.oid = tree.relid
     JOIN pg_namespace pn ON pn.oid = pc.relnamespace
@@ -2562,23 +2214,18 @@ CREATE OR REPLACE FUNCTION community_deletion.community_deletion_installed_funct
         SELECT ARRAY[
             'assert_community_write_allowed(uuid)',
             'assert_tenant_write_allowed(text)',
-            'attach_child_table(regclass,regclass[],regclass[])',
+            'attach_child_table(regclass,regclass[])',
             'attach_community_write_fence(regclass,text,name)',
             'community_deletion_attach_row_fence(regclass,text,text[])',
-            'community_deletion_bound_args(text[])',
             'community_deletion_catalog_drift()',
             'community_deletion_catalog_notes()',
-            'community_deletion_child_paths(oid,oid[],oid[])',
-            'community_deletion_first_steps(jsonb,boolean)',
-            'community_deletion_child_spec(regclass,regclass[],regclass[])',
+            'community_deletion_child_paths(oid,oid[])',
+            'community_deletion_child_spec(regclass,regclass[])',
             'community_deletion_control_digest(text)',
             'community_deletion_control_table(text)',
             'community_deletion_default_grace_period()',
-            'community_deletion_expected_fence_args(oid,text,name,text,jsonb)',
             'community_deletion_fence_admit(uuid[],text)',
             'community_deletion_fence_args(name,text,jsonb)',
-            'community_deletion_fence_bound(oid,name,jsonb)',
-            'community_deletion_dangling_query(text,text[])',
             'community_deletion_fence_query(text,text[])',
             'community_deletion_fenced(oid,name)',
             'community_deletion_function_digest(oid)',
@@ -2595,7 +2242,6 @@ CREATE OR REPLACE FUNCTION community_deletion.community_deletion_installed_funct
             'community_deletion_lock_key(uuid)',
             'community_deletion_next_stage(text)',
             'community_deletion_operators_share_role()',
-            'community_deletion_path_keys(jsonb,jsonb)',
             'community_deletion_protection_state(uuid)',
             'community_deletion_purge_pressure()',
             'community_deletion_receipt_chain_head()',
@@ -2676,13 +2322,12 @@ BEGIN
         IF fn IN ('attach_community_write_fence(regclass,text,name)', 'detach_community_write_fence(regclass)',
                   'community_deletion_register_table(regclass,text,name)', 'community_deletion_unregister_table(name,name)',
                   'declare_tenant_table(regclass,name)', 'community_deletion_record_tenant_table(regclass,name,text[])',
-                  'attach_child_table(regclass,regclass[],regclass[])', 'community_deletion_register_child_table(regclass,jsonb)',
+                  'attach_child_table(regclass,regclass[])', 'community_deletion_register_child_table(regclass,jsonb)',
                   'declare_reference(regclass,name[],regclass,name[],text)', 'drop_reference(regclass,name[])',
                   'enforce_community_write_fence_row()', 'enforce_community_kept_row_fence_row()',
                   'community_deletion_attach_row_fence(regclass,text,text[])', 'community_deletion_key_kind(regtype)',
                   'community_deletion_tenant_key_kind()', 'community_deletion_fence_args(name,text,jsonb)',
-                  'community_deletion_fence_bound(oid,name,jsonb)', 'community_deletion_bound_args(text[])',
-                  'community_deletion_kept_row_args(name,text)', 'community_deletion_child_spec(regclass,regclass[],regclass[])',
+                  'community_deletion_kept_row_args(name,text)', 'community_deletion_child_spec(regclass,regclass[])',
                   'exclude_table(regclass,text)', 'include_table(regclass)',
                   'enforce_community_kept_row_fence()', 'enforce_community_tenant_created()',
                   'enforce_community_write_fence()', 'enforce_community_truncate_fence()',
@@ -2723,17 +2368,13 @@ GRANT EXECUTE ON FUNCTION
     community_deletion.community_deletion_key_cast(text),
     community_deletion.community_deletion_tenant_filter(name, name, text),
     community_deletion.community_deletion_fence_query(text, text[]),
-    community_deletion.community_deletion_dangling_query(text, text[]),
     community_deletion.community_deletion_fence_admit(uuid[], text),
     community_deletion.community_deletion_trigger_args(text[]),
-    community_deletion.community_deletion_expected_fence_args(oid, text, name, text, jsonb),
     community_deletion.community_deletion_statement_fenced(oid, regprocedure, text[]),
     community_deletion.community_deletion_row_fenced(oid, regprocedure, text[], boolean),
     community_deletion.community_deletion_catalog_notes(),
-    community_deletion.community_deletion_child_paths(oid, oid[], oid[]),
-    community_deletion.community_deletion_first_steps(jsonb, boolean),
-    community_deletion.community_deletion_table_references(oid),
-    community_deletion.community_deletion_path_keys(jsonb, jsonb)
+    community_deletion.community_deletion_child_paths(oid, oid[]),
+    community_deletion.community_deletion_table_references(oid)
     TO community_deletion_serving, community_deletion_operator, community_deletion_executor;
 GRANT EXECUTE ON FUNCTION community_deletion.assert_tenant_write_allowed(text)
     TO community_deletion_serving, community_deletion_executor;
@@ -2774,31 +2415,6 @@ BEGIN
     END IF;
 END
 $refuse$;
--- +goose StatementEnd
-
--- +goose StatementBegin
--- A fence bound by a foreign key carries three arguments; an earlier
--- release's fence of a uuid key carries the key column alone (none for
--- community_id).
-DO $unbind$
-DECLARE
-    trig record;
-BEGIN
-    FOR trig IN
-        SELECT t.oid, pg_catalog.pg_get_triggerdef(t.oid) AS def,
-               pg_catalog.convert_from(pg_catalog.substring(t.tgargs, 1, pg_catalog.position(t.tgargs, '\x00'::bytea) OPERATOR(pg_catalog.-) 1), 'UTF8') AS key
-        FROM pg_catalog.pg_trigger t
-        WHERE NOT t.tgisinternal AND t.tgnargs OPERATOR(pg_catalog.=) 3
-          AND t.tgfoid IN ('community_deletion.enforce_community_write_fence()'::pg_catalog.regprocedure,
-                           'community_deletion.enforce_community_kept_row_fence()'::pg_catalog.regprocedure)
-    LOOP
-        EXECUTE pg_catalog.regexp_replace(pg_catalog.regexp_replace(trig.def, '^CREATE TRIGGER', 'CREATE OR REPLACE TRIGGER'),
-                                          '\(([^()]*)\)$',
-                                          '(' || CASE WHEN trig.key OPERATOR(pg_catalog.=) 'community_id' AND trig.def !~ 'kept_row'
-                                                      THEN '' ELSE pg_catalog.quote_literal(trig.key) END || ')');
-    END LOOP;
-END
-$unbind$;
 -- +goose StatementEnd
 
 DROP TRIGGER communities_tenant_key_guard ON community_deletion.communities;
@@ -3930,27 +3546,21 @@ DROP FUNCTION community_deletion.enforce_community_tenant_key_guard();
 DROP FUNCTION community_deletion.enforce_community_deletion_reference_guard();
 DROP FUNCTION community_deletion.assert_tenant_write_allowed(text);
 DROP FUNCTION community_deletion.community_deletion_catalog_notes();
-DROP FUNCTION community_deletion.attach_child_table(regclass, regclass[], regclass[]);
-DROP FUNCTION community_deletion.community_deletion_child_spec(regclass, regclass[], regclass[]);
+DROP FUNCTION community_deletion.attach_child_table(regclass, regclass[]);
+DROP FUNCTION community_deletion.community_deletion_child_spec(regclass, regclass[]);
 DROP FUNCTION community_deletion.community_deletion_register_child_table(regclass, jsonb);
 DROP FUNCTION community_deletion.declare_reference(regclass, name[], regclass, name[], text);
 DROP FUNCTION community_deletion.drop_reference(regclass, name[]);
 DROP FUNCTION community_deletion.community_deletion_attach_row_fence(regclass, text, text[]);
-DROP FUNCTION community_deletion.community_deletion_child_paths(oid, oid[], oid[]);
-DROP FUNCTION community_deletion.community_deletion_first_steps(jsonb, boolean);
+DROP FUNCTION community_deletion.community_deletion_child_paths(oid, oid[]);
 DROP FUNCTION community_deletion.community_deletion_table_references(oid);
 DROP FUNCTION community_deletion.community_deletion_row_fenced(oid, regprocedure, text[], boolean);
 DROP FUNCTION community_deletion.community_deletion_statement_fenced(oid, regprocedure, text[]);
 DROP FUNCTION community_deletion.community_deletion_trigger_args(text[]);
-DROP FUNCTION community_deletion.community_deletion_expected_fence_args(oid, text, name, text, jsonb);
-DROP FUNCTION community_deletion.community_deletion_bound_args(text[]);
-DROP FUNCTION community_deletion.community_deletion_fence_bound(oid, name, jsonb);
 DROP FUNCTION community_deletion.community_deletion_kept_row_args(name, text);
 DROP FUNCTION community_deletion.community_deletion_fence_args(name, text, jsonb);
 DROP FUNCTION community_deletion.community_deletion_fence_admit(uuid[], text);
 DROP FUNCTION community_deletion.community_deletion_fence_query(text, text[]);
-DROP FUNCTION community_deletion.community_deletion_dangling_query(text, text[]);
-DROP FUNCTION community_deletion.community_deletion_path_keys(jsonb, jsonb);
 DROP FUNCTION community_deletion.community_deletion_tenant_filter(name, name, text);
 DROP FUNCTION community_deletion.community_deletion_key_cast(text);
 DROP FUNCTION community_deletion.community_deletion_tenant_id(text);
