@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -263,6 +265,13 @@ func (s *Server) createDatabase(ctx context.Context, template string) (string, f
 
 	conn, err := s.connectAdmin(ctx)
 	if err == nil {
+		if template != "" && serverMajor(conn) >= 15 {
+			// PostgreSQL 15's default strategy, WAL_LOG, writes every page
+			// of the template through shared buffers into the WAL: about
+			// 0.4 s of CPU for a migrated template, against 0.05 s for a
+			// file copy and a checkpoint (fsync is off on a test server).
+			stmt += " STRATEGY FILE_COPY"
+		}
 		_, err = conn.Exec(ctx, stmt)
 		conn.Close(context.WithoutCancel(ctx))
 	}
@@ -304,4 +313,19 @@ func (s *Server) dropDatabase(ctx context.Context, name string) error {
 	delete(s.created, name)
 	s.mu.Unlock()
 	return nil
+}
+
+// serverMajor is the major version of conn's server (15 for "15.18 (Debian
+// …)"), or 0 when the server did not report one.
+func serverMajor(conn *pgx.Conn) int {
+	v := conn.PgConn().ParameterStatus("server_version")
+	end := strings.IndexFunc(v, func(r rune) bool { return r < '0' || r > '9' })
+	if end >= 0 {
+		v = v[:end]
+	}
+	major, err := strconv.Atoi(v)
+	if err != nil {
+		return 0
+	}
+	return major
 }

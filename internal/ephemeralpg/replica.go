@@ -110,7 +110,8 @@ func (s *Server) startReplica(ctx context.Context, opts ReplicaOptions) (_ *Repl
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "ephemeralpg-replica-")
+	// Beside its primary's: in memory when the primary's fsync is off.
+	dir, err := os.MkdirTemp(filepath.Dir(primary.dir), "ephemeralpg-replica-")
 	if err != nil {
 		return nil, fmt.Errorf("create temporary directory: %w", err)
 	}
