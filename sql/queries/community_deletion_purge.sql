@@ -202,8 +202,12 @@ SELECT current_setting('enable_seqscan')::text AS value;
 -- Sets enable_seqscan for the rest of the transaction: the absence proofs
 -- run with it off, so they use an index wherever one exists. (With the
 -- statistics of before the purge, the planner expects an early match and
--- picks a scan of the whole table.)
-SELECT set_config('enable_seqscan', @value::text, true);
+-- picks a scan of the whole table.) It also turns JIT off for the rest of
+-- the transaction: a disabled sequential scan costs 10^10 in the
+-- planner's estimate, far over jit_above_cost, and compiling each proof
+-- (and each fence query its statements fire) took 0.3-1.5 s of a
+-- transaction whose queries take a millisecond.
+SELECT set_config('enable_seqscan', @value::text, true), set_config('jit', 'off', true);
 
 -- name: PurgeLockTimeoutSet :exec
 -- Bounds how long the transaction's DDL waits for a table lock.
