@@ -74,6 +74,19 @@ func functionBodyOf(text string, signatures ...string) check {
 	}
 }
 
+// functionSetting checks that a function carries a configuration setting
+// (SET name = value, as pg_proc.proconfig lists it: "jit=off"): the probe
+// of a migration that only alters a function's settings.
+func functionSetting(signature, setting string) check {
+	return check{
+		what: fmt.Sprintf("function %s with %s", signature, setting),
+		query: `SELECT EXISTS (SELECT 1 FROM pg_proc
+			WHERE oid = coalesce(to_regprocedure(format('%I.%s', current_schema(), $1::text)), to_regprocedure(format('community_deletion.%s', $1::text)))
+			  AND $2::text = ANY (proconfig))`,
+		args: []any{signature, setting},
+	}
+}
+
 // functionComment checks that a function's comment contains text: the
 // probe of a migration that documents a function rather than creating one.
 func functionComment(signature, text string) check {
@@ -246,6 +259,9 @@ var legacyProbes = map[int64][]check{
 		table("community_deletion_trusted_code"),
 		function("community_deletion_untrusted_code(regclass)"),
 		functionBody("enforce_community_kept_row_fence()", "community_deletion_fence_context"),
+	},
+	32: { // 00032_community_deletion_admin_functions_without_jit.sql
+		functionSetting("attach_child_table(regclass,regclass[],regclass[])", "jit=off"),
 	},
 }
 
