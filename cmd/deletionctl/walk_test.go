@@ -16,8 +16,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tombstoneworks/communitydeletion/internal/docsnippet"
 	"github.com/tombstoneworks/communitydeletion/internal/ephemeralpg"
 	"github.com/tombstoneworks/communitydeletion/internal/fixture"
+	"github.com/tombstoneworks/communitydeletion/receipt"
 )
 
 // walkLogins are the logins docs/deletionctl.md's walk creates; roles are
@@ -295,6 +297,7 @@ func TestTheOperatorWalk(t *testing.T) {
 	})
 	db := ephemeralpg.NewTestDatabase(t, server, fixture.Template{}) // dropped before the logins
 	blocks := walkBlocks(t)
+	receiptBlocks := receiptDocBlocks(t)
 	t.Chdir(t.TempDir())
 
 	w := &walker{t: t, db: db, vars: map[string]string{}, exported: map[string]bool{}}
@@ -350,4 +353,76 @@ func TestTheOperatorWalk(t *testing.T) {
 	require.Regexp(t, `(?m)^receipt: +sequence 1, hash [0-9a-f]{64}, signed by [0-9a-f]+$`, out)
 	require.Regexp(t, `(?m)^submitted by: +"alice" at \S+ \(login alice\)$`, out)
 	require.Regexp(t, `(?m)^approved by: +"bob" at \S+ \(login bob\)$`, out)
+
+	w.receiptDocs(receiptBlocks)
+}
+
+// receiptDocBlocks reads docs/receipts.md's shell snippets that are not
+// illustrative: the key generation, the audit with the command line and
+// the check of one exported file by hand.
+func receiptDocBlocks(t *testing.T) []docsnippet.Block {
+	t.Helper()
+	blocks, err := docsnippet.Parse("../../docs/receipts.md")
+	require.NoError(t, err)
+	var run []docsnippet.Block
+	for _, b := range blocks {
+		if b.Lang == "sh" && !b.Illustrative {
+			run = append(run, b)
+		}
+	}
+	require.Len(t, run, 3, "the key generation, the command line and the check by hand")
+	return run
+}
+
+// receiptDocs runs docs/receipts.md's shell snippets on the walk's
+// receipts, each in a directory of its own: the key generation, the audit
+// with the command line (as the walk's operator), and the check of one
+// exported file by hand, with Python and OpenSSL.
+func (w *walker) receiptDocs(run []docsnippet.Block) {
+	t := w.t
+	walkDir, err := os.Getwd()
+	require.NoError(t, err)
+	pub, err := os.ReadFile("receipt.pub")
+	require.NoError(t, err)
+
+	t.Chdir(t.TempDir())
+	bash(t, run[0].Text, nil)
+	key, err := receipt.LoadPrivateKey("receipt-signing.key")
+	require.NoError(t, err, "%s makes a key the executor loads", run[0])
+	made, err := receipt.LoadPublicKey("receipt.pub")
+	require.NoError(t, err)
+	require.Equal(t, key.Public(), made, "%s makes its public key", run[0])
+
+	t.Chdir(t.TempDir())
+	require.NoError(t, os.WriteFile("receipt.pub", pub, 0o644))
+	before := w.outputs.Len()
+	for line := range strings.SplitSeq(strings.TrimSuffix(run[1].Text, "\n"), "\n") {
+		w.shell(line)
+	}
+	audit := w.outputs.String()[before:]
+	require.Contains(t, audit, "ok receipt 1 request "+w.vars["ID"]+" signed by ", run[1])
+	require.Contains(t, audit, "; from the chain's first receipt, to the expected head 1:", run[1])
+
+	files, err := filepath.Glob(filepath.Join("receipts", "*.receipt.json"))
+	require.NoError(t, err)
+	require.Len(t, files, 1, "%s exports the walk's one receipt", run[1])
+	envs, err := receipt.ReadDir("receipts")
+	require.NoError(t, err)
+	byHand := bash(t, run[2].Text, []string{"F=" + files[0]})
+	require.Contains(t, byHand, "hash "+envs[0].Hash()+"\n", run[2])
+	require.Contains(t, byHand, "Signature Verified Successfully", run[2])
+	t.Chdir(walkDir)
+}
+
+// bash runs a snippet with bash -e in the current directory, with the
+// test's PATH and env added, and returns its stdout; it fails the test on
+// any other exit than 0.
+func bash(t *testing.T, script string, env []string) string {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), "bash", "-euo", "pipefail", "-c", script)
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), "bash (needs python3 and openssl):\n%s\nstderr: %s", script, stderr.String())
+	return stdout.String()
 }

@@ -31,6 +31,7 @@ package main
 import (
 	"context"
 	"crypto/ed25519"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -58,21 +59,41 @@ type options struct {
 }
 
 func main() {
-	var opts options
-	flag.StringVar(&opts.stores, "stores", storesAuto, "which stores: auto (the servers that are installed), local (file store, in-process cache) or services (versitygw and redis-server)")
-	flag.StringVar(&opts.keep, "keep", "", "keep the receipts and the signing key in `DIR` (new or empty), to verify them again with deletionctl receipt verify")
-	flag.Parse()
-	if opts.stores != storesAuto && opts.stores != storesLocal && opts.stores != storesServices {
-		fmt.Fprintf(os.Stderr, "demo: -stores must be auto, local or services, got %q\n", opts.stores)
+	opts, err := parseOptions(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Stdout, opts)
+	err = run(ctx, os.Stdout, opts)
 	stop()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
 		os.Exit(1)
 	}
+}
+
+// parseOptions parses the demo's command line (without the program name),
+// writing usage to usage on -h or a bad flag.
+func parseOptions(args []string, usage io.Writer) (options, error) {
+	var opts options
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(usage)
+	fs.StringVar(&opts.stores, "stores", storesAuto, "which stores: auto (the servers that are installed), local (file store, in-process cache) or services (versitygw and redis-server)")
+	fs.StringVar(&opts.keep, "keep", "", "keep the receipts and the signing key in `DIR` (new or empty), to verify them again with deletionctl receipt verify")
+	if err := fs.Parse(args); err != nil {
+		return options{}, err //nolint:wrapcheck // flag's own message, already printed with the usage
+	}
+	if fs.NArg() > 0 {
+		return options{}, fmt.Errorf("unexpected argument %q: the demo takes only -stores and -keep", fs.Arg(0))
+	}
+	if opts.stores != storesAuto && opts.stores != storesLocal && opts.stores != storesServices {
+		return options{}, fmt.Errorf("-stores must be auto, local or services, got %q", opts.stores)
+	}
+	return opts, nil
 }
 
 // keepDir prepares -keep's directory: absolute, created if missing, and

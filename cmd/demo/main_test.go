@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tombstoneworks/communitydeletion/internal/docsnippet"
 	"github.com/tombstoneworks/communitydeletion/receipt"
 )
 
@@ -24,6 +26,26 @@ func number(t *testing.T, out, re string) int64 {
 	return n
 }
 
+// readmeOptions parses the options of README.md's demo command.
+func readmeOptions(t *testing.T) options {
+	t.Helper()
+	blocks, err := docsnippet.Parse("../../README.md")
+	require.NoError(t, err)
+	var commands []string
+	for _, b := range blocks {
+		if strings.HasPrefix(b.Text, "go run ./cmd/demo") {
+			commands = append(commands, strings.TrimSpace(b.Text))
+		}
+	}
+	require.Len(t, commands, 1, "README.md shows the demo command once")
+	args, ok := strings.CutPrefix(commands[0], "go run ./cmd/demo")
+	require.True(t, ok)
+	require.NotContains(t, args, "\n", "one command")
+	opts, err := parseOptions(strings.Fields(args), io.Discard)
+	require.NoError(t, err, commands[0])
+	return opts
+}
+
 // The demo deletes one community end to end and proves every check it
 // prints; run returns an error naming any check that failed. Its output
 // fits on a screen: about 40 lines, none repeated, the environment stated
@@ -31,7 +53,8 @@ func number(t *testing.T, out, re string) int64 {
 // installed (as .ci/run installs them) it deletes from a real S3 server
 // and a real Redis; with -stores local from a directory and an in-process
 // cache. -keep DIR keeps the receipt and the key, which then verify
-// offline with the command it prints.
+// offline with the command it prints. The services run is README.md's
+// command, as written there, with -keep added.
 func TestDemoDeletesOneCommunityAndKeepsTheOthers(t *testing.T) {
 	t.Parallel()
 	for mode, want := range map[string][]string{
@@ -46,12 +69,17 @@ func TestDemoDeletesOneCommunityAndKeepsTheOthers(t *testing.T) {
 	} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			keep := ""
+			opts, keep := options{stores: mode}, ""
 			if mode == storesServices {
+				// README.md's command, with -keep: on a machine with the
+				// servers installed, as CI's, auto picks them.
+				opts = readmeOptions(t)
+				require.Equal(t, storesAuto, opts.stores)
 				keep = filepath.Join(t.TempDir(), "kept")
+				opts.keep = keep
 			}
 			var buf bytes.Buffer
-			require.NoError(t, run(t.Context(), &buf, options{stores: mode, keep: keep}), buf.String())
+			require.NoError(t, run(t.Context(), &buf, opts), buf.String())
 			out := buf.String()
 			for _, w := range want {
 				require.Contains(t, out, w)
@@ -133,4 +161,19 @@ func TestDemoKeepRefusesADirectoryInUse(t *testing.T) {
 	err := run(t.Context(), &out, options{stores: storesLocal, keep: dir})
 	require.ErrorContains(t, err, "the directory is not empty; give a new or empty one")
 	require.Empty(t, out.String())
+}
+
+// The demo's command line: no flags is auto without -keep; a bad -stores
+// or a stray argument is refused.
+func TestParseOptions(t *testing.T) {
+	opts, err := parseOptions(nil, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, options{stores: storesAuto}, opts)
+	opts, err = parseOptions([]string{"-stores", "local", "-keep", "d"}, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, options{stores: storesLocal, keep: "d"}, opts)
+	_, err = parseOptions([]string{"-stores", "s3"}, io.Discard)
+	require.ErrorContains(t, err, `-stores must be auto, local or services, got "s3"`)
+	_, err = parseOptions([]string{"extra"}, io.Discard)
+	require.ErrorContains(t, err, `unexpected argument "extra"`)
 }

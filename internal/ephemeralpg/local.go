@@ -45,8 +45,9 @@ type cluster struct {
 	release func() error // ends the watchdog, which stops the server and removes dir
 }
 
-// EnvClusterDir, when set, names the directory local clusters are created
-// in, instead of the one clusterParent picks.
+// EnvClusterDir is the environment variable that, when set, names the
+// directory local clusters are created in, instead of the one
+// clusterParent picks.
 const EnvClusterDir = "EPHEMERALPG_DIR"
 
 // clusterParent is where startLocal creates a cluster's directory:

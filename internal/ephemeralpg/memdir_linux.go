@@ -12,7 +12,7 @@ func memoryDir(minFree uint64) string {
 	if err := syscall.Statfs(dir, &st); err != nil || st.Type != tmpfsMagic {
 		return ""
 	}
-	if uint64(st.Bavail)*uint64(st.Bsize) < minFree { //nolint:gosec // block counts and sizes are never negative
+	if st.Bavail*uint64(st.Bsize) < minFree {
 		return ""
 	}
 	if err := syscall.Access(dir, 2 /* W_OK */); err != nil {
