@@ -105,7 +105,7 @@ var unbindings = []struct {
 // (the foreign keys' triggers neither) and the drift report stays empty.
 func TestDDLGuardRefusesUnbindingABoundFence(t *testing.T) {
 	t.Parallel()
-	for _, kind := range keyedKinds {
+	for _, kind := range kindsFor(t) {
 		for _, schemaOwner := range []bool{false, true} {
 			attacker := "the table owner"
 			if schemaOwner {
@@ -163,7 +163,7 @@ func riTriggers(t *testing.T, b *testBundle, relation, conname string) []string 
 // setting, not DDL: nothing but the superuser's restraint stops it.)
 func TestDDLGuardRefusesDisablingTheTriggersOfABindingForeignKey(t *testing.T) {
 	t.Parallel()
-	for _, kind := range keyedKinds {
+	for _, kind := range kindsFor(t) {
 		t.Run(kind.name, func(t *testing.T) {
 			t.Parallel()
 			d := newKeyedDeployment(t, kind, false, false)
@@ -220,7 +220,7 @@ func TestDDLGuardRefusesDisablingTheTriggersOfABindingForeignKey(t *testing.T) {
 // later gets the bound fence.
 func TestDDLGuardLetsABoundFenceKeepItsForeignKey(t *testing.T) {
 	t.Parallel()
-	for _, kind := range keyedKinds {
+	for _, kind := range kindsFor(t) {
 		t.Run(kind.name, func(t *testing.T) {
 			t.Parallel()
 			d := newKeyedDeployment(t, kind, false, false)
@@ -283,7 +283,7 @@ func TestDDLGuardLetsABoundFenceKeepItsForeignKey(t *testing.T) {
 // is not registered and a role that may not create triggers on it.
 func TestDDLGuardFullFencesLetABindingForeignKeyGo(t *testing.T) {
 	t.Parallel()
-	for _, kind := range keyedKinds {
+	for _, kind := range kindsFor(t) {
 		t.Run(kind.name, func(t *testing.T) {
 			t.Parallel()
 			d := newKeyedDeployment(t, kind, false, false)
@@ -543,7 +543,7 @@ func TestDDLGuardLetsAPartitionOfABindingKeysParentGo(t *testing.T) {
 // full fences, which the guard lets through, and the report is empty.
 func TestDDLGuardLeavesAKeyDroppedInAMigrationRunToTheDriftReport(t *testing.T) {
 	t.Parallel()
-	for _, kind := range keyedKinds {
+	for _, kind := range kindsFor(t) {
 		t.Run(kind.name, func(t *testing.T) {
 			t.Parallel()
 			d := newKeyedDeployment(t, kind, false, false)

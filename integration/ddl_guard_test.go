@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strings"
 	"testing"
@@ -468,6 +469,20 @@ var keyedKinds = []keyedKind{
 	{"text", "text", "varchar(26)", "text", [6]string{"acme_01", "doom_02", "late_03", "staged_04", "sub_05", "run_06"}},
 }
 
+// kindsFor is the key kinds test t adopts its service with: both, or under
+// go test -short one of them, picked by t's name (so that the suite still
+// covers both). Each kind is a deployment of its own: a dozen attached
+// tables, each attach checked by the DDL guard.
+func kindsFor(t *testing.T) []keyedKind {
+	t.Helper()
+	if !testing.Short() {
+		return keyedKinds
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(t.Name()))
+	return keyedKinds[h.Sum32()%uint32(len(keyedKinds)) : h.Sum32()%uint32(len(keyedKinds))+1]
+}
+
 // keyedSchema is a service with a tenant key that is not a uuid, created
 // and adopted by its owner in schema svc: the tenant table accounts;
 // projects keyed by account_id (a narrower type, no foreign key, as in
@@ -693,7 +708,7 @@ func boundFence(kind keyedKind) []string {
 // fences hold with the arguments attach gave them.
 func TestDDLGuardPassesAdoptionWithEveryKeyKind(t *testing.T) {
 	t.Parallel()
-	for _, kind := range keyedKinds {
+	for _, kind := range kindsFor(t) {
 		t.Run(kind.name, func(t *testing.T) {
 			t.Parallel()
 			d := newKeyedDeployment(t, kind, false, true)
@@ -812,7 +827,7 @@ var keyedAttacks = []struct {
 // svc changes, and the drift report stays empty.
 func TestDDLGuardRefusesTamperingWithKeyedFences(t *testing.T) {
 	t.Parallel()
-	for _, kind := range keyedKinds {
+	for _, kind := range kindsFor(t) {
 		for _, schemaOwner := range []bool{false, true} {
 			attacker := "the table owner"
 			if schemaOwner {
@@ -849,7 +864,7 @@ func TestDDLGuardRefusesTamperingWithKeyedFences(t *testing.T) {
 // detached, comes back whole.
 func TestDDLGuardFencesNewPartitionsOfAKeyedTable(t *testing.T) {
 	t.Parallel()
-	for _, kind := range keyedKinds {
+	for _, kind := range kindsFor(t) {
 		t.Run(kind.name, func(t *testing.T) {
 			t.Parallel()
 			d := newKeyedDeployment(t, kind, false, false)
@@ -967,7 +982,7 @@ func TestDDLGuardRefusesAPartitionHoldingADeletedCommunitysRows(t *testing.T) {
 // bound and unbound, and tampered with in several ways.
 func TestDDLGuardAgreesWithTheMigrationsOnFences(t *testing.T) {
 	t.Parallel()
-	for _, kind := range keyedKinds {
+	for _, kind := range kindsFor(t) {
 		t.Run(kind.name, func(t *testing.T) {
 			t.Parallel()
 			d := newKeyedDeployment(t, kind, false, false)
