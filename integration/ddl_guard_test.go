@@ -480,7 +480,8 @@ func kindsFor(t *testing.T) []keyedKind {
 	}
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(t.Name()))
-	return keyedKinds[h.Sum32()%uint32(len(keyedKinds)) : h.Sum32()%uint32(len(keyedKinds))+1]
+	i := h.Sum32() % uint32(len(keyedKinds))
+	return keyedKinds[i : i+1]
 }
 
 // keyedSchema is a service with a tenant key that is not a uuid, created

@@ -380,8 +380,6 @@ func receiptDocBlocks(t *testing.T) []docsnippet.Block {
 // exported file by hand, with Python and OpenSSL.
 func (w *walker) receiptDocs(run []docsnippet.Block) {
 	t := w.t
-	walkDir, err := os.Getwd()
-	require.NoError(t, err)
 	pub, err := os.ReadFile("receipt.pub")
 	require.NoError(t, err)
 
@@ -411,7 +409,6 @@ func (w *walker) receiptDocs(run []docsnippet.Block) {
 	byHand := bash(t, run[2].Text, []string{"F=" + files[0]})
 	require.Contains(t, byHand, "hash "+envs[0].Hash()+"\n", run[2])
 	require.Contains(t, byHand, "Signature Verified Successfully", run[2])
-	t.Chdir(walkDir)
 }
 
 // bash runs a snippet with bash -e in the current directory, with the

@@ -63,6 +63,9 @@ func main() {
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
 	}
+	if errors.Is(err, errFlags) { // the flag package has printed why, with the usage
+		os.Exit(2)
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
 		os.Exit(2)
@@ -76,6 +79,10 @@ func main() {
 	}
 }
 
+// errFlags marks a command line the flag package refused and has already
+// explained on the usage writer.
+var errFlags = errors.New("bad flags")
+
 // parseOptions parses the demo's command line (without the program name),
 // writing usage to usage on -h or a bad flag.
 func parseOptions(args []string, usage io.Writer) (options, error) {
@@ -85,7 +92,10 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 	fs.StringVar(&opts.stores, "stores", storesAuto, "which stores: auto (the servers that are installed), local (file store, in-process cache) or services (versitygw and redis-server)")
 	fs.StringVar(&opts.keep, "keep", "", "keep the receipts and the signing key in `DIR` (new or empty), to verify them again with deletionctl receipt verify")
 	if err := fs.Parse(args); err != nil {
-		return options{}, err //nolint:wrapcheck // flag's own message, already printed with the usage
+		if errors.Is(err, flag.ErrHelp) {
+			return options{}, err //nolint:wrapcheck // the usage is printed; nothing to add
+		}
+		return options{}, fmt.Errorf("%w: %w", errFlags, err)
 	}
 	if fs.NArg() > 0 {
 		return options{}, fmt.Errorf("unexpected argument %q: the demo takes only -stores and -keep", fs.Arg(0))

@@ -174,6 +174,8 @@ func TestParseOptions(t *testing.T) {
 	require.Equal(t, options{stores: storesLocal, keep: "d"}, opts)
 	_, err = parseOptions([]string{"-stores", "s3"}, io.Discard)
 	require.ErrorContains(t, err, `-stores must be auto, local or services, got "s3"`)
+	_, err = parseOptions([]string{"-nope"}, io.Discard)
+	require.ErrorIs(t, err, errFlags)
 	_, err = parseOptions([]string{"extra"}, io.Discard)
 	require.ErrorContains(t, err, `unexpected argument "extra"`)
 }
