@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/google/uuid"
 
@@ -165,6 +166,10 @@ func parseArgs(args []string, getenv func(string) string) (config, error) {
 		return config{}, err
 	}
 	cfg.command = command
+	if strings.ContainsFunc(command, unicode.IsSpace) {
+		// "receipt show" as one argument is not the receipt command.
+		return config{}, usagef("unknown command %q; the commands are %s", command, commandNames())
+	}
 	if command == "receipt" {
 		if positional, err = cfg.receiptSubcommand(positional); err != nil {
 			return config{}, err

@@ -80,10 +80,11 @@ func fzRender(cfg config, flagsFirst bool) []string {
 	if cfg.niceRatio != 0 {
 		add("nice-ratio", strconv.FormatFloat(cfg.niceRatio, 'g', -1, 64))
 	}
+	words := strings.Fields(cfg.command) // "receipt show" is two arguments
 	if flagsFirst {
-		return append(flags, cfg.command)
+		return append(flags, words...)
 	}
-	return append([]string{cfg.command}, flags...)
+	return append(words, flags...)
 }
 
 // FuzzParseArgs parses arbitrary command lines. parseArgs never panics and
