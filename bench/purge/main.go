@@ -68,7 +68,7 @@ const (
 	maxLongestTx      = 250 * time.Millisecond
 	maxBystanderRatio = 1.5
 	maxHeapGrowth     = 2.0
-	idleWindow        = 3 * time.Second
+	defaultIdleWindow = 3 * time.Second
 )
 
 // Fixed identities, so every clone names the same community and request.
@@ -479,6 +479,16 @@ type benchOptions struct {
 	autovacuum bool
 	// top > 0 records each purge's top statements (pg_stat_statements).
 	top int
+	// idleWindow is how long the bystander's traffic runs alone before each
+	// run; zero means defaultIdleWindow.
+	idleWindow time.Duration
+}
+
+func (o benchOptions) idle() time.Duration {
+	if o.idleWindow == 0 {
+		return defaultIdleWindow
+	}
+	return o.idleWindow
 }
 
 // batchedConfig is one batched purge of a run.
@@ -561,7 +571,7 @@ func bench(ctx context.Context, out io.Writer, d dataset, o benchOptions) (bool,
 		// Alternate which side goes first.
 		sides := []func() error{
 			func() error {
-				r, err := onClone(ctx, clone, d.load, o.top, runSingle)
+				r, err := onClone(ctx, clone, d.load, o.idle(), o.top, runSingle)
 				single = append(single, r)
 				return err
 			},
@@ -569,7 +579,7 @@ func bench(ctx context.Context, out io.Writer, d dataset, o benchOptions) (bool,
 				for _, c := range configs {
 					p := o.purge
 					p.Method, p.NiceRatio = c.method, c.nice
-					r, err := onClone(ctx, clone, d.load, o.top, func(ctx context.Context, pool *pgxpool.Pool) (run, error) {
+					r, err := onClone(ctx, clone, d.load, o.idle(), o.top, func(ctx context.Context, pool *pgxpool.Pool) (run, error) {
 						return runBatched(ctx, pool, c.name(), p, rows)
 					})
 					batched[c] = append(batched[c], r)
@@ -693,7 +703,7 @@ func bench(ctx context.Context, out io.Writer, d dataset, o benchOptions) (bool,
 				quantile(l.reads, 0.5).Round(time.Microsecond), quantile(l.reads, 0.99).Round(time.Microsecond),
 				ratio(quantile(l.reads, 0.99), quantile(idle.reads, 0.99)), len(l.writes)+len(l.reads))
 		}
-		phase(fmt.Sprintf("idle (%d windows of %s)", windows, idleWindow), nil, idle)
+		phase(fmt.Sprintf("idle (%d windows of %s)", windows, o.idle()), nil, idle)
 		phase("single transaction", &base, base.busy)
 		for _, c := range configs {
 			r := median(batched[c])
@@ -823,7 +833,7 @@ func withPool(ctx context.Context, url string, fn func(*pgxpool.Pool) error) err
 // onClone runs fn on a fresh clone of the dataset and digests what survives.
 // With load, the bystander's traffic runs alone on the clone first and then
 // beside fn.
-func onClone(ctx context.Context, clone func() (string, func(context.Context) error, error), load bool, top int,
+func onClone(ctx context.Context, clone func() (string, func(context.Context) error, error), load bool, idleWindow time.Duration, top int,
 	fn func(context.Context, *pgxpool.Pool) (run, error)) (run, error) {
 	url, drop, err := clone()
 	if err != nil {

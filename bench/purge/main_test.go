@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -40,7 +41,7 @@ func TestBenchMeasuresTheBystanderAndTheHeap(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
 	_, err := bench(t.Context(), &out, dataset{rows: 3000, otherRows: 500, rounds: 2, load: true}, benchOptions{
-		methods: []lifecycle.PurgeMethod{lifecycle.PurgeMethodAuto}, nices: []float64{0, recommendedNice}, repeat: 1, top: 5,
+		methods: []lifecycle.PurgeMethod{lifecycle.PurgeMethodAuto}, nices: []float64{0, recommendedNice}, repeat: 1, top: 5, idleWindow: 300 * time.Millisecond,
 		purge: lifecycle.PurgeOptions{TxBudget: lifecycle.DefaultPurgeTxBudget, MaxRowsPerTx: 100},
 	})
 	require.NoError(t, err, out.String())
