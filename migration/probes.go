@@ -263,6 +263,10 @@ var legacyProbes = map[int64][]check{
 	32: { // 00032_community_deletion_admin_functions_without_jit.sql
 		functionSetting("attach_child_table(regclass,regclass[],regclass[])", "jit=off"),
 	},
+	33: { // 00033_community_deletion_catalog_checks_with_cached_plans.sql
+		functionBody("community_deletion_catalog_drift_of_tables()", "#variable_conflict use_column"),
+		functionBody("community_deletion_fence_bound(oid,name,jsonb)", "#variable_conflict use_column"),
+	},
 }
 
 // querier is what probes and the version-table reads run on: a *sql.DB,
