@@ -165,20 +165,10 @@ func parseArgs(args []string, getenv func(string) string) (config, error) {
 	if err != nil {
 		return config{}, err
 	}
-	cfg.command = command
-	if strings.ContainsFunc(command, unicode.IsSpace) {
-		// "receipt show" as one argument is not the receipt command.
-		return config{}, usagef("unknown command %q; the commands are %s", command, commandNames())
+	if positional, err = cfg.setCommand(command, positional); err != nil {
+		return config{}, err
 	}
-	if command == "receipt" {
-		if positional, err = cfg.receiptSubcommand(positional); err != nil {
-			return config{}, err
-		}
-	}
-	spec, ok := spec(cfg.command)
-	if !ok {
-		return config{}, usagef("unknown command %q; the commands are %s", cfg.command, commandNames())
-	}
+	spec, _ := spec(cfg.command)
 	switch {
 	case spec.args != "" && len(positional) > 1:
 		return config{}, usagef("%s takes one request id, got %q", cfg.command, positional)
@@ -286,14 +276,22 @@ func requireGiven(spec commandSpec, set map[string]bool, fs *flag.FlagSet) error
 	return nil
 }
 
-// receiptSubcommand takes receipt's subcommand off positional and returns
-// what is left.
-func (cfg *config) receiptSubcommand(positional []string) ([]string, error) {
-	if len(positional) == 0 || !slices.Contains(receiptCommands, positional[0]) {
-		return nil, usagef("receipt needs a subcommand: show, export, verify, head or rotate")
+// setCommand sets cfg.command to a known command, taking receipt's
+// subcommand off positional, and returns what is left. A two-word command
+// is two arguments: "receipt show" as one is no command.
+func (cfg *config) setCommand(command string, positional []string) ([]string, error) {
+	cfg.command = command
+	if command == "receipt" {
+		if len(positional) == 0 || !slices.Contains(receiptCommands, positional[0]) {
+			return nil, usagef("receipt needs a subcommand: show, export, verify, head or rotate")
+		}
+		cfg.command = "receipt " + positional[0]
+		positional = positional[1:]
 	}
-	cfg.command = "receipt " + positional[0]
-	return positional[1:], nil
+	if _, known := spec(cfg.command); !known || strings.ContainsFunc(command, unicode.IsSpace) {
+		return nil, usagef("unknown command %q; the commands are %s", command, commandNames())
+	}
+	return positional, nil
 }
 
 // requestArg sets cfg.requestID from --request or, for a command that takes
