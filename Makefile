@@ -88,7 +88,7 @@ test: migrations-sum-check structure-diff sqlc-diff vet lint
 	go test -race -count=1 -timeout 30m -v $(LOUD)
 	FUZZTIME=$(FUZZTIME) bash .ci/fuzz
 
-# The quick local loop (aimed at 3 minutes on a 2-core machine; about 5.5 today): the same tests
+# The quick local loop (at most 3 minutes on a 2-core machine; about 2.5 today): the same tests
 # under go test -short (50 iterations per soak, 10 crash kill points), without
 # the race detector or fuzzing, in one go test run that starts the longest
 # packages first, so that the short ones fill in beside them.
