@@ -267,6 +267,9 @@ var legacyProbes = map[int64][]check{
 		functionBody("community_deletion_catalog_drift_of_tables()", "#variable_conflict use_column"),
 		functionBody("community_deletion_fence_bound(oid,name,jsonb)", "#variable_conflict use_column"),
 	},
+	34: { // 00034_community_deletion_fence_bits_in_one_query.sql
+		functionBody("enforce_community_write_fence()", "pg_catalog.bit_or("),
+	},
 }
 
 // querier is what probes and the version-table reads run on: a *sql.DB,
