@@ -955,10 +955,22 @@ func runBatched(ctx context.Context, pool *pgxpool.Pool, name string, opts lifec
 	}
 	runtime.GC()
 	heap := sampleHeap()
+	// A lease lasts at most an hour (the database refuses longer), and a
+	// slow purge (autovacuum off at 10,000,000 rows) outlasts it: renew it
+	// as the executor does.
+	renewCtx, stopRenewing := context.WithCancel(ctx)
+	renewed := make(chan error, 1)
+	go func() { renewed <- renewLease(renewCtx, engine, token) }()
 	start := time.Now()
 	result, err := engine.EnterPostgresPurged(ctx, token, opts)
 	r.total = time.Since(start)
 	r.heapPeak = heap.finish()
+	stopRenewing()
+	// A renewal that races the purge's last commit fails harmlessly: only
+	// a purge that failed reports it.
+	if renewErr := <-renewed; err != nil && renewErr != nil {
+		err = fmt.Errorf("%w (%w)", err, renewErr)
+	}
 	if err != nil {
 		return r, err
 	}
@@ -971,6 +983,23 @@ func runBatched(ctx context.Context, pool *pgxpool.Pool, name string, opts lifec
 		r.rows += n
 	}
 	return r, nil
+}
+
+// renewLease renews token's lease every ten minutes for an hour until ctx
+// ends, and returns the first renewal that failed.
+func renewLease(ctx context.Context, engine *lifecycle.Engine, token lifecycle.LeaseToken) error {
+	ticker := time.NewTicker(10 * time.Minute)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+		if err := engine.Heartbeat(ctx, token, time.Hour); err != nil && ctx.Err() == nil {
+			return fmt.Errorf("renew the purge's lease: %w", err)
+		}
+	}
 }
 
 // runSingle deletes the target's rows with one DELETE per table, child
