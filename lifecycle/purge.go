@@ -1090,7 +1090,7 @@ func (b *purgeBatcher) loadLeaves(ctx context.Context) error {
 
 // statement runs the batch's one data statement and reports the rows it
 // deleted, cleared or nulled, and whether the table is done.
-func (b *purgeBatcher) statement(ctx context.Context, tx pgx.Tx) (int64, bool, error) {
+func (b *purgeBatcher) statement(ctx context.Context, tx pgx.Tx) (_ int64, _ bool, retErr error) {
 	t := b.table
 	community := b.run.token.tenantKey()
 	n := b.n
@@ -1236,6 +1236,17 @@ func (b *purgeBatcher) statement(ctx context.Context, tx pgx.Tx) (int64, bool, e
 		// does not know the window's bounds and scans the whole heap in
 		// every batch, so the walk's cost grew with the square of the
 		// table (measured at 10,000,000 rows in bench/README.md).
+		if t.child {
+			restore, err := b.joinRowByRow(ctx, tx)
+			if err != nil {
+				return 0, false, err
+			}
+			defer func() {
+				if err := restore(); err != nil && retErr == nil {
+					retErr = err
+				}
+			}()
+		}
 		var rows int64
 		var last *string
 		err := tx.QueryRow(ctx, "WITH picked AS (SELECT ctid AS row_address FROM "+heap+" WHERE "+rowFilter+
@@ -1260,6 +1271,30 @@ func (b *purgeBatcher) statement(ctx context.Context, tx pgx.Tx) (int64, bool, e
 		return rows, done, nil
 	}
 	return 0, false, fmt.Errorf("purge of %s: no batch method %q", t.name, t.method)
+}
+
+// joinRowByRow turns hash and merge joins off in tx until the returned
+// func restores them, for a heap walk's batch of a table attached through
+// its parents. Its window's rows reach their parents by one index probe
+// each; a hash or merge join, which the planner picks once the window is
+// a few thousand rows, reads every row of the tenant's parents in every
+// batch instead (millions at 10,000,000 rows; see bench/README.md).
+func (b *purgeBatcher) joinRowByRow(ctx context.Context, tx pgx.Tx) (func() error, error) {
+	var hash, merge string
+	if err := tx.QueryRow(ctx, "SELECT pg_catalog.current_setting('enable_hashjoin'), pg_catalog.current_setting('enable_mergejoin')").Scan(&hash, &merge); err != nil {
+		return nil, fmt.Errorf("purge batch of %s: read the join settings: %w", b.table.name, err)
+	}
+	set := func(hash, merge string) error {
+		_, err := tx.Exec(ctx, "SELECT pg_catalog.set_config('enable_hashjoin', $1, true), pg_catalog.set_config('enable_mergejoin', $2, true)", hash, merge)
+		if err != nil {
+			return fmt.Errorf("purge batch of %s: set the join settings: %w", b.table.name, err)
+		}
+		return nil
+	}
+	if err := set("off", "off"); err != nil {
+		return nil, err
+	}
+	return func() error { return set(hash, merge) }, nil
 }
 
 // deleteWithDependents deletes a batch of b's table (the rows where
