@@ -22,10 +22,7 @@ func TestPurgePostgresPlansEachHeapWalkBatchForItsWindow(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
-	require.NoError(t, b.exec(t, `CREATE TABLE purge_child (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-		message_id bigint NOT NULL REFERENCES fixture_messages (id), payload text)`))
-	require.NoError(t, b.exec(t, "CREATE INDEX ON purge_child (message_id)"))
-	require.NoError(t, b.exec(t, "SELECT attach_child_table('purge_child')"))
+	b.createPurgeChild(t)
 	target := testfactory.Community(ctx, t, b.DB, nil).ID
 	other := testfactory.Community(ctx, t, b.DB, nil).ID
 	rows := testfactory.Rows{Members: 20, Channels: 4, Messages: 600}

@@ -547,6 +547,17 @@ func TestPurgePostgresClearsSelfReferencesThatPointAtNewerRows(t *testing.T) {
 	require.Equal(t, otherBefore, b.checksums(t, other))
 }
 
+// createPurgeChild creates purge_child, a table of the fixture's messages'
+// children with no tenant column of its own, indexed on its parent and
+// attached through it.
+func (b *testBundle) createPurgeChild(t *testing.T) {
+	t.Helper()
+	require.NoError(t, b.exec(t, `CREATE TABLE purge_child (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+		message_id bigint NOT NULL REFERENCES fixture_messages (id), payload text)`))
+	require.NoError(t, b.exec(t, "CREATE INDEX ON purge_child (message_id)"))
+	require.NoError(t, b.exec(t, "SELECT attach_child_table('purge_child')"))
+}
+
 func TestPurgePostgresBatchMethods(t *testing.T) {
 	t.Parallel()
 	for _, method := range []lifecycle.PurgeMethod{
@@ -572,10 +583,7 @@ func TestPurgePostgresBatchMethods(t *testing.T) {
 			// A table attached through its parent, whose rows lie in the
 			// reverse of their parents' order: a batch that follows the
 			// parents' index does not walk its heap in order.
-			require.NoError(t, b.exec(t, `CREATE TABLE purge_child (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-				message_id bigint NOT NULL REFERENCES fixture_messages (id), payload text)`))
-			require.NoError(t, b.exec(t, "CREATE INDEX ON purge_child (message_id)"))
-			require.NoError(t, b.exec(t, "SELECT attach_child_table('purge_child')"))
+			b.createPurgeChild(t)
 			target := testfactory.Community(ctx, t, b.DB, nil).ID
 			other := testfactory.Community(ctx, t, b.DB, nil).ID
 			for _, c := range []uuid.UUID{other, target, other} {
