@@ -1224,6 +1224,17 @@ func (b *purgeBatcher) statement(ctx context.Context, tx pgx.Tx) (_ int64, _ boo
 		tid := func(slot int64) string { return fmt.Sprintf("(%d,%d)", slot/perBlock, slot%perBlock+1) }
 		end := b.slot + b.window
 		heap := "ONLY " + pgx.Identifier{leaf.SchemaName, leaf.RelationName}.Sanitize()
+		if t.child {
+			restore, err := b.joinRowByRow(ctx, tx)
+			if err != nil {
+				return 0, false, err
+			}
+			defer func() {
+				if err := restore(); err != nil && retErr == nil {
+					retErr = err
+				}
+			}()
+		}
 		// The window's first n rows in physical order; the walk resumes
 		// after the last one picked. The order is asked for: a table
 		// attached through its parents is often read in its parents'
@@ -1236,17 +1247,6 @@ func (b *purgeBatcher) statement(ctx context.Context, tx pgx.Tx) (_ int64, _ boo
 		// does not know the window's bounds and scans the whole heap in
 		// every batch, so the walk's cost grew with the square of the
 		// table (measured at 10,000,000 rows in bench/README.md).
-		if t.child {
-			restore, err := b.joinRowByRow(ctx, tx)
-			if err != nil {
-				return 0, false, err
-			}
-			defer func() {
-				if err := restore(); err != nil && retErr == nil {
-					retErr = err
-				}
-			}()
-		}
 		var rows int64
 		var last *string
 		err := tx.QueryRow(ctx, "WITH picked AS (SELECT ctid AS row_address FROM "+heap+" WHERE "+rowFilter+
