@@ -67,3 +67,30 @@ statement latencies in milliseconds and failures:
 	_, err = parseStatementLatencies("latency average = 0.4 ms\n")
 	require.Error(t, err)
 }
+
+// A -pgbench row is judged only where the target applies (a bound table,
+// nothing in flight): it passes within 5 µs of the unfenced statement and 2
+// µs of the empty trigger, and fails the run otherwise.
+func TestReportPgbenchJudgesTheQuietBoundRows(t *testing.T) {
+	t.Parallel()
+	near := row{config: "fsync off, bigint account_id", workload: "single-row UPDATE", unfenced: 100, floor: 103, fenced: 104, target: pgbenchTargetUs}
+	var out bytes.Buffer
+	require.True(t, reportPgbench(&out, []row{near}))
+	require.Contains(t, out.String(), "+4.0")
+	require.Contains(t, out.String(), "+1.0")
+	require.Contains(t, out.String(), "ok")
+
+	overTarget := near
+	overTarget.fenced = 106
+	require.False(t, reportPgbench(&bytes.Buffer{}, []row{overTarget}), "6 µs over unfenced")
+	overFloor := near
+	overFloor.floor = 101
+	require.False(t, reportPgbench(&bytes.Buffer{}, []row{overFloor}), "3 µs over the empty trigger")
+
+	busy := near
+	busy.config += ", another tenant fenced"
+	busy.fenced, busy.target = 300, 0
+	out.Reset()
+	require.True(t, reportPgbench(&out, []row{busy}))
+	require.Contains(t, out.String(), "no target")
+}
