@@ -1553,19 +1553,32 @@ type purgeTombstoneDetail struct {
 	Dropped []string `json:"dropped,omitempty"`
 }
 
-// finish runs the final transaction. It returns the 'delete' tables that
-// still hold rows of the community (and then commits nothing), or nil once
-// the tombstone is committed.
+// finish proves in a read-only transaction that no 'delete' table holds a
+// row of the community, and then runs the final transaction. It returns the
+// 'delete' tables that still hold rows (and then commits nothing), or nil
+// once the tombstone is committed.
+//
+// The final transaction does not probe the 'delete' tables again: the
+// tombstone's own proof in the database (enforce_community_tombstone_proof)
+// does, under the same lock and drift check, and refuses the tombstone if a
+// row is there. Probing them twice in the longest transaction of the purge
+// doubled its walk over the dead index entries the batches left. Should
+// that proof refuse (a table registered since the read-only proof), the
+// tables are listed again and returned, as the read-only proof would have.
 func (r *purgeRun) finish(ctx context.Context) ([]string, error) {
-	var remaining, dropped []string
+	remaining, err := r.rowsRemaining(ctx)
+	if err != nil || len(remaining) > 0 {
+		return remaining, err
+	}
+	var dropped []string
 	deleted := map[string]int64{}
 	nullified := map[string]int64{}
-	_, err := r.tx(ctx, "final proof", true, func(tx pgx.Tx, q *dbgen.Queries) error {
+	_, err = r.tx(ctx, "final proof", true, func(tx pgx.Tx, q *dbgen.Queries) error {
 		shapes, err := q.PurgeTableShapes(ctx)
 		if err != nil {
 			return fmt.Errorf("list registered tables: %w", err)
 		}
-		// The proofs, and the clearing of stragglers, use an index wherever
+		// The clearing of stragglers, and its proof, use an index wherever
 		// there is one.
 		seqscan, err := q.PurgeSeqScanGet(ctx)
 		if err != nil {
@@ -1575,20 +1588,9 @@ func (r *purgeRun) finish(ctx context.Context) ([]string, error) {
 			return fmt.Errorf("set enable_seqscan: %w", err)
 		}
 		for _, shape := range shapes {
-			if shape.PurgeAction != purgeActionDelete {
-				continue
+			if shape.PurgeAction == purgeActionDelete {
+				deleted[shape.TableName] = r.result.Deleted[shape.TableName]
 			}
-			remains, err := purgeRowsRemain(ctx, tx, shape, r.token)
-			if err != nil {
-				return err
-			}
-			if remains {
-				remaining = append(remaining, shape.TableName)
-			}
-			deleted[shape.TableName] = r.result.Deleted[shape.TableName]
-		}
-		if len(remaining) > 0 {
-			return errPurgeRowsRemain
 		}
 		for _, shape := range shapes {
 			if shape.PurgeAction != purgeActionNullify {
@@ -1634,8 +1636,12 @@ func (r *purgeRun) finish(ctx context.Context) ([]string, error) {
 		return checkpointCompleted(ctx, q, r.token, StageBindingsRemoved, purgeTombstoneUnit,
 			purgeTombstoneDetail{Deleted: deleted, Nullified: nullified, Dropped: dropped})
 	})
-	if errors.Is(err, errPurgeRowsRemain) {
-		return remaining, nil
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == pgerrcode.ObjectNotInPrerequisiteState {
+		// The tombstone's proof refused: name the tables, or, if none
+		// holds a row, the refusal stands.
+		if again, lerr := r.rowsRemaining(ctx); lerr == nil && len(again) > 0 {
+			return again, nil
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -1646,5 +1652,41 @@ func (r *purgeRun) finish(ctx context.Context) ([]string, error) {
 	return nil, nil
 }
 
-// errPurgeRowsRemain rolls back a final transaction that found rows left.
-var errPurgeRowsRemain = errors.New("purge: rows remain")
+// rowsRemaining lists the registered 'delete' tables that still hold a row
+// of the community, in a read-only transaction of its own, using an index
+// wherever there is one.
+func (r *purgeRun) rowsRemaining(ctx context.Context) ([]string, error) {
+	var remaining []string
+	start := time.Now()
+	err := pgx.BeginTxFunc(ctx, r.store.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted, AccessMode: pgx.ReadOnly,
+		BeginQuery: "BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY; " + rowSecurityOff},
+		func(tx pgx.Tx) error {
+			remaining = nil
+			q := dbgen.New(tx)
+			if err := q.PurgeSeqScanSet(ctx, "off"); err != nil {
+				return fmt.Errorf("set enable_seqscan: %w", err)
+			}
+			shapes, err := q.PurgeTableShapes(ctx)
+			if err != nil {
+				return fmt.Errorf("list registered tables: %w", err)
+			}
+			for _, shape := range shapes {
+				if shape.PurgeAction != purgeActionDelete {
+					continue
+				}
+				remains, err := purgeRowsRemain(ctx, tx, shape, r.token)
+				if err != nil {
+					return err
+				}
+				if remains {
+					remaining = append(remaining, shape.TableName)
+				}
+			}
+			return nil
+		})
+	r.noteTx("proof", time.Since(start))
+	if err != nil {
+		return nil, fmt.Errorf("prove no rows of community %s remain: %w", r.token.tenantKey(), err)
+	}
+	return remaining, nil
+}

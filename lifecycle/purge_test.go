@@ -668,6 +668,84 @@ func TestPurgePostgresTakesATableRegisteredWhileItRuns(t *testing.T) {
 	require.Equal(t, int64(500), left)
 }
 
+// The read-only proof before the final transaction finds no row, and a
+// migration then commits a registered table holding rows of the target
+// before the final transaction takes its lock. The tombstone's own proof
+// in the database refuses, and the purge names the table, plans again and
+// takes its rows, as if the read-only proof had found them.
+func TestPurgePostgresTakesATableRegisteredAfterItsProof(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	target := testfactory.Community(ctx, t, b.DB, &testfactory.CommunityOpts{Rows: fewThousandRows}).ID
+	other := testfactory.Community(ctx, t, b.DB, &testfactory.CommunityOpts{Rows: fewThousandRows}).ID
+
+	// A first purge, of a third community, counts the tables the plan
+	// finishes, so the second knows which is its last.
+	first := testfactory.Community(ctx, t, b.DB, &testfactory.CommunityOpts{Rows: fewThousandRows}).ID
+	_, firstToken := testfactory.Request(ctx, t, b.DB, &testfactory.RequestOpts{CommunityID: first, Stage: lifecycle.StageBindingsRemoved})
+	tables := 0
+	_, err := b.Engine.EnterPostgresPurged(ctx, firstToken, lifecycle.PurgeOptions{MaxRowsPerTx: 1000,
+		Progress: func(p lifecycle.PurgeProgress) {
+			if p.Done {
+				tables++
+			}
+		}})
+	require.NoError(t, err)
+	require.Positive(t, tables)
+
+	_, token := testfactory.Request(ctx, t, b.DB, &testfactory.RequestOpts{CommunityID: target, Stage: lifecycle.StageBindingsRemoved})
+	// Once the last table is done (its closing sweep and the read-only
+	// proof follow, neither under the schema lock), the migration takes
+	// the schema lock, creates, fills and registers its table, and commits
+	// only when the final transaction waits for the lock.
+	migration, err := b.Pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = migration.Rollback(context.Background()) })
+	var migrationErr error
+	finished := 0
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.Engine.EnterPostgresPurged(ctx, token, lifecycle.PurgeOptions{MaxRowsPerTx: 1000,
+			Progress: func(p lifecycle.PurgeProgress) {
+				if !p.Done {
+					return
+				}
+				if finished++; finished != tables {
+					return
+				}
+				for _, sql := range []string{
+					"SELECT pg_advisory_xact_lock(community_schema_destruction_lock_key())",
+					"CREATE TABLE purge_late (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, community_id uuid NOT NULL, note text)",
+					"CREATE INDEX ON purge_late (community_id, id)",
+					fmt.Sprintf("INSERT INTO purge_late (community_id, note) SELECT c, 'n' || g FROM generate_series(1, 300) g, "+
+						"unnest(ARRAY['%s', '%s']::uuid[]) c", target, other),
+					"SELECT attach_community_write_fence('purge_late')",
+				} {
+					if _, migrationErr = migration.Exec(ctx, sql); migrationErr != nil {
+						return
+					}
+				}
+			}})
+		done <- err
+	}()
+	b.waitForLockWaiters(t, 1, advisoryLock+` AND l.mode = 'ShareLock' AND l.objsubid = 1
+		AND ((l.classid::bigint << 32) | l.objid::bigint) = community_schema_destruction_lock_key()`)
+	require.NoError(t, migrationErr)
+	require.NoError(t, migration.Commit(ctx))
+
+	require.NoError(t, <-done)
+	b.requirePurged(t, token)
+	var targetLeft, otherLeft int64
+	require.NoError(t, b.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE community_id = $1), count(*) FILTER (WHERE community_id = $2)
+		FROM purge_late`, target, other).Scan(&targetLeft, &otherLeft))
+	require.Zero(t, targetLeft)
+	require.Equal(t, int64(300), otherLeft)
+	rows, ok := b.purgeCheckpointRows(t, token.RequestID, "purge:purge_late")
+	require.True(t, ok)
+	require.Equal(t, int64(300), rows)
+}
+
 func TestPurgePostgresWithinTheWholeLifecycle(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
