@@ -1046,7 +1046,13 @@ func (r *purgeRun) progress(t *purgeTable, done bool) {
 // overhead; growth is bounded by purgeMaxGrowth. A batch that took its full
 // N rows sizes N by the cost per row. A TID range batch that ran out of its
 // window first sizes the window by the cost per slot scanned (and N by the
-// cost per row, when that alone would overrun).
+// cost per row, when that alone would overrun). A TID range batch that
+// took its full N rows and overran shrinks its window too: PostgreSQL 15
+// does not know that a TID range scan yields rows in physical order, so it
+// sorts above the tenant filter, and a table attached through its parents
+// joins every row of the window to its parents before the LIMIT applies.
+// Shrinking N alone left each batch as slow as its window, and at
+// 10,000,000 rows the walk fell to one row a batch.
 func (b *purgeBatcher) adapt(rows int64, stmt, elapsed time.Duration) {
 	budget := b.run.opts.TxBudget
 	available := max(budget-max(elapsed-stmt, 0), budget/4)
@@ -1060,12 +1066,18 @@ func (b *purgeBatcher) adapt(rows int64, stmt, elapsed time.Duration) {
 		return max(next, 1)
 	}
 	n := int64(b.n)
-	if b.table.method == PurgeMethodTIDRange && b.windowDone {
+	switch {
+	case b.table.method == PurgeMethodTIDRange && b.windowDone:
 		b.window = min(scale(b.window, b.window), purgeMaxWindow)
 		if rows > 0 && stmt > available {
 			n = min(n, scale(n, rows))
 		}
-	} else if rows > 0 {
+	case b.table.method == PurgeMethodTIDRange && stmt > available:
+		b.window = min(scale(b.window, b.window), b.window)
+		if rows > 0 {
+			n = scale(n, rows)
+		}
+	case rows > 0:
 		n = scale(n, rows)
 	}
 	b.n = int(min(n, int64(b.run.opts.MaxRowsPerTx)))

@@ -35,3 +35,35 @@ func TestPurgeHeapWalkDueWhenBatchesThroughParentsSlowDown(t *testing.T) {
 		require.False(t, b.heapWalkDue(1000, time.Hour), name)
 	}
 }
+
+// A heap walk's batch that took its full N rows and still overran its
+// budget shrinks its window, not only N: its statement joins every row of
+// the window to the tenant filter before the LIMIT applies, so its time
+// follows the window. One that stayed within its budget keeps its window
+// and grows N; one that ran out of its window sizes the window as before.
+func TestPurgeHeapWalkShrinksItsWindowWhenAFullBatchOverruns(t *testing.T) {
+	t.Parallel()
+	walk := func() *purgeBatcher {
+		return &purgeBatcher{
+			run:   &purgeRun{opts: PurgeOptions{TxBudget: 100 * time.Millisecond, MaxRowsPerTx: DefaultPurgeMaxRowsPerTx}},
+			table: &purgeTable{child: true, method: PurgeMethodTIDRange},
+			n:     100, window: 1 << 16,
+		}
+	}
+
+	b := walk()
+	b.adapt(100, 200*time.Millisecond, 200*time.Millisecond)
+	require.Equal(t, int64(1<<15), b.window, "twice the budget: half the window")
+	require.Equal(t, 50, b.n)
+
+	b = walk()
+	b.adapt(100, 50*time.Millisecond, 50*time.Millisecond)
+	require.Equal(t, int64(1<<16), b.window, "within the budget: the same window")
+	require.Equal(t, 200, b.n)
+
+	b = walk()
+	b.windowDone = true
+	b.adapt(40, 50*time.Millisecond, 50*time.Millisecond)
+	require.Equal(t, int64(1<<17), b.window, "a window done in half the budget doubles")
+	require.Equal(t, 100, b.n)
+}
