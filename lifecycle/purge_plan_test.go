@@ -17,6 +17,27 @@ import (
 	"github.com/tombstoneworks/communitydeletion/lifecycle"
 )
 
+// setupPurgeChild returns a test database with purge_child, a target and
+// another community of messages rows each, with a child row per message,
+// analyzed, and the target's request at bindings_removed.
+func setupPurgeChild(t *testing.T, messages int) (*testBundle, lifecycle.LeaseToken, testfactory.Rows) {
+	t.Helper()
+	b := setup(t)
+	ctx := t.Context()
+	b.createPurgeChild(t)
+	target := testfactory.Community(ctx, t, b.DB, nil).ID
+	other := testfactory.Community(ctx, t, b.DB, nil).ID
+	rows := testfactory.Rows{Members: 20, Channels: 4, Messages: messages}
+	for _, c := range []uuid.UUID{target, other} {
+		testfactory.WriteRows(ctx, t, b.DB, c, rows)
+		require.NoError(t, b.exec(t, `INSERT INTO purge_child (message_id, payload)
+			SELECT id, 'c' FROM fixture_messages WHERE community_id = $1`, c))
+	}
+	require.NoError(t, b.exec(t, "ANALYZE"))
+	_, token := testfactory.Request(ctx, t, b.DB, &testfactory.RequestOpts{CommunityID: target, Stage: lifecycle.StageBindingsRemoved})
+	return b, token, rows
+}
+
 // TestPurgePostgresPlansEachHeapWalkBatchForItsWindow purges a table
 // attached through its parent by its heap, in many batches, and asserts
 // that no connection of the executor's pool holds the heap walk's batch as
@@ -25,19 +46,8 @@ import (
 // whole heap in every batch.
 func TestPurgePostgresPlansEachHeapWalkBatchForItsWindow(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b, token, rows := setupPurgeChild(t, 600)
 	ctx := t.Context()
-	b.createPurgeChild(t)
-	target := testfactory.Community(ctx, t, b.DB, nil).ID
-	other := testfactory.Community(ctx, t, b.DB, nil).ID
-	rows := testfactory.Rows{Members: 20, Channels: 4, Messages: 600}
-	for _, c := range []uuid.UUID{target, other} {
-		testfactory.WriteRows(ctx, t, b.DB, c, rows)
-		require.NoError(t, b.exec(t, `INSERT INTO purge_child (message_id, payload)
-			SELECT id, 'c' FROM fixture_messages WHERE community_id = $1`, c))
-	}
-	require.NoError(t, b.exec(t, "ANALYZE"))
-	_, token := testfactory.Request(ctx, t, b.DB, &testfactory.RequestOpts{CommunityID: target, Stage: lifecycle.StageBindingsRemoved})
 	pool := fixture.RolePool(t, b.URL, fixture.RoleExecutor)
 	engine, err := lifecycle.NewEngine(ctx, pool, nil)
 	require.NoError(t, err)
@@ -72,19 +82,8 @@ var joinNode = regexp.MustCompile(`(Hash|Merge)( Right| Left| Full)?( Semi| Anti
 // window, reads every row of the tenant's parents in every batch.
 func TestPurgePostgresWalksAChildsHeapProbingItsParentsRowByRow(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b, token, rows := setupPurgeChild(t, 4000)
 	ctx := t.Context()
-	b.createPurgeChild(t)
-	target := testfactory.Community(ctx, t, b.DB, nil).ID
-	other := testfactory.Community(ctx, t, b.DB, nil).ID
-	rows := testfactory.Rows{Members: 20, Channels: 4, Messages: 4000}
-	for _, c := range []uuid.UUID{target, other} {
-		testfactory.WriteRows(ctx, t, b.DB, c, rows)
-		require.NoError(t, b.exec(t, `INSERT INTO purge_child (message_id, payload)
-			SELECT id, 'c' FROM fixture_messages WHERE community_id = $1`, c))
-	}
-	require.NoError(t, b.exec(t, "ANALYZE"))
-	_, token := testfactory.Request(ctx, t, b.DB, &testfactory.RequestOpts{CommunityID: target, Stage: lifecycle.StageBindingsRemoved})
 
 	// auto_explain, loaded into every new session of this database, sends
 	// each statement's plan to its client as a notice.
