@@ -1073,7 +1073,7 @@ func (b *purgeBatcher) adapt(rows int64, stmt, elapsed time.Duration) {
 			n = min(n, scale(n, rows))
 		}
 	case b.table.method == PurgeMethodTIDRange && stmt > available:
-		b.window = min(scale(b.window, b.window), b.window)
+		b.window = scale(b.window, b.window) // smaller: stmt > available
 		if rows > 0 {
 			n = scale(n, rows)
 		}
@@ -1665,37 +1665,35 @@ func (r *purgeRun) finish(ctx context.Context) ([]string, error) {
 }
 
 // rowsRemaining lists the registered 'delete' tables that still hold a row
-// of the community, in a read-only transaction of its own, using an index
-// wherever there is one.
+// of the community, in a read-only transaction of the store's, using an
+// index wherever there is one.
 func (r *purgeRun) rowsRemaining(ctx context.Context) ([]string, error) {
 	var remaining []string
 	start := time.Now()
-	err := pgx.BeginTxFunc(ctx, r.store.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted, AccessMode: pgx.ReadOnly,
-		BeginQuery: "BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY; " + rowSecurityOff},
-		func(tx pgx.Tx) error {
-			remaining = nil
-			q := dbgen.New(tx)
-			if err := q.PurgeSeqScanSet(ctx, "off"); err != nil {
-				return fmt.Errorf("set enable_seqscan: %w", err)
+	err := r.store.begin(ctx, true, func(tx pgx.Tx) error {
+		remaining = nil
+		q := dbgen.New(tx)
+		if err := q.PurgeSeqScanSet(ctx, "off"); err != nil {
+			return fmt.Errorf("set enable_seqscan: %w", err)
+		}
+		shapes, err := q.PurgeTableShapes(ctx)
+		if err != nil {
+			return fmt.Errorf("list registered tables: %w", err)
+		}
+		for _, shape := range shapes {
+			if shape.PurgeAction != purgeActionDelete {
+				continue
 			}
-			shapes, err := q.PurgeTableShapes(ctx)
+			remains, err := purgeRowsRemain(ctx, tx, shape, r.token)
 			if err != nil {
-				return fmt.Errorf("list registered tables: %w", err)
+				return err
 			}
-			for _, shape := range shapes {
-				if shape.PurgeAction != purgeActionDelete {
-					continue
-				}
-				remains, err := purgeRowsRemain(ctx, tx, shape, r.token)
-				if err != nil {
-					return err
-				}
-				if remains {
-					remaining = append(remaining, shape.TableName)
-				}
+			if remains {
+				remaining = append(remaining, shape.TableName)
 			}
-			return nil
-		})
+		}
+		return nil
+	})
 	r.noteTx("proof", time.Since(start))
 	if err != nil {
 		return nil, fmt.Errorf("prove no rows of community %s remain: %w", r.token.tenantKey(), err)

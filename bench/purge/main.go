@@ -478,11 +478,11 @@ const (
 // this machine, whose cores it counts; of a TEST_DATABASE_URL server it
 // knows nothing, and takes the general recommendation.
 func recommendedNiceFor(source ephemeralpg.Source, cores int) (float64, string) {
-	if source != ephemeralpg.SourceURL && cores <= smallHostCores {
-		return recommendedNiceSmallHost, fmt.Sprintf("for a database host of %d cores or fewer; this one has %d", smallHostCores, cores)
-	}
 	if source == ephemeralpg.SourceURL {
 		return recommendedNice, "beside live traffic; the TEST_DATABASE_URL server's cores are not known here, set -recommended-nice for a small host"
+	}
+	if cores <= smallHostCores {
+		return recommendedNiceSmallHost, fmt.Sprintf("for a database host of %d cores or fewer; this one has %d", smallHostCores, cores)
 	}
 	return recommendedNice, fmt.Sprintf("beside live traffic, on a host of more than %d cores", smallHostCores)
 }
