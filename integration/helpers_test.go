@@ -154,6 +154,14 @@ func (b *testBundle) quiesce(t *testing.T, community uuid.UUID) {
 	}
 	_, generation := b.communityState(t, community)
 	require.NoError(t, b.asExecutor(t, community, generation, func(tx pgx.Tx) error {
+		// As BeginQuiescing: the marker's lock, then the dormant fence's
+		// drain, which its arming requires.
+		if _, err := tx.Exec(t.Context(), "SELECT community_deletion.community_deletion_fence_marker_lock()"); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(t.Context(), "SELECT community_deletion.community_deletion_fence_drain()"); err != nil {
+			return err
+		}
 		_, err := tx.Exec(t.Context(), "UPDATE communities SET deletion_state = 'quiescing', archived_at = now() WHERE id = $1", community)
 		return err
 	}))

@@ -119,7 +119,8 @@ func requireWaitingOnMarker(t *testing.T, b *testBundle, pid uint32) {
 }
 
 // quiesceOn runs the quiesce of tenant key on conn (the executor's login),
-// as BeginQuiescing does: the marker's lock, then the state.
+// as BeginQuiescing does: the marker's lock, the dormant fence's drain,
+// then the state.
 func (d *boundDeployment) quiesceOn(ctx context.Context, conn *pgx.Conn, key int) error {
 	community := tenantUUID(key)
 	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
@@ -129,9 +130,20 @@ func (d *boundDeployment) quiesceOn(ctx context.Context, conn *pgx.Conn, key int
 		if _, err := tx.Exec(ctx, "SELECT community_deletion.community_deletion_fence_marker_lock()"); err != nil {
 			return err
 		}
+		if _, err := tx.Exec(ctx, "SELECT community_deletion.community_deletion_fence_drain()"); err != nil {
+			return err
+		}
 		_, err := tx.Exec(ctx, "UPDATE community_deletion.communities SET deletion_state = 'quiescing', archived_at = now() WHERE id = $1", community)
 		return err
 	})
+}
+
+// dormant reports whether the write fence is dormant (migration 00035).
+func dormant(t *testing.T, b *testBundle) bool {
+	t.Helper()
+	var d bool
+	require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT community_deletion.community_deletion_fence_dormant()").Scan(&d))
+	return d
 }
 
 // executorConn is a connection of the executor's login and its backend pid.
@@ -181,9 +193,9 @@ func TestNearFreeFenceIsBoundByAForeignKey(t *testing.T) {
 	require.Empty(t, rawDrift(t, b))
 }
 
-// While nothing is in flight a bound table's write takes the marker's lock
-// and no community lock; while another tenant is in flight it takes the
-// same path for a tenant whose bit the marker lacks, and the full path (the
+// While nothing is in flight the fence is dormant, and a bound table's
+// write takes no lock at all; while another tenant is in flight (the fence
+// armed) it takes the marker's lock for a tenant whose bit the marker lacks, and the full path (the
 // community's lock) for the tenant in flight, which it refuses. A table
 // without a foreign key always takes the full path.
 func TestNearFreeFenceTakesItsPathOnlyWhileItMay(t *testing.T) {
@@ -192,6 +204,7 @@ func TestNearFreeFenceTakesItsPathOnlyWhileItMay(t *testing.T) {
 	b := d.b
 	ctx := t.Context()
 	require.Zero(t, marker(t, b))
+	require.True(t, dormant(t, b), "nothing in flight: the fence is dormant")
 	pid := d.serving.PgConn().PID()
 	inTx := func(sql string, args ...any) (markerLock, communityLock bool, err error) {
 		tx, err := d.serving.Begin(ctx)
@@ -206,7 +219,7 @@ func TestNearFreeFenceTakesItsPathOnlyWhileItMay(t *testing.T) {
 	insertConversation := "INSERT INTO svc.conversations (account_id, body) VALUES ($1, 'w')"
 	m, c, err := inTx(insertConversation, 1)
 	require.NoError(t, err)
-	require.Equal(t, [2]bool{true, false}, [2]bool{m, c}, "a bound write while nothing is in flight: the marker's lock only")
+	require.Equal(t, [2]bool{false, false}, [2]bool{m, c}, "a bound write while nothing is in flight: no lock, the fence is dormant")
 	m, c, err = inTx("INSERT INTO svc.notes (account_id, body) VALUES ($1, 'w')", 1)
 	require.NoError(t, err)
 	require.Equal(t, [2]bool{false, true}, [2]bool{m, c}, "a write of a table no foreign key binds: the community's lock")
@@ -222,6 +235,7 @@ func TestNearFreeFenceTakesItsPathOnlyWhileItMay(t *testing.T) {
 
 	b.walkTenant(t, 2, "fenced")
 	require.Equal(t, fenceBit(t, b, 2), marker(t, b))
+	require.False(t, dormant(t, b), "a community left active: the fence is armed")
 	require.NotEqual(t, fenceBit(t, b, 1), fenceBit(t, b, 2), "the test's tenants need bits of their own")
 	m, c, err = inTx(insertConversation, 1)
 	require.NoError(t, err)
@@ -253,10 +267,11 @@ func (d *boundDeployment) rowsOf(t *testing.T, key int, body string) int {
 	return n
 }
 
-// A community leaving active waits for every transaction that wrote on the
-// near-free path, whether the executor took the marker's lock first (as
-// BeginQuiescing does) or the trigger takes it; once it is quiescing every
-// write of it is refused, through a child table too.
+// With the fence armed (another tenant in flight), a community leaving
+// active waits for every transaction that wrote on the near-free path,
+// whether the executor took the marker's lock first (as BeginQuiescing
+// does) or the trigger takes it; once it is quiescing every write of it is
+// refused, through a child table too.
 func TestQuiesceWaitsForWritesAdmittedOnTheNearFreePath(t *testing.T) {
 	t.Parallel()
 	for _, executorLocksFirst := range []bool{true, false} {
@@ -265,6 +280,8 @@ func TestQuiesceWaitsForWritesAdmittedOnTheNearFreePath(t *testing.T) {
 			d := newBoundDeployment(t)
 			b := d.b
 			ctx := t.Context()
+			b.walkTenant(t, 3, "quiescing")
+			require.False(t, dormant(t, b))
 			d.approveDeletion(t, 2)
 			writer, err := d.serving.Begin(ctx)
 			require.NoError(t, err)
@@ -326,6 +343,7 @@ func TestNearFreeFenceReadsTheMarkerUnderItsLock(t *testing.T) {
 			d := newBoundDeployment(t)
 			b := d.b
 			ctx := t.Context()
+			b.walkTenant(t, 3, "quiescing") // arms the fence, so writes read the marker
 			d.approveDeletion(t, 2)
 			var def string
 			require.NoError(t, b.pool.QueryRow(ctx,
@@ -389,6 +407,8 @@ func TestSettleNeverClearsTheBitOfACommunityLeavingActive(t *testing.T) {
 			d := newBoundDeployment(t)
 			b := d.b
 			ctx := t.Context()
+			b.walkTenant(t, 3, "quiescing") // arms the fence, so writes read the marker
+			bit2, bit3 := fenceBit(t, b, 2), fenceBit(t, b, 3)
 			d.approveDeletion(t, 2)
 			if unlocked {
 				var def string
@@ -407,7 +427,7 @@ func TestSettleNeverClearsTheBitOfACommunityLeavingActive(t *testing.T) {
 			require.NoError(t, err)
 			_, err = tx.Exec(ctx, "UPDATE community_deletion.communities SET deletion_state = 'quiescing' WHERE id = $1", tenantUUID(2))
 			require.NoError(t, err)
-			require.Equal(t, fenceBit(t, b, 2), marker(t, b), "the bit is set before the state commits")
+			require.Equal(t, bit2|bit3, marker(t, b), "the bit is set before the state commits")
 
 			operator := roleSession(t, b, fixture.RoleOperator)
 			settled := make(chan int64, 1)
@@ -420,7 +440,7 @@ func TestSettleNeverClearsTheBitOfACommunityLeavingActive(t *testing.T) {
 				settled <- m
 			}()
 			if unlocked {
-				require.Zero(t, <-settled)
+				require.Equal(t, bit3, <-settled)
 				require.NoError(t, tx.Commit(ctx))
 				_, err = d.serving.Exec(ctx, "INSERT INTO svc.conversations (account_id, body) VALUES (2, 'late')")
 				require.NoError(t, err, "a write of a quiescing community, admitted on the near-free path")
@@ -431,8 +451,8 @@ func TestSettleNeverClearsTheBitOfACommunityLeavingActive(t *testing.T) {
 			}
 			requireWaitingOnMarker(t, b, operator.PgConn().PID())
 			require.NoError(t, tx.Commit(ctx))
-			require.Equal(t, fenceBit(t, b, 2), <-settled)
-			require.Equal(t, fenceBit(t, b, 2), marker(t, b))
+			require.Equal(t, bit2|bit3, <-settled)
+			require.Equal(t, bit2|bit3, marker(t, b))
 			_, err = d.serving.Exec(ctx, "INSERT INTO svc.conversations (account_id, body) VALUES (2, 'late')")
 			requireSQLState(t, err, sqlstateFenced, "community 2 is quiescing")
 			require.Empty(t, rawDrift(t, b))

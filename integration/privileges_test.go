@@ -827,7 +827,7 @@ func TestEveryInstalledFunctionIsSealed(t *testing.T) {
 	qualified := map[string]bool{
 		"community_deletion_lock_key(uuid)": true, "enforce_community_write_fence()": true,
 		"enforce_community_write_fence_row()": true, "community_deletion_tenant_uuid(text)": true,
-		"community_deletion_fence_bit(uuid)": true,
+		"community_deletion_fence_bit(uuid)": true, "community_deletion_fence_armed()": true,
 	}
 	// The proofs read tenant tables with row security off, so a policy that
 	// would hide a row is an error, not a skip.
@@ -847,7 +847,8 @@ func TestEveryInstalledFunctionIsSealed(t *testing.T) {
 		"enforce_community_write_fence()": true, "community_deletion_control_table(text)": true,
 		"enforce_community_truncate_fence()": true, "community_deletion_tenant_schema(oid)": true,
 		"community_deletion_fence_bound(oid,name,jsonb)": true, "community_deletion_bound_args(text[])": true,
-		"community_deletion_fence_bit(uuid)": true,
+		"community_deletion_fence_bit(uuid)": true, "community_deletion_fence_armed()": true,
+		"community_deletion_fence_dormant()": true,
 	}
 	require.NotEmpty(t, functions)
 	for _, f := range functions {
@@ -864,6 +865,9 @@ func TestEveryInstalledFunctionIsSealed(t *testing.T) {
 		case f.signature == "community_deletion_settle_fence_marker()":
 			// It waits at most this long for writes on the near-free path.
 			require.Equal(t, "search_path=pg_catalog, community_deletion, pg_temp,lock_timeout=5s", f.config, f.signature)
+		case f.signature == "community_deletion_fence_drain()":
+			// It waits at most this long for each table it drains.
+			require.Equal(t, "search_path=pg_catalog, community_deletion, pg_temp,lock_timeout=250ms", f.config, f.signature)
 		case f.signature == "community_deletion_drop_tenant_objects(uuid)":
 			// Its DROP SEQUENCE waits at most this long for the sequence.
 			require.Equal(t, "search_path=pg_catalog, community_deletion, pg_temp,lock_timeout=2s", f.config, f.signature)

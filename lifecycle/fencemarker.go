@@ -2,9 +2,12 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	dbgen "github.com/tombstoneworks/communitydeletion/db/gen"
 )
@@ -29,6 +32,33 @@ func lockFenceMarker(ctx context.Context, q *dbgen.Queries) error {
 	}
 	return nil
 }
+
+// drainFence, while the write fence is dormant (migration 00035), takes
+// every table whose fence has the dormant path in SHARE mode until the
+// transaction ends: that waits for the writes the dormant fence admitted,
+// and the marker's trigger arms the fence, as the community leaves active,
+// only in a transaction that holds them. It runs after the marker's lock,
+// which keeps the fence from being armed or disarmed meanwhile. A wait
+// past the drain's own short bound is a *LockWaitError naming the table
+// and its writers.
+func drainFence(ctx context.Context, q *dbgen.Queries) error {
+	if _, err := q.FenceDrain(ctx); err != nil {
+		if isLockTimeout(err) {
+			lock := "a SHARE lock on a table of the dormant write fence, for its drain"
+			if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.TableName != "" {
+				lock = fmt.Sprintf("a SHARE lock on %s.%s, for the dormant write fence's drain (%s)",
+					pgErr.SchemaName, pgErr.TableName, pgErr.Detail)
+			}
+			return &LockWaitError{Lock: lock, Waited: fenceDrainWait, cause: err}
+		}
+		return fmt.Errorf("drain the dormant write fence: %w", err)
+	}
+	return nil
+}
+
+// fenceDrainWait is the drain's bound on each table's lock (the
+// lock_timeout of community_deletion_fence_drain()).
+const fenceDrainWait = 250 * time.Millisecond
 
 // fenceMarkerLock names the marker's lock in a LockWaitError.
 const fenceMarkerLock = "the fence marker's lock (held by transactions that wrote on the fence's near-free path)"

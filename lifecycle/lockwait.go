@@ -170,7 +170,9 @@ func (s *store) describeLockWait(ctx context.Context, err error) error {
 		lw = rowLockWait(err)
 		err = lw
 	}
-	lw.Waited = s.lockWait
+	if lw.Waited == 0 {
+		lw.Waited = s.lockWait
+	}
 	if lw.community == nil && !lw.schema && !lw.marker && lw.row == nil {
 		return err
 	}

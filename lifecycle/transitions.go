@@ -18,8 +18,9 @@ import (
 // admitted, while leases admitted before may finish. The community's
 // archived_at from before and the time quiescing started are recorded once,
 // for an abort to restore. It first takes the fence marker's lock, which
-// waits for writes admitted on the fence's near-free path, then the
-// community lock before any row lock, and re-verifies the token under it,
+// waits for writes admitted on the fence's near-free path, then, while the
+// fence is dormant, the tables it admits writes to, then the community lock
+// before any row lock, and re-verifies the token under it,
 // so it serializes with Abort. Calling
 // it again while quiescing is harmless. A stale token returns a stale-lease
 // error and changes nothing.
@@ -29,6 +30,12 @@ func (e *Engine) BeginQuiescing(ctx context.Context, token LeaseToken) error {
 		// community's marker bit under it as the community leaves active,
 		// and a writer holding the community's lock may wait for it.
 		if err := lockFenceMarker(ctx, q); err != nil {
+			return err
+		}
+		// Then, while the fence is dormant, the tables it admits writes
+		// to: the trigger that arms it as the community leaves active
+		// requires them.
+		if err := drainFence(ctx, q); err != nil {
 			return err
 		}
 		if _, err := lockTransition(ctx, q, token, StageApproved); err != nil {

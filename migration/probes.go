@@ -270,6 +270,11 @@ var legacyProbes = map[int64][]check{
 	34: { // 00034_community_deletion_fence_bits_in_one_query.sql
 		functionBody("enforce_community_write_fence()", "pg_catalog.bit_or("),
 	},
+	35: { // 00035_community_deletion_dormant_fence.sql
+		function("community_deletion_fence_armed()"),
+		function("community_deletion_fence_drain()"),
+		functionBody("enforce_community_write_fence()", "community_deletion_fence_armed()"),
+	},
 }
 
 // querier is what probes and the version-table reads run on: a *sql.DB,

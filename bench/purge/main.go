@@ -328,6 +328,16 @@ func ready(ctx context.Context, conn *pgx.Conn) error {
 				return err
 			},
 			func() error { return asExecutor(0) },
+			// As BeginQuiescing: the fence marker's lock, then the dormant
+			// fence's drain, which its arming requires.
+			func() error {
+				_, err := tx.Exec(ctx, "SELECT community_deletion.community_deletion_fence_marker_lock()")
+				return err
+			},
+			func() error {
+				_, err := tx.Exec(ctx, "SELECT community_deletion.community_deletion_fence_drain()")
+				return err
+			},
 			func() error {
 				_, err := tx.Exec(ctx, "UPDATE community_deletion.communities SET deletion_state = 'quiescing', archived_at = now() WHERE id = $1", target)
 				return err

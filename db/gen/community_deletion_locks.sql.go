@@ -122,6 +122,35 @@ func (q *Queries) DeletionExecutorSet(ctx context.Context, arg DeletionExecutorS
 	return err
 }
 
+const fenceDormant = `-- name: FenceDormant :one
+SELECT community_deletion.community_deletion_fence_dormant()::boolean AS dormant
+`
+
+// Whether the write fence is dormant: no community has left active since
+// the last settle found none in flight.
+func (q *Queries) FenceDormant(ctx context.Context) (bool, error) {
+	row := q.db.QueryRow(ctx, fenceDormant)
+	var dormant bool
+	err := row.Scan(&dormant)
+	return dormant, err
+}
+
+const fenceDrain = `-- name: FenceDrain :one
+SELECT community_deletion.community_deletion_fence_drain()::integer AS drained
+`
+
+// While the write fence is dormant, takes every table whose fence has the
+// dormant path in SHARE mode until the transaction ends, waiting for the
+// writes it admitted, and returns how many it locked (0 when the fence is
+// armed). BeginQuiescing runs it after the fence marker's lock and before
+// the community's; the marker's trigger arms the fence only if it ran.
+func (q *Queries) FenceDrain(ctx context.Context) (int32, error) {
+	row := q.db.QueryRow(ctx, fenceDrain)
+	var drained int32
+	err := row.Scan(&drained)
+	return drained, err
+}
+
 const fenceMarkerHoldersList = `-- name: FenceMarkerHoldersList :many
 SELECT coalesce(holder.pid, 0)::integer AS pid,
        coalesce(holder.role_name, '')::text AS role_name,

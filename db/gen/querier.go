@@ -228,6 +228,15 @@ type Querier interface {
 	DeletionRequestUnblock(ctx context.Context, id uuid.UUID) (CommunityDeletionRequest, error)
 	// How many approved, unblocked requests wait for their grace period to end.
 	DeletionRequestsInGrace(ctx context.Context) (int64, error)
+	// Whether the write fence is dormant: no community has left active since
+	// the last settle found none in flight.
+	FenceDormant(ctx context.Context) (bool, error)
+	// While the write fence is dormant, takes every table whose fence has the
+	// dormant path in SHARE mode until the transaction ends, waiting for the
+	// writes it admitted, and returns how many it locked (0 when the fence is
+	// armed). BeginQuiescing runs it after the fence marker's lock and before
+	// the community's; the marker's trigger arms the fence only if it ran.
+	FenceDrain(ctx context.Context) (int32, error)
 	// The sessions and prepared transactions that hold the fence marker's
 	// lock: those that wrote on the fence's near-free path, which a community
 	// leaving active waits for.

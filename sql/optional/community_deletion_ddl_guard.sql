@@ -26,7 +26,11 @@
 --   * creates or alters anything in schema community_deletion, or moves
 --     something into it (CREATE FUNCTION, CREATE OPERATOR, ALTER ... SET
 --     SCHEMA community_deletion), or leaves a function or operator there that
---     the migrations did not install;
+--     the migrations did not install; the one exception is the write
+--     fence's constant community_deletion_fence_armed() (migration 00035),
+--     replaced by one of its two bodies under the fence marker's exclusive
+--     lock: armed only while every table with a bound fence is held in
+--     SHARE mode, dormant only while no community is quiescing or fenced;
 --   * leaves any role but the schema's owner with CREATE on it (GRANT CREATE
 --     ON SCHEMA community_deletion);
 --   * leaves a function the migrations installed changed, dropped, re-owned
@@ -1340,6 +1344,56 @@ CREATE EVENT TRIGGER community_deletion_ddl_guard_drop ON ddl_command_start
     WHEN TAG IN ('DROP FUNCTION', 'DROP ROUTINE', 'DROP SCHEMA', 'DROP OWNED')
     EXECUTE FUNCTION community_deletion.community_deletion_ddl_guard_drop();
 
+-- Whether this command's replacement of the write fence's constant
+-- (migration 00035) is one the deletion makes: NULL if so, otherwise why
+-- not. The transaction must hold the fence marker's lock exclusively; an
+-- armed body needs every table whose fence has the dormant path held in
+-- SHARE mode or stronger (the drain, which waited for the writers the
+-- dormant fence admitted), and a dormant one no community quiescing or
+-- fenced. The constant's other attributes are the digest's to check.
+CREATE FUNCTION community_deletion.community_deletion_ddl_guard_switch() RETURNS pg_catalog.text
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    SET jit = off
+    AS $body$
+DECLARE
+    body pg_catalog.text;
+    fence pg_catalog.oid := pg_catalog.to_regprocedure('community_deletion.enforce_community_write_fence()'::pg_catalog.text)::pg_catalog.oid;
+BEGIN
+    SELECT p.prosrc INTO body FROM pg_catalog.pg_proc p
+    WHERE p.oid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure('community_deletion.community_deletion_fence_armed()'::pg_catalog.text)::pg_catalog.oid;
+    IF body IS NULL OR body OPERATOR(pg_catalog.<>) ALL (ARRAY[' SELECT true ', ' SELECT false ']::pg_catalog.text[]) THEN
+        RETURN 'leaves it with a body the migrations did not install';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
+                   WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory'::pg_catalog.text AND l.granted
+                     AND l.pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid()
+                     AND l.classid OPERATOR(pg_catalog.=) 1668246884::pg_catalog.oid
+                     AND l.objid OPERATOR(pg_catalog.=) 1718510437::pg_catalog.oid
+                     AND l.objsubid OPERATOR(pg_catalog.=) 2
+                     AND l.mode OPERATOR(pg_catalog.=) 'ExclusiveLock'::pg_catalog.text) THEN
+        RETURN 'without the fence marker''s lock, which serializes arming and disarming the fence';
+    END IF;
+    IF body OPERATOR(pg_catalog.=) ' SELECT true '::pg_catalog.text THEN
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
+                   WHERE t.tgfoid OPERATOR(pg_catalog.=) fence AND t.tgnargs OPERATOR(pg_catalog.=) 3 AND NOT t.tgisinternal
+                     AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
+                                     WHERE l.locktype OPERATOR(pg_catalog.=) 'relation'::pg_catalog.text AND l.granted
+                                       AND l.pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid()
+                                       AND l.relation OPERATOR(pg_catalog.=) t.tgrelid
+                                       AND l.mode OPERATOR(pg_catalog.=) ANY (ARRAY['ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock',
+                                                                                  'AccessExclusiveLock']::pg_catalog.text[]))) THEN
+            RETURN 'arms the fence without draining it: hold every table with a bound fence in SHARE mode first (community_deletion.community_deletion_fence_drain())';
+        END IF;
+    ELSIF EXISTS (SELECT 1 FROM community_deletion.communities c
+                  WHERE c.deletion_state OPERATOR(pg_catalog.=) ANY (ARRAY['quiescing', 'fenced']::pg_catalog.text[])) THEN
+        RETURN 'makes the fence dormant while a community is quiescing or fenced';
+    END IF;
+    RETURN NULL;
+END
+$body$;
+REVOKE ALL ON FUNCTION community_deletion.community_deletion_ddl_guard_switch() FROM PUBLIC;
+
 -- The checks at the end of every DDL command. jit is off here and in the
 -- other event triggers: the checks' plan is costed high (function scans
 -- estimate a thousand rows each) and JIT-compiling it took seconds a
@@ -1396,12 +1450,23 @@ BEGIN
     -- Schema community_deletion changes only in migration runs: nothing is
     -- created or altered in it, nor moved into it (ALTER ... SET SCHEMA),
     -- and no role but its owner may CREATE there.
+    -- Except the write fence going dormant or armed (migration 00035): its
+    -- constant replaced by one of its two bodies, as the arming trigger
+    -- and the settle replace it (see community_deletion_ddl_guard_switch).
     SELECT cmd.command_tag, cmd.object_type, cmd.object_identity INTO problem
     FROM pg_catalog.pg_event_trigger_ddl_commands() cmd
-    WHERE cmd.schema_name OPERATOR(pg_catalog.=) 'community_deletion'::pg_catalog.text
-       OR (cmd.object_type OPERATOR(pg_catalog.=) 'schema'::pg_catalog.text
-           AND cmd.object_identity OPERATOR(pg_catalog.=) 'community_deletion'::pg_catalog.text)
+    WHERE (cmd.schema_name OPERATOR(pg_catalog.=) 'community_deletion'::pg_catalog.text
+           OR (cmd.object_type OPERATOR(pg_catalog.=) 'schema'::pg_catalog.text
+               AND cmd.object_identity OPERATOR(pg_catalog.=) 'community_deletion'::pg_catalog.text))
+      AND NOT (cmd.command_tag OPERATOR(pg_catalog.=) 'CREATE FUNCTION'::pg_catalog.text
+               AND cmd.object_identity OPERATOR(pg_catalog.=) 'community_deletion.community_deletion_fence_armed()'::pg_catalog.text
+               AND community_deletion.community_deletion_ddl_guard_switch() IS NULL)
     LIMIT 1;
+    IF FOUND AND problem.object_identity OPERATOR(pg_catalog.=) 'community_deletion.community_deletion_fence_armed()'::pg_catalog.text THEN
+        RAISE EXCEPTION USING ERRCODE = '42501',
+            MESSAGE = pg_catalog.format('DDL refused: %s of community_deletion.community_deletion_fence_armed() outside a migration run %s',
+                                        problem.command_tag, community_deletion.community_deletion_ddl_guard_switch());
+    END IF;
     IF FOUND THEN
         RAISE EXCEPTION USING ERRCODE = '42501',
             MESSAGE = pg_catalog.format('DDL refused: %s changes %s %s in schema community_deletion outside a migration run; change that schema only through its migrations',
@@ -1775,7 +1840,12 @@ BEGIN
         FROM installed
         LEFT JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) installed.oid
         WHERE p.oid IS NULL
-           OR pg_catalog.md5(pg_catalog.concat_ws(E'\x1f', p.prosrc, pg_catalog.array_to_string(p.proconfig, E'\x1e'),
+           OR pg_catalog.md5(pg_catalog.concat_ws(E'\x1f',
+                                                  -- The armed constant digests as its dormant body (migration 00035).
+                                                  CASE WHEN installed.function_signature OPERATOR(pg_catalog.=) 'community_deletion_fence_armed()'::pg_catalog.text
+                                                            AND p.prosrc OPERATOR(pg_catalog.=) ' SELECT true '::pg_catalog.text
+                                                       THEN ' SELECT false '::pg_catalog.text ELSE p.prosrc END,
+                                                  pg_catalog.array_to_string(p.proconfig, E'\x1e'),
                                                   p.prosecdef::pg_catalog.text, p.provolatile::pg_catalog.text,
                                                   pg_catalog.pg_get_userbyid(p.proowner)))
               OPERATOR(pg_catalog.<>) installed.digest

@@ -122,3 +122,16 @@ SELECT community_deletion.community_deletion_fence_marker_lock();
 -- Recomputes the fence marker from committed states, in a transaction that
 -- has written nothing, and returns it.
 SELECT community_deletion.community_deletion_settle_fence_marker()::bigint AS marker;
+
+-- name: FenceDrain :one
+-- While the write fence is dormant, takes every table whose fence has the
+-- dormant path in SHARE mode until the transaction ends, waiting for the
+-- writes it admitted, and returns how many it locked (0 when the fence is
+-- armed). BeginQuiescing runs it after the fence marker's lock and before
+-- the community's; the marker's trigger arms the fence only if it ran.
+SELECT community_deletion.community_deletion_fence_drain()::integer AS drained;
+
+-- name: FenceDormant :one
+-- Whether the write fence is dormant: no community has left active since
+-- the last settle found none in flight.
+SELECT community_deletion.community_deletion_fence_dormant()::boolean AS dormant;
