@@ -13,6 +13,36 @@ import (
 	"github.com/tombstoneworks/communitydeletion/internal/fixture"
 )
 
+// purgeAndTombstone deletes fenced tenant key's rows (a conversation of
+// its own, and its tenant row) as the purge would, then tombstones it.
+func (d *boundDeployment) purgeAndTombstone(t *testing.T, key int) {
+	t.Helper()
+	community := tenantUUID(key)
+	_, generation := d.b.communityState(t, community)
+	require.NoError(t, d.b.asExecutor(t, community, generation, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(t.Context(), "DELETE FROM svc.conversations WHERE account_id = $1", key); err != nil {
+			return err
+		}
+		_, err := tx.Exec(t.Context(), "DELETE FROM svc.accounts WHERE id = $1", key)
+		return err
+	}))
+	d.b.tombstone(t, community)
+}
+
+// abortDeletion restores tenant key to active and aborts its open request,
+// as an operator's abort does.
+func (d *boundDeployment) abortDeletion(t *testing.T, key int) {
+	t.Helper()
+	request, _ := d.b.openRequest(t, tenantUUID(key))
+	require.NoError(t, d.b.tryAs(t, fixture.RoleOperator, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(t.Context(), "SELECT community_deletion_restore_active($1, NULL)", request); err != nil {
+			return err
+		}
+		_, err := tx.Exec(t.Context(), "UPDATE community_deletion_requests SET "+abortSet+" WHERE id = $1", request)
+		return err
+	}))
+}
+
 // quiesceWithoutDrain runs the quiesce of tenant key on conn as
 // BeginQuiescing would without the dormant fence's drain: the marker's
 // lock, then the state.
@@ -120,13 +150,7 @@ func TestSettleMakesTheFenceDormantOnlyWhenNothingIsInFlight(t *testing.T) {
 	d := newBoundDeployment(t)
 	b := d.b
 	ctx := t.Context()
-	operator := roleSession(t, b, fixture.RoleOperator)
-	settle := func() int64 {
-		t.Helper()
-		var m int64
-		require.NoError(t, operator.QueryRow(ctx, "SELECT community_deletion.community_deletion_settle_fence_marker()").Scan(&m))
-		return m
-	}
+	_, settle := operatorSettle(t, b)
 	b.walkTenant(t, 2, "quiescing")
 	b.walkTenant(t, 3, "fenced")
 	require.False(t, dormant(t, b))
@@ -134,25 +158,10 @@ func TestSettleMakesTheFenceDormantOnlyWhenNothingIsInFlight(t *testing.T) {
 	require.False(t, dormant(t, b), "two communities in flight")
 
 	// Tenant 3 deleted, tenant 2 back to active by an abort.
-	_, generation := b.communityState(t, tenantUUID(3))
-	require.NoError(t, b.asExecutor(t, tenantUUID(3), generation, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "DELETE FROM svc.conversations WHERE account_id = 3"); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, "DELETE FROM svc.accounts WHERE id = 3")
-		return err
-	}))
-	b.tombstone(t, tenantUUID(3))
+	d.purgeAndTombstone(t, 3)
 	require.Equal(t, fenceBit(t, b, 2), settle())
 	require.False(t, dormant(t, b), "tenant 2 still quiescing")
-	request, _ := b.openRequest(t, tenantUUID(2))
-	require.NoError(t, b.tryAs(t, fixture.RoleOperator, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT community_deletion_restore_active($1, NULL)", request); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, "UPDATE community_deletion_requests SET "+abortSet+" WHERE id = $1", request)
-		return err
-	}))
+	d.abortDeletion(t, 2)
 	state, _ := b.communityState(t, tenantUUID(2))
 	require.Equal(t, "active", state)
 	require.Zero(t, settle())
@@ -217,18 +226,9 @@ func TestDDLGuardLetsOnlyTheDeletionArmAndDisarmTheFence(t *testing.T) {
 		"makes the fence dormant while a community is quiescing or fenced")
 	require.False(t, dormant(t, b))
 
-	request, _ := b.openRequest(t, tenantUUID(2))
-	require.NoError(t, b.tryAs(t, fixture.RoleOperator, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT community_deletion_restore_active($1, NULL)", request); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, "UPDATE community_deletion_requests SET "+abortSet+" WHERE id = $1", request)
-		return err
-	}))
-	var m int64
-	require.NoError(t, roleSession(t, b, fixture.RoleOperator).QueryRow(ctx,
-		"SELECT community_deletion.community_deletion_settle_fence_marker()").Scan(&m))
-	require.Zero(t, m)
+	d.abortDeletion(t, 2)
+	_, settle := operatorSettle(t, b)
+	require.Zero(t, settle())
 	require.True(t, dormant(t, b), "the settle disarmed it through the guard")
 	require.Empty(t, rawDrift(t, b))
 }

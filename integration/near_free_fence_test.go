@@ -138,6 +138,19 @@ func (d *boundDeployment) quiesceOn(ctx context.Context, conn *pgx.Conn, key int
 	})
 }
 
+// operatorSettle is an operator's session and a settle of the fence marker
+// on it, which returns the marker.
+func operatorSettle(t *testing.T, b *testBundle) (*pgx.Conn, func() int64) {
+	t.Helper()
+	operator := roleSession(t, b, fixture.RoleOperator)
+	return operator, func() int64 {
+		t.Helper()
+		var m int64
+		require.NoError(t, operator.QueryRow(t.Context(), "SELECT community_deletion.community_deletion_settle_fence_marker()").Scan(&m))
+		return m
+	}
+}
+
 // dormant reports whether the write fence is dormant (migration 00035).
 func dormant(t *testing.T, b *testBundle) bool {
 	t.Helper()
@@ -471,13 +484,7 @@ func TestSettleClearsOnlyWhatIsNoLongerInFlight(t *testing.T) {
 	d := newBoundDeployment(t)
 	b := d.b
 	ctx := t.Context()
-	operator := roleSession(t, b, fixture.RoleOperator)
-	settle := func() int64 {
-		t.Helper()
-		var m int64
-		require.NoError(t, operator.QueryRow(ctx, "SELECT community_deletion.community_deletion_settle_fence_marker()").Scan(&m))
-		return m
-	}
+	operator, settle := operatorSettle(t, b)
 
 	b.walkTenant(t, 2, "quiescing")
 	b.walkTenant(t, 3, "fenced")
@@ -498,15 +505,7 @@ func TestSettleClearsOnlyWhatIsNoLongerInFlight(t *testing.T) {
 
 	// Tenant 3 deleted: its bit goes at the next settle; its key stays
 	// refused by the foreign key while the marker is 0 for it.
-	_, generation := b.communityState(t, tenantUUID(3))
-	require.NoError(t, b.asExecutor(t, tenantUUID(3), generation, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "DELETE FROM svc.conversations WHERE account_id = 3"); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, "DELETE FROM svc.accounts WHERE id = 3")
-		return err
-	}))
-	b.tombstone(t, tenantUUID(3))
+	d.purgeAndTombstone(t, 3)
 	require.Equal(t, both, marker(t, b), "only a settle clears a bit")
 	require.Equal(t, fenceBit(t, b, 2), settle())
 	_, err := d.serving.Exec(ctx, "INSERT INTO svc.conversations (account_id, body) VALUES (3, 'late')")
@@ -583,15 +582,7 @@ func TestDriftJudgesTheMarkerUnderItsLock(t *testing.T) {
 	requireWaitingOnMarker(t, b, reader.PgConn().PID())
 
 	// Tenant 3 deleted while the report waits; the settle clears its bit.
-	_, generation := b.communityState(t, tenantUUID(3))
-	require.NoError(t, b.asExecutor(t, tenantUUID(3), generation, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "DELETE FROM svc.conversations WHERE account_id = 3"); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, "DELETE FROM svc.accounts WHERE id = 3")
-		return err
-	}))
-	b.tombstone(t, tenantUUID(3))
+	d.purgeAndTombstone(t, 3)
 	var settled int64
 	require.NoError(t, settle.QueryRow(ctx, "SELECT community_deletion.community_deletion_settle_fence_marker()").Scan(&settled))
 	require.Equal(t, fenceBit(t, b, 2), settled)
