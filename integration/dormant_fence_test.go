@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -178,17 +179,45 @@ func TestSettleMakesTheFenceDormantOnlyWhenNothingIsInFlight(t *testing.T) {
 	requireSQLState(t, err, sqlstateIsolation, "pins a snapshot")
 	require.NoError(t, tx.Rollback(ctx))
 
-	for _, body := range []string{"SELECT true", "SELECT false"} {
-		replace := "CREATE OR REPLACE FUNCTION community_deletion.community_deletion_fence_armed() RETURNS boolean LANGUAGE sql STABLE AS $$ " + body + " $$"
-		_, err = d.serving.Exec(ctx, replace)
-		requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "permission denied for schema community_deletion")
-		_, err = d.owner.conn.Exec(ctx, replace)
-		requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "permission denied for schema community_deletion")
+	// The service's login and owner, the executor and an operator.
+	sessions := []*pgx.Conn{d.serving, d.owner.conn, roleSession(t, b, fixture.RoleExecutor), roleSession(t, b, fixture.RoleOperator)}
+	for i, session := range sessions {
+		for _, body := range []string{"SELECT true", "SELECT false"} {
+			_, err = session.Exec(ctx, "CREATE OR REPLACE FUNCTION community_deletion.community_deletion_fence_armed() RETURNS boolean LANGUAGE sql STABLE AS $$ "+body+" $$")
+			requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "permission denied for schema community_deletion")
+		}
+		fns := []string{"community_deletion_fence_set_armed(true)", "community_deletion_fence_set_armed(false)"}
+		if i != 2 {
+			fns = append(fns, "community_deletion_fence_drain()") // the executor's, for its quiesce
+		}
+		for _, fn := range fns {
+			_, err = session.Exec(ctx, "SELECT community_deletion."+fn)
+			requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "permission denied for function")
+		}
 	}
-	for _, fn := range []string{"community_deletion_fence_set_armed(true)", "community_deletion_fence_drain()"} {
-		_, err = d.serving.Exec(ctx, "SELECT community_deletion."+fn)
-		requireSQLState(t, err, pgerrcode.InsufficientPrivilege, "permission denied")
-	}
+	require.True(t, dormant(t, b))
+}
+
+// The drift report sees the armed constant as installed, names a dormant
+// fence while a community is in flight (here the schema's owner replaced
+// it, which only the DDL guard refuses), and any other body as a changed
+// function.
+func TestDriftNamesADormantFenceInFlightAndAForeignConstant(t *testing.T) {
+	t.Parallel()
+	d := newBoundDeployment(t)
+	b := d.b
+	b.walkTenant(t, 2, "quiescing")
+	require.False(t, dormant(t, b))
+	require.Empty(t, rawDrift(t, b), "armed is as installed")
+
+	const replace = "CREATE OR REPLACE FUNCTION community_deletion.community_deletion_fence_armed() RETURNS boolean LANGUAGE sql STABLE AS $$ %s $$"
+	require.NoError(t, b.exec(t, fmt.Sprintf(replace, "SELECT false")))
+	require.Equal(t, []driftRow{{"community_deletion_fence_armed()",
+		"fence_dormant: community 2 is quiescing, but the write fence is dormant, so bound tables would admit its writes; " +
+			"abort its deletion (its next quiesce arms the fence) and find who replaced community_deletion_fence_armed()"}}, rawDrift(t, b))
+
+	require.NoError(t, b.exec(t, fmt.Sprintf(replace, "SELECT 1 = 1")))
+	require.Contains(t, rawDrift(t, b), driftRow{"community_deletion_fence_armed()", "function_changed"})
 }
 
 // With the DDL guard installed, the deletion still arms and disarms the

@@ -167,3 +167,53 @@ func TestLifecycleStepRowLockWaitNamesTheHolder(t *testing.T) {
 	}
 	require.NoError(t, store.BeginQuiescing(ctx, token), "the rows are free again")
 }
+
+// While the write fence is dormant, BeginQuiescing first drains the tables
+// it admits writes to; a write still open there holds it back for at most
+// the drain's bound, and it then fails with a *LockWaitError naming the
+// table and the writer, changing nothing. Once the write has committed the
+// quiesce arms the fence.
+func TestBeginQuiescingNamesTheWriteTheDormantFenceAdmitted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	for _, sql := range []string{
+		"CREATE SCHEMA svc",
+		"GRANT USAGE ON SCHEMA svc TO community_deletion_operator, community_deletion_executor, community_deletion_serving",
+		"CREATE TABLE svc.workspaces (id uuid PRIMARY KEY DEFAULT gen_random_uuid(), slug text NOT NULL UNIQUE)",
+		`CREATE TABLE svc.docs (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+			workspace_id uuid NOT NULL REFERENCES svc.workspaces (id), body text)`,
+		"SELECT community_deletion.declare_tenant_table('svc.workspaces')",
+		"SELECT community_deletion.attach_community_write_fence('svc.docs', 'delete', 'workspace_id')",
+	} {
+		require.NoError(t, b.exec(t, sql), sql)
+	}
+	var target uuid.UUID
+	require.NoError(t, b.Pool.QueryRow(ctx, "INSERT INTO svc.workspaces (slug) VALUES ('target') RETURNING id").Scan(&target))
+	_, token := testfactory.Request(ctx, t, b.DB, &testfactory.RequestOpts{CommunityID: target, Stage: lifecycle.StageApproved, Claimed: true})
+	before := b.snapshot(t, token.RequestID)
+
+	writer, err := pgx.Connect(ctx, b.URL+"&application_name=open-writer")
+	require.NoError(t, err)
+	defer writer.Close(context.WithoutCancel(ctx))
+	var pid int32
+	require.NoError(t, writer.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid))
+	tx, err := writer.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "INSERT INTO svc.docs (workspace_id, body) VALUES ($1, 'open')", target)
+	require.NoError(t, err)
+
+	err = b.Engine.BeginQuiescing(unboundedWaitGuard(t), token)
+	require.ErrorIs(t, err, lifecycle.ErrLockWait)
+	var lw *lifecycle.LockWaitError
+	require.ErrorAs(t, err, &lw)
+	require.Equal(t, 250*time.Millisecond, lw.Waited, "the drain's own bound")
+	require.Contains(t, err.Error(), fmt.Sprintf("a SHARE lock on svc.docs, for the dormant write fence's drain (held by pid %d (postgres))", pid))
+	require.Equal(t, before, b.snapshot(t, token.RequestID), "nothing changed")
+
+	require.NoError(t, tx.Commit(ctx))
+	require.NoError(t, b.Engine.BeginQuiescing(ctx, token))
+	var dormant bool
+	require.NoError(t, b.Pool.QueryRow(ctx, "SELECT community_deletion.community_deletion_fence_dormant()").Scan(&dormant))
+	require.False(t, dormant, "the quiesce armed the fence")
+}
