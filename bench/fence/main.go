@@ -19,7 +19,9 @@
 //
 // The table without a foreign key is informational: its fence checks every
 // write in full. With -pgbench it measures instead the per-statement
-// latency on the server, with pgbench -r, of the three tables side by side.
+// latency on the server, with pgbench -r, of the three tables side by side;
+// with -breakdown, what each step of the armed fence's path 0 adds while
+// another tenant is fenced.
 //
 // Run it with: go run ./bench/fence
 package main
@@ -106,9 +108,20 @@ func main() {
 	flag.BoolVar(pgbenchMode, "pgbench", false, "measure per-statement latency on the server with pgbench -r instead")
 	flag.IntVar(&pgbenchRuns, "pgbench-runs", 6, "pgbench runs per table shape, rotating the tables' order (the median of their averages is reported; use a multiple of 3)")
 	flag.DurationVar(&pgbenchTime, "pgbench-time", 10*time.Second, "length of one pgbench run")
+	flag.IntVar(&breakdownRounds, "breakdown-rounds", 1, "-breakdown: rotations of its pgbench runs (each -pgbench-time long, one per step)")
+	flag.BoolVar(breakdownMode, "breakdown", false, "measure, with pgbench -r on an fsync-off server, what each step of the armed fence's path 0 adds while another tenant is fenced")
 	flag.Parse()
 
 	ctx := context.Background()
+	if *breakdownMode {
+		rows, err := breakdown(ctx, s.communities, breakdownRounds, pgbenchTime)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "fence benchmark (breakdown): %v\n", err)
+			os.Exit(1)
+		}
+		reportBreakdown(os.Stdout, rows)
+		return
+	}
 	var rows []row
 	for _, cfg := range []config{{name: "durable", fsync: true}, {name: "fsync off", fsync: false}} {
 		if *only != "" && *only != strings.ReplaceAll(cfg.name, " ", "-") {

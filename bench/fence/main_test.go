@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -93,4 +94,22 @@ func TestReportPgbenchJudgesTheQuietBoundRows(t *testing.T) {
 	out.Reset()
 	require.True(t, reportPgbench(&out, []row{busy}))
 	require.Contains(t, out.String(), "no target")
+}
+
+// The -breakdown mode runs every step against the armed fence with
+// another tenant fenced: a step's trigger raises, failing pgbench, if the
+// fence were dormant or a written tenant shared the fenced one's bit, and
+// the copied arguments are the real fence's for its shape.
+func TestBreakdownReportsEveryStep(t *testing.T) {
+	t.Parallel()
+	rows, err := breakdown(t.Context(), 3, 1, time.Second)
+	require.NoError(t, err)
+	require.Len(t, rows, len(breakdownSteps))
+	var out bytes.Buffer
+	reportBreakdown(&out, rows)
+	for _, r := range rows {
+		require.Positive(t, r.us, r.step.name)
+		require.Contains(t, out.String(), r.step.name)
+	}
+	require.Contains(t, out.String(), "(bd_generate)")
 }

@@ -1,0 +1,308 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tombstoneworks/communitydeletion/internal/ephemeralpg"
+	"github.com/tombstoneworks/communitydeletion/internal/fixture"
+)
+
+// The -breakdown mode: what each step of the armed fence's path 0 costs on
+// the server, while another tenant of the same tables is fenced, so that
+// the "another tenant fenced" rows can be read as a sum. A trigger function
+// of the benchmark's own runs the steps of path 0 in the fence's order,
+// each calling the schema's own functions, and returns after the step its
+// table names; the real fence's tables beside them show that the last step
+// of each branch costs what the fence does. The writes go to tenants whose
+// fence bit the fenced tenant does not share, so that no statement leaves
+// path 0.
+var (
+	breakdownMode   = new(bool)
+	breakdownRounds int
+)
+
+// breakdownStep is one table of the breakdown: what its trigger does, and
+// the step (an argument of bench_breakdown_step()) it stops after; an
+// empty step is a table of its own (no trigger, the empty trigger, or the
+// real fence).
+type breakdownStep struct {
+	name, table, column, step string
+	// after is the table whose figure this one's adds to.
+	after string
+}
+
+var breakdownSteps = []breakdownStep{
+	{name: "no trigger (for reference)", table: "bd_none", column: "account_id"},
+	{name: "an empty statement trigger (the floor)", table: "bd_floor", column: "account_id"},
+	{name: "+ the isolation test and the armed constant", table: "bd_armed", column: "account_id", step: "armed", after: "bd_floor"},
+	{name: "+ the marker's lock, taken shared", table: "bd_lock", column: "account_id", step: "lock", after: "bd_armed"},
+	{name: "+ the marker read", table: "bd_marker", column: "account_id", step: "marker", after: "bd_lock"},
+	{name: "+ one query counting the statement's rows", table: "bd_scan", column: "account_id", step: "scan", after: "bd_marker"},
+	{name: "+ one query reading the statement's keys (to_jsonb)", table: "bd_keys", column: "account_id", step: "keys", after: "bd_marker"},
+	{name: "+ that query, ORing the keys' fence bits", table: "bd_bits", column: "account_id", step: "bits", after: "bd_marker"},
+	{name: "the fence, a key of the table's own", table: "bd_fenced", column: "account_id", after: "bd_bits"},
+	{name: "child: + the query through the parent, generated", table: "bd_generate", column: "parent_id", step: "generate", after: "bd_marker"},
+	{name: "child: + that query run (EXECUTE), and the bits", table: "bd_execute", column: "parent_id", step: "execute", after: "bd_generate"},
+	{name: "the fence, a child through its parent", table: "bd_child", column: "parent_id", after: "bd_execute"},
+}
+
+// breakdownSetup creates the tables, in a database of the schema's
+// template: a bigint tenant table, a parent keyed by it, and one table per
+// step. Each step's trigger gets the real fence's arguments for its shape
+// after the step, so the generated query is the one the fence runs.
+const breakdownSetup = `
+CREATE TABLE bench_tenants (id bigint PRIMARY KEY, name text NOT NULL);
+INSERT INTO bench_tenants SELECT i, 'tenant ' || i FROM generate_series(1, %[1]d) i;
+SELECT community_deletion.declare_tenant_table('bench_tenants');
+CREATE TABLE bench_projects (id bigint PRIMARY KEY, account_id bigint NOT NULL REFERENCES bench_tenants (id));
+CREATE INDEX ON bench_projects (account_id, id);
+INSERT INTO bench_projects SELECT i, i FROM generate_series(1, %[1]d) i;
+SELECT community_deletion.attach_community_write_fence('bench_projects', 'delete', 'account_id');
+CREATE FUNCTION bench_empty_trigger() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;
+-- Path 0 of community_deletion.enforce_community_write_fence(), step by
+-- step (TG_ARGV: the step to stop after, then the fence's own arguments).
+CREATE FUNCTION bench_breakdown_step() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    keys text[];
+    touched uuid[];
+    community uuid;
+    marker int8;
+    bits int8;
+    q text;
+    args text[] := TG_ARGV[1:];
+BEGIN
+    IF TG_NARGS = 4 AND pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
+        IF NOT community_deletion.community_deletion_fence_armed() THEN
+            RAISE EXCEPTION 'the breakdown measures the armed fence, and it is dormant';
+        END IF;
+        IF TG_ARGV[0] = 'armed' THEN RETURN NULL; END IF;
+        IF pg_catalog.pg_try_advisory_xact_lock_shared(1668246884, 1718510437) THEN
+            IF TG_ARGV[0] = 'lock' THEN RETURN NULL; END IF;
+            marker := pg_catalog.pg_sequence_last_value('community_deletion.community_deletion_fence_marker'::pg_catalog.regclass);
+            IF TG_ARGV[0] = 'marker' THEN RETURN NULL; END IF;
+            IF TG_ARGV[1] = 'through' THEN
+                q := community_deletion.community_deletion_fence_query(TG_OP, args);
+                IF TG_ARGV[0] = 'generate' THEN RETURN NULL; END IF;
+                EXECUTE q INTO touched;
+                bits := 0;
+                FOREACH community IN ARRAY touched LOOP
+                    bits := bits | community_deletion.community_deletion_fence_bit(community);
+                END LOOP;
+            ELSIF TG_ARGV[0] = 'scan' THEN
+                SELECT pg_catalog.count(*) INTO bits FROM community_fence_new n;
+                RETURN NULL;
+            ELSIF TG_ARGV[0] = 'keys' THEN
+                SELECT pg_catalog.array_agg(pg_catalog.to_jsonb(n) ->> TG_ARGV[1]) INTO keys FROM community_fence_new n;
+                RETURN NULL;
+            ELSE
+                SELECT pg_catalog.bit_or(community_deletion.community_deletion_fence_bit(community_deletion.community_deletion_tenant_uuid(k.key))) INTO bits
+                FROM (SELECT pg_catalog.to_jsonb(n) ->> TG_ARGV[1] FROM community_fence_new n) k (key);
+            END IF;
+            IF bits IS NULL OR (bits & marker) <> 0 THEN
+                RAISE EXCEPTION 'the breakdown measures path 0, and this statement''s tenants share the fenced one''s bit';
+            END IF;
+        END IF;
+    END IF;
+    RETURN NULL;
+END
+$$;
+`
+
+// breakdownTable creates one step's table and its trigger.
+func breakdownTable(ctx context.Context, pool *pgxpool.Pool, st breakdownStep) error {
+	key := "bigint NOT NULL REFERENCES bench_tenants (id)"
+	if st.column == "parent_id" {
+		key = "bigint NOT NULL REFERENCES bench_projects (id)"
+	}
+	if _, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, %s %s, body text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`,
+		st.table, st.column, key)); err != nil {
+		return fmt.Errorf("create %s: %w", st.table, err)
+	}
+	switch st.table {
+	case "bd_fenced":
+		_, err := pool.Exec(ctx, "SELECT community_deletion.attach_community_write_fence($1, 'delete', 'account_id')", st.table)
+		return err
+	case "bd_child":
+		_, err := pool.Exec(ctx, "SELECT community_deletion.attach_child_table($1)", st.table)
+		return err
+	}
+	if _, err := pool.Exec(ctx, "SELECT community_deletion.exclude_table($1, 'the fence benchmark''s breakdown')", st.table); err != nil {
+		return fmt.Errorf("exclude %s: %w", st.table, err)
+	}
+	var trigger string
+	switch st.table {
+	case "bd_none":
+		return nil
+	case "bd_floor":
+		trigger = "bench_empty_trigger()"
+	default:
+		// The real fence's arguments for this shape, after the step.
+		var args []string
+		if err := pool.QueryRow(ctx, `SELECT string_to_array(rtrim(encode(t.tgargs, 'escape'), '\000'), '\000')
+			FROM pg_trigger t WHERE t.tgrelid = $1::regclass AND t.tgname = 'community_write_fence_insert'`,
+			map[string]string{"account_id": "bd_fenced", "parent_id": "bd_child"}[st.column]).Scan(&args); err != nil {
+			return fmt.Errorf("read the fence's arguments: %w", err)
+		}
+		quoted := []string{quote(st.step)}
+		for _, a := range args {
+			quoted = append(quoted, quote(a))
+		}
+		trigger = fmt.Sprintf("bench_breakdown_step(%s)", strings.Join(quoted, ", "))
+	}
+	_, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TRIGGER bench_breakdown AFTER INSERT ON %s REFERENCING NEW TABLE AS community_fence_new
+		FOR EACH STATEMENT EXECUTE FUNCTION %s`, st.table, trigger))
+	return err
+}
+
+// breakdownRow is one step's median latency in µs per INSERT.
+type breakdownRow struct {
+	step breakdownStep
+	us   float64
+}
+
+// breakdown runs the -breakdown mode on a throwaway fsync-off server: n
+// tenants the INSERTs write, and one more, fenced, whose bit none of them
+// shares; rounds rotations of pgbench runs of runTime each.
+func breakdown(ctx context.Context, n, rounds int, runTime time.Duration) ([]breakdownRow, error) {
+	server, err := ephemeralpg.Start(ctx, ephemeralpg.Options{Fsync: false})
+	if err != nil {
+		return nil, fmt.Errorf("start server: %w", err)
+	}
+	defer server.Close(ctx)
+	url, drop, err := server.NewDatabase(ctx, fixture.Template{})
+	if err != nil {
+		return nil, fmt.Errorf("create database: %w", err)
+	}
+	defer func() { _ = drop(ctx) }()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, fmt.Sprintf(breakdownSetup, n)); err != nil {
+		return nil, fmt.Errorf("set up: %w", err)
+	}
+	// Real tables first: a step's trigger copies their arguments.
+	var fences, steps []breakdownStep
+	for _, st := range breakdownSteps {
+		if st.table == "bd_fenced" || st.table == "bd_child" {
+			fences = append(fences, st)
+		} else {
+			steps = append(steps, st)
+		}
+	}
+	for _, st := range append(fences, steps...) {
+		if err := breakdownTable(ctx, pool, st); err != nil {
+			return nil, err
+		}
+	}
+	// The fenced tenant: the first key past the written ones whose bit
+	// none of them has.
+	var host int64
+	if err := pool.QueryRow(ctx, `SELECT k FROM generate_series($1::bigint + 1, $1::bigint + 100000) k
+		WHERE community_deletion.community_deletion_fence_bit(community_deletion.community_deletion_tenant_uuid(k::text))
+		      & (SELECT bit_or(community_deletion.community_deletion_fence_bit(community_deletion.community_deletion_tenant_uuid(i::text)))
+		         FROM generate_series(1, $1::bigint) i) = 0
+		ORDER BY k LIMIT 1`, n).Scan(&host); err != nil {
+		return nil, fmt.Errorf("pick the fenced tenant: %w", err)
+	}
+	for _, sql := range []string{"INSERT INTO bench_tenants VALUES ($1, 'fenced')", "INSERT INTO bench_projects VALUES ($1, $1)"} {
+		if _, err := pool.Exec(ctx, sql, host); err != nil {
+			return nil, fmt.Errorf("create the fenced tenant: %w", err)
+		}
+	}
+	if err := fenceAnotherTenant(ctx, url, strconv.FormatInt(host, 10)); err != nil {
+		return nil, fmt.Errorf("fence another tenant: %w", err)
+	}
+	return runBreakdown(ctx, url, n, rounds, runTime)
+}
+
+// runBreakdown runs pgbench -r over one script of an INSERT per step, the
+// statements rotated by one place from run to run so that in each round
+// every statement takes every place once (a statement's place in a script
+// moves its latency by a few µs), and reports each step's median over the
+// runs.
+func runBreakdown(ctx context.Context, url string, n, rounds int, runTime time.Duration) ([]breakdownRow, error) {
+	bin, err := ephemeralpg.ClientTool("pgbench")
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "bench-fence-breakdown")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	statement := func(st breakdownStep) string {
+		return fmt.Sprintf("INSERT INTO %s (%s, body) VALUES (:k, 'hello world');", st.table, st.column)
+	}
+	samples := make([][]float64, len(breakdownSteps))
+	runs := len(breakdownSteps) * max(1, rounds)
+	for run := range runs {
+		var script strings.Builder
+		fmt.Fprintf(&script, "\\set k random(1, %d)\n", n)
+		for j := range breakdownSteps {
+			fmt.Fprintln(&script, statement(breakdownSteps[(j+run)%len(breakdownSteps)]))
+		}
+		path := filepath.Join(dir, fmt.Sprintf("script-%d.sql", run))
+		if err := os.WriteFile(path, []byte(script.String()), 0o600); err != nil {
+			return nil, err
+		}
+		cmd := exec.CommandContext(ctx, bin, "-n", "-r", "-M", "prepared", "-T", strconv.Itoa(max(1, int(runTime.Seconds()))), "-f", path, url)
+		var out, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &stderr
+		if err := cmd.Run(); err != nil {
+			return nil, fmt.Errorf("pgbench run %d: %w: %s", run+1, err, strings.TrimSpace(stderr.String()))
+		}
+		latencies, err := parseStatementLatencies(out.String())
+		if err != nil {
+			return nil, fmt.Errorf("pgbench run %d: %w", run+1, err)
+		}
+		for i, st := range breakdownSteps {
+			l, ok := latencies[statement(st)]
+			if !ok {
+				return nil, fmt.Errorf("pgbench run %d reported no latency for %s", run+1, st.table)
+			}
+			samples[i] = append(samples[i], l)
+		}
+	}
+	rows := make([]breakdownRow, len(breakdownSteps))
+	for i, st := range breakdownSteps {
+		rows[i] = breakdownRow{step: st, us: median(samples[i]) * 1000}
+	}
+	return rows, nil
+}
+
+// reportBreakdown prints each step's latency, what it adds to the step it
+// follows (the real fence: to the last step of its branch), and what it
+// adds to the empty trigger. The table without a trigger is printed for
+// reference only: with a foreign key, its INSERT has measured slower than
+// the empty trigger's.
+func reportBreakdown(w io.Writer, rows []breakdownRow) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "fsync off, another tenant fenced, one-row INSERT\tµs/stmt\tadds to the row it follows, µs\tadds to the floor, µs\t")
+	us := map[string]float64{}
+	for _, r := range rows {
+		us[r.step.table] = r.us
+	}
+	floor := us["bd_floor"]
+	for _, r := range rows {
+		if r.step.after == "" {
+			fmt.Fprintf(tw, "%s\t%.1f\t-\t-\t\n", r.step.name, r.us)
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%.1f\t%+.1f (%s)\t%+.1f\t\n", r.step.name, r.us, r.us-us[r.step.after], r.step.after, r.us-floor)
+	}
+	tw.Flush()
+}
