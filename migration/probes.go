@@ -275,6 +275,10 @@ var legacyProbes = map[int64][]check{
 		function("community_deletion_fence_drain()"),
 		functionBody("enforce_community_write_fence()", "community_deletion_fence_armed()"),
 	},
+	36: { // 00036_community_deletion_fence_drain_one_list.sql
+		function("community_deletion_fence_bound_tables()"),
+		functionBody("community_deletion_fence_drain()", "community_deletion_fence_bound_tables()"),
+	},
 }
 
 // querier is what probes and the version-table reads run on: a *sql.DB,
