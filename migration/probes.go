@@ -279,6 +279,9 @@ var legacyProbes = map[int64][]check{
 		function("community_deletion_fence_bound_tables()"),
 		functionBody("community_deletion_fence_drain()", "community_deletion_fence_bound_tables()"),
 	},
+	37: { // 00037_community_deletion_child_fence_parents_by_value.sql
+		functionBody("enforce_community_write_fence()", "OPERATOR(pg_catalog.=) ANY (%L)"),
+	},
 }
 
 // querier is what probes and the version-table reads run on: a *sql.DB,
