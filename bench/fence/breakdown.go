@@ -25,7 +25,9 @@ import (
 // of the benchmark's own runs the steps of path 0 in the fence's order,
 // each calling the schema's own functions, and returns after the step its
 // table names; the real fence's tables beside them show that the last step
-// of each branch costs what the fence does. The writes go to tenants whose
+// of each branch costs what the fence does (a child table's long way, the
+// query through its paths, is the one a path of several steps takes). The
+// writes go to tenants whose
 // fence bit the fenced tenant does not share, so that no statement leaves
 // path 0.
 var (
@@ -53,9 +55,11 @@ var breakdownSteps = []breakdownStep{
 	{name: "+ one query reading the statement's keys (to_jsonb)", table: "bd_keys", column: "account_id", step: "keys", after: "bd_marker"},
 	{name: "+ that query, ORing the keys' fence bits", table: "bd_bits", column: "account_id", step: "bits", after: "bd_marker"},
 	{name: "the fence, a key of the table's own", table: "bd_fenced", column: "account_id", after: "bd_bits"},
-	{name: "child: + the query through the parent, generated", table: "bd_generate", column: "parent_id", step: "generate", after: "bd_marker"},
-	{name: "child: + that query run (EXECUTE), and the bits", table: "bd_execute", column: "parent_id", step: "execute", after: "bd_generate"},
-	{name: "the fence, a child through its parent", table: "bd_child", column: "parent_id", after: "bd_execute"},
+	{name: "child: + one query reading the referencing values", table: "bd_refs", column: "parent_id", step: "refs", after: "bd_marker"},
+	{name: "child: + one dynamic query ORing the bits of the parents they name", table: "bd_parents", column: "parent_id", step: "parents", after: "bd_refs"},
+	{name: "the fence, a child through its parent", table: "bd_child", column: "parent_id", after: "bd_parents"},
+	{name: "child, the long way: + the query through the paths, generated", table: "bd_generate", column: "parent_id", step: "generate", after: "bd_marker"},
+	{name: "child, the long way: + that query run (EXECUTE), and the bits", table: "bd_execute", column: "parent_id", step: "execute", after: "bd_generate"},
 }
 
 // breakdownSetup creates the tables, in a database of the schema's
@@ -82,6 +86,12 @@ DECLARE
     bits int8;
     q text;
     args text[] := TG_ARGV[1:];
+    spec jsonb;
+    path jsonb;
+    hop jsonb;
+    step int4;
+    key_column text;
+    parents text;
 BEGIN
     IF TG_NARGS = 4 AND pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
         IF NOT community_deletion.community_deletion_fence_armed() THEN
@@ -92,7 +102,28 @@ BEGIN
             IF TG_ARGV[0] = 'lock' THEN RETURN NULL; END IF;
             marker := pg_catalog.pg_sequence_last_value('community_deletion.community_deletion_fence_marker'::pg_catalog.regclass);
             IF TG_ARGV[0] = 'marker' THEN RETURN NULL; END IF;
-            IF TG_ARGV[1] = 'through' THEN
+            IF TG_ARGV[1] = 'through' AND TG_ARGV[0] IN ('refs', 'parents') THEN
+                -- The fence's way for one-step paths (migration 00037).
+                spec := TG_ARGV[2]::jsonb;
+                parents := NULL;
+                FOR step IN 0 .. jsonb_array_length(spec -> 'paths') - 1 LOOP
+                    path := spec -> 'paths' -> step;
+                    hop := path -> 'hops' -> 0;
+                    IF jsonb_array_length(path -> 'hops') <> 1 OR jsonb_array_length(hop -> 'columns') <> 1
+                       OR row_security_active(format('%%I.%%I', hop ->> 'schema', hop ->> 'table')) THEN
+                        RAISE EXCEPTION 'the breakdown measures one-step paths';
+                    END IF;
+                    key_column := hop -> 'columns' ->> 0;
+                    SELECT pg_catalog.array_agg(pg_catalog.to_jsonb(n) ->> key_column) INTO keys FROM community_fence_new n;
+                    parents := COALESCE(parents || ' UNION ALL ', '') || format(
+                        'SELECT p.%%I::pg_catalog.text FROM %%I.%%I p WHERE p.%%I OPERATOR(pg_catalog.=) ANY (%%L)',
+                        path ->> 'key', hop ->> 'schema', hop ->> 'table', hop -> 'parent_columns' ->> 0, keys::text);
+                END LOOP;
+                IF TG_ARGV[0] = 'refs' THEN RETURN NULL; END IF;
+                EXECUTE 'SELECT pg_catalog.array_agg(b.key) FROM (' || parents || ') b (key)' INTO keys;
+                SELECT pg_catalog.bit_or(community_deletion.community_deletion_fence_bit(community_deletion.community_deletion_tenant_uuid(k.key))) INTO bits
+                FROM pg_catalog.unnest(keys) k (key);
+            ELSIF TG_ARGV[1] = 'through' THEN
                 q := community_deletion.community_deletion_fence_query(TG_OP, args);
                 IF TG_ARGV[0] = 'generate' THEN RETURN NULL; END IF;
                 EXECUTE q INTO touched;
