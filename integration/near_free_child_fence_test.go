@@ -173,6 +173,13 @@ func armedChildFence(t *testing.T, kind, broken string) {
 		require.Equal(t, [2]bool{true, false}, [2]bool{m, c}, "%s: the near-free path, the marker's lock only", admitted.sql)
 	}
 
+	// A service login that owns the tables, whom no policy binds, takes
+	// the same path and is refused the same.
+	require.NoError(t, b.exec(t, "GRANT community_deletion_serving TO "+owner.name))
+	for _, pair := range [][2]int{{10, 20}, {20, 10}} {
+		requireSQLState(t, owner.exec(t, insert, pair[0], pair[1]), sqlstateFenced, "is fenced")
+	}
+
 	// A policy that hides the fenced tenant's tag from the writer: the fence
 	// takes the long way, as the parents' owner, and still refuses.
 	owner.run(t, "ALTER TABLE svc.tags ENABLE ROW LEVEL SECURITY")
