@@ -536,6 +536,65 @@ func purgeValidateCatalog(ctx context.Context, q *dbgen.Queries) error {
 	return refusef("catalog drift: %s", strings.Join(problems, ", "))
 }
 
+// precheckCatalog runs the parts of the catalog check one transaction each
+// and refuses on any drift they find. The plan's transaction still runs the
+// whole check: these only move the cost of a cold session (planning the
+// check's queries, loading the catalog caches, about twice a warm check's
+// time) out of it, so that no one transaction carries the whole check cold.
+func (r *purgeRun) precheckCatalog(ctx context.Context) error {
+	parts := []struct {
+		work string
+		list func(q *dbgen.Queries) ([]catalogProblem, error)
+	}{
+		{"catalog pre-check of the registered tables", func(q *dbgen.Queries) ([]catalogProblem, error) {
+			rows, err := q.CatalogDriftOfTables(ctx)
+			return catalogProblems(rows, func(d dbgen.CatalogDriftOfTablesRow) catalogProblem { return catalogProblem(d) }), err
+		}},
+		{"catalog pre-check of copies", func(q *dbgen.Queries) ([]catalogProblem, error) {
+			rows, err := q.CatalogDriftOfCopies(ctx)
+			return catalogProblems(rows, func(d dbgen.CatalogDriftOfCopiesRow) catalogProblem { return catalogProblem(d) }), err
+		}},
+		{"catalog pre-check of untrusted code", func(q *dbgen.Queries) ([]catalogProblem, error) {
+			rows, err := q.CatalogUntrustedCode(ctx)
+			return catalogProblems(rows, func(d dbgen.CatalogUntrustedCodeRow) catalogProblem { return catalogProblem(d) }), err
+		}},
+	}
+	for _, part := range parts {
+		_, err := r.tx(ctx, part.work, false, func(_ pgx.Tx, q *dbgen.Queries) error {
+			problems, err := part.list(q)
+			if err != nil {
+				return fmt.Errorf("%s: %w", part.work, err)
+			}
+			if len(problems) == 0 {
+				return nil
+			}
+			texts := make([]string, 0, len(problems))
+			for _, p := range problems {
+				texts = append(texts, p.TableName+" ("+p.Problem+")")
+			}
+			return refusef("catalog drift: %s", strings.Join(texts, ", "))
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// catalogProblem is one row of a part of the catalog check.
+type catalogProblem struct {
+	TableName string
+	Problem   string
+}
+
+func catalogProblems[T any](rows []T, conv func(T) catalogProblem) []catalogProblem {
+	out := make([]catalogProblem, 0, len(rows))
+	for _, row := range rows {
+		out = append(out, conv(row))
+	}
+	return out
+}
+
 // purgeCheckTableCode refuses, rolling the batch back, when the batch's
 // statement on table ran code that no one trusted: a trigger, rule or
 // expression of the table's owner calling functions of its own, planted
@@ -561,6 +620,9 @@ func purgeCheckTableCode(ctx context.Context, q *dbgen.Queries, table string) er
 // the checkpoints so far, and orders the tables. recheck ignores the
 // checkpoints' done marks (a later pass).
 func (r *purgeRun) plan(ctx context.Context, recheck bool) (*purgePlan, error) {
+	if err := r.precheckCatalog(ctx); err != nil {
+		return nil, err
+	}
 	plan := &purgePlan{}
 	_, err := r.tx(ctx, "plan", true, func(_ pgx.Tx, q *dbgen.Queries) error {
 		shapes, err := q.PurgeTableShapes(ctx)

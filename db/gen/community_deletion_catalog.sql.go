@@ -86,6 +86,73 @@ func (q *Queries) CatalogDriftList(ctx context.Context) ([]CatalogDriftListRow, 
 	return items, nil
 }
 
+const catalogDriftOfCopies = `-- name: CatalogDriftOfCopies :many
+SELECT drift.table_name::text AS table_name, drift.problem::text AS problem
+FROM community_deletion.community_deletion_catalog_drift_of_copies() AS drift (table_name, problem)
+ORDER BY drift.table_name, drift.problem
+`
+
+type CatalogDriftOfCopiesRow struct {
+	TableName string
+	Problem   string
+}
+
+// The materialized views' and foreign tables' part of CatalogDriftList.
+func (q *Queries) CatalogDriftOfCopies(ctx context.Context) ([]CatalogDriftOfCopiesRow, error) {
+	rows, err := q.db.Query(ctx, catalogDriftOfCopies)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []CatalogDriftOfCopiesRow{}
+	for rows.Next() {
+		var i CatalogDriftOfCopiesRow
+		if err := rows.Scan(&i.TableName, &i.Problem); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const catalogDriftOfTables = `-- name: CatalogDriftOfTables :many
+SELECT drift.table_name::text AS table_name, drift.problem::text AS problem
+FROM community_deletion.community_deletion_catalog_drift_of_tables() AS drift (table_name, problem)
+ORDER BY drift.table_name, drift.problem
+`
+
+type CatalogDriftOfTablesRow struct {
+	TableName string
+	Problem   string
+}
+
+// The registered tables' part of CatalogDriftList (registry, fences,
+// guards, digests, unregistered tenant tables); the purge runs it, and the
+// other parts, each in a transaction of its own before the whole check, so
+// that the whole check runs on a session whose caches are warm.
+func (q *Queries) CatalogDriftOfTables(ctx context.Context) ([]CatalogDriftOfTablesRow, error) {
+	rows, err := q.db.Query(ctx, catalogDriftOfTables)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []CatalogDriftOfTablesRow{}
+	for rows.Next() {
+		var i CatalogDriftOfTablesRow
+		if err := rows.Scan(&i.TableName, &i.Problem); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const catalogExcludedTables = `-- name: CatalogExcludedTables :many
 SELECT format('%I.%I', e.table_schema, e.table_name)::text AS table_name,
        e.reason,
@@ -316,6 +383,43 @@ func (q *Queries) CatalogServingObjects(ctx context.Context) (CatalogServingObje
 		&i.TombstoneGuard,
 	)
 	return i, err
+}
+
+const catalogUntrustedCode = `-- name: CatalogUntrustedCode :many
+SELECT u.table_name::text AS table_name, u.problem::text AS problem
+FROM community_deletion.community_scoped_tables r
+JOIN pg_catalog.pg_namespace n ON n.nspname = r.table_schema
+JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = r.table_name
+                          AND c.relkind IN ('r', 'p') AND NOT c.relispartition
+CROSS JOIN LATERAL community_deletion.community_deletion_untrusted_code(c.oid::regclass) u
+ORDER BY 1, 2
+`
+
+type CatalogUntrustedCodeRow struct {
+	TableName string
+	Problem   string
+}
+
+// The untrusted code part of CatalogDriftList: for every registered table,
+// the code of its owner that the deletion's statements would run.
+func (q *Queries) CatalogUntrustedCode(ctx context.Context) ([]CatalogUntrustedCodeRow, error) {
+	rows, err := q.db.Query(ctx, catalogUntrustedCode)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []CatalogUntrustedCodeRow{}
+	for rows.Next() {
+		var i CatalogUntrustedCodeRow
+		if err := rows.Scan(&i.TableName, &i.Problem); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const communityDeletionLockKey = `-- name: CommunityDeletionLockKey :one

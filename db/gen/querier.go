@@ -20,6 +20,13 @@ type Querier interface {
 	// (sqlc does not see the RETURNS TABLE columns, sqlc-dev/sqlc#3391: the
 	// alias list names them and the casts type them.)
 	CatalogDriftList(ctx context.Context) ([]CatalogDriftListRow, error)
+	// The materialized views' and foreign tables' part of CatalogDriftList.
+	CatalogDriftOfCopies(ctx context.Context) ([]CatalogDriftOfCopiesRow, error)
+	// The registered tables' part of CatalogDriftList (registry, fences,
+	// guards, digests, unregistered tenant tables); the purge runs it, and the
+	// other parts, each in a transaction of its own before the whole check, so
+	// that the whole check runs on a session whose caches are warm.
+	CatalogDriftOfTables(ctx context.Context) ([]CatalogDriftOfTablesRow, error)
 	// The tables their owners excluded from the deletion (exclude_table()),
 	// schema-qualified, with why and by whom.
 	CatalogExcludedTables(ctx context.Context) ([]CatalogExcludedTablesRow, error)
@@ -44,6 +51,9 @@ type Querier interface {
 	// be evaluated once per statement), and the tombstone guard must be an
 	// enabled BEFORE INSERT OR UPDATE OR DELETE row trigger on communities.
 	CatalogServingObjects(ctx context.Context) (CatalogServingObjectsRow, error)
+	// The untrusted code part of CatalogDriftList: for every registered table,
+	// the code of its owner that the deletion's statements would run.
+	CatalogUntrustedCode(ctx context.Context) ([]CatalogUntrustedCodeRow, error)
 	// Advisory locks and transaction-local settings of the deletion lifecycle.
 	// Takes the community's deletion lock exclusively until the transaction ends.
 	// Every lifecycle transition takes it before any row lock.

@@ -20,6 +20,32 @@ SELECT drift.table_name::text AS table_name, drift.problem::text AS problem
 FROM community_deletion.community_deletion_catalog_drift() AS drift (table_name, problem)
 ORDER BY drift.table_name, drift.problem;
 
+-- name: CatalogDriftOfTables :many
+-- The registered tables' part of CatalogDriftList (registry, fences,
+-- guards, digests, unregistered tenant tables); the purge runs it, and the
+-- other parts, each in a transaction of its own before the whole check, so
+-- that the whole check runs on a session whose caches are warm.
+SELECT drift.table_name::text AS table_name, drift.problem::text AS problem
+FROM community_deletion.community_deletion_catalog_drift_of_tables() AS drift (table_name, problem)
+ORDER BY drift.table_name, drift.problem;
+
+-- name: CatalogDriftOfCopies :many
+-- The materialized views' and foreign tables' part of CatalogDriftList.
+SELECT drift.table_name::text AS table_name, drift.problem::text AS problem
+FROM community_deletion.community_deletion_catalog_drift_of_copies() AS drift (table_name, problem)
+ORDER BY drift.table_name, drift.problem;
+
+-- name: CatalogUntrustedCode :many
+-- The untrusted code part of CatalogDriftList: for every registered table,
+-- the code of its owner that the deletion's statements would run.
+SELECT u.table_name::text AS table_name, u.problem::text AS problem
+FROM community_deletion.community_scoped_tables r
+JOIN pg_catalog.pg_namespace n ON n.nspname = r.table_schema
+JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = r.table_name
+                          AND c.relkind IN ('r', 'p') AND NOT c.relispartition
+CROSS JOIN LATERAL community_deletion.community_deletion_untrusted_code(c.oid::regclass) u
+ORDER BY 1, 2;
+
 -- name: CatalogFencedTables :many
 -- The tables (partitioned parents and plain tables, not partitions) in the
 -- service's schemas that carry the complete, enabled write fence: its
