@@ -173,11 +173,23 @@ func TestSettleMakesTheFenceDormantOnlyWhenNothingIsInFlight(t *testing.T) {
 	require.NoError(t, err)
 	_, err = d.serving.Exec(ctx, "INSERT INTO svc.conversations (account_id, body) VALUES (3, 'late')")
 	requireSQLState(t, err, pgerrcode.ForeignKeyViolation, "conversations_account_id_fkey")
-	tx, err := d.serving.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	_, err = d.serving.Exec(ctx, "WITH c AS (INSERT INTO svc.conversations (account_id, body) VALUES (1, 'parent') RETURNING id) INSERT INTO svc.messages (conversation_id, body) SELECT id, 'child' FROM c")
 	require.NoError(t, err)
-	_, err = tx.Exec(ctx, "INSERT INTO svc.conversations (account_id, body) VALUES (1, 'rr')")
-	requireSQLState(t, err, sqlstateIsolation, "pins a snapshot")
-	require.NoError(t, tx.Rollback(ctx))
+	// Dormant, the fence still refuses REPEATABLE READ, for every kind of
+	// write, on a table with its own key and on a child table.
+	for _, write := range []string{
+		"INSERT INTO svc.conversations (account_id, body) VALUES (1, 'rr')",
+		"UPDATE svc.conversations SET body = 'rr' WHERE account_id = 1",
+		"DELETE FROM svc.conversations WHERE body = 'again'",
+		"UPDATE svc.messages SET body = 'rr'",
+		"DELETE FROM svc.messages",
+	} {
+		tx, err := d.serving.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, write)
+		requireSQLState(t, err, sqlstateIsolation, "pins a snapshot")
+		require.NoError(t, tx.Rollback(ctx))
+	}
 
 	// The service's login and owner, the executor and an operator.
 	sessions := []*pgx.Conn{d.serving, d.owner.conn, roleSession(t, b, fixture.RoleExecutor), roleSession(t, b, fixture.RoleOperator)}

@@ -282,6 +282,9 @@ var legacyProbes = map[int64][]check{
 	37: { // 00037_community_deletion_child_fence_parents_by_value.sql
 		functionBody("enforce_community_write_fence()", "OPERATOR(pg_catalog.=) ANY (%L)"),
 	},
+	38: { // 00038_community_deletion_dormant_return_in_one_expression.sql
+		functionBody("enforce_community_write_fence()", "RETURN admitted;"),
+	},
 }
 
 // querier is what probes and the version-table reads run on: a *sql.DB,
