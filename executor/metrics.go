@@ -42,6 +42,7 @@ type metrics struct {
 	stageDuration   *prometheus.HistogramVec // stage
 	rowsPurged      *prometheus.CounterVec   // table
 	pauses          *prometheus.CounterVec   // activity, cause
+	overCap         *prometheus.CounterVec   // table
 	objectsDeleted  prometheus.Counter
 	chunksDeleted   prometheus.Counter
 	cacheKeys       prometheus.Counter
@@ -84,6 +85,8 @@ func newMetrics(r *Runner) *metrics {
 		}, []string{"stage"}),
 		rowsPurged: counterVec("rows_purged_total",
 			"Rows this runner deleted (or, for a nullify table, cleared) by registered table.", "table"),
+		overCap: counterVec("purge_batches_over_cap_total",
+			"Purge batches that ran past their statement cap (twice the purge's TxBudget), were rolled back and were tried again smaller, by registered table.", "table"),
 		pauses: counterVec("pauses_total",
 			"Pauses before a write to the database, by activity (listing, object_deletion, purge) and cause (replication_lag, wraparound_vacuum, rate_cap); a pause that gains a cause counts again for it.", "activity", "cause"),
 		objectsDeleted: counter("objects_deleted_total", "Object-store keys in manifest chunks this runner deleted and stamped."),
@@ -129,7 +132,7 @@ func (r *Runner) requestsInGrace() float64 {
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{
-		m.claims, m.deletions, m.stageDuration, m.rowsPurged, m.pauses, m.objectsDeleted, m.chunksDeleted, m.cacheKeys,
+		m.claims, m.deletions, m.stageDuration, m.rowsPurged, m.overCap, m.pauses, m.objectsDeleted, m.chunksDeleted, m.cacheKeys,
 		m.retries, m.blocks, m.renewals, m.renewalFailures, m.leaseLosses, m.fenceWait, m.inFlight, m.sinceProgress, m.inGrace,
 	}
 }

@@ -762,6 +762,15 @@ func (j *job) purgePostgres(ctx context.Context) error {
 			}
 			return
 		}
+		if p.OverCap {
+			j.r.metrics.overCap.WithLabelValues(p.Table).Inc()
+			j.event(slog.LevelDebug, Event{Message: "a purge batch of " + p.Table + " ran past its statement cap and was rolled back; trying it smaller"},
+				slog.String("table", p.Table))
+			if userProgress != nil {
+				userProgress(p)
+			}
+			return
+		}
 		pauses.resumed(slog.String("table", p.Table))
 		rows[p.Table] = p.Rows
 		if delta := p.Rows - counted[p.Table]; delta > 0 {
@@ -798,7 +807,7 @@ func (j *job) purgePostgres(ctx context.Context) error {
 	j.event(slog.LevelInfo, Event{Message: fmt.Sprintf("postgres purged in %d batches", result.Batches), TablesRows: final},
 		slog.Int("batches", result.Batches), slog.Int64("rows", total), slog.Any("rows_by_table", final),
 		seconds("longest_tx_seconds", result.LongestTx), slog.String("longest_tx_work", result.LongestTxWork),
-		seconds("niced_seconds", result.Niced))
+		seconds("niced_seconds", result.Niced), slog.Int("batches_over_cap", result.OverCapBatches))
 	return nil
 }
 

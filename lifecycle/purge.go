@@ -42,6 +42,14 @@ const (
 	purgeMaxWindow = 1 << 20
 	// purgeMaxGrowth bounds how fast a batch grows from one to the next.
 	purgeMaxGrowth = 4
+	// purgeStatementCapFactor times TxBudget is a batch's statement cap
+	// (statement_timeout): an estimate that overshot, a region of the heap
+	// denser than the one the window was sized on, cannot hold a batch
+	// transaction open for longer than about that.
+	purgeStatementCapFactor = 2
+	// purgeCapShrink is how much smaller a batch cancelled at its cap is
+	// tried again.
+	purgeCapShrink = 4
 	// purgeMaxPasses bounds how often the purge re-plans when its final
 	// proof still finds rows (a table registered meanwhile, rows moved).
 	purgeMaxPasses = 3
@@ -104,7 +112,11 @@ const (
 type PurgeOptions struct {
 	// TxBudget is the time each batch transaction aims at; the batch size
 	// grows while transactions finish faster and shrinks when they run
-	// slower. Zero means DefaultPurgeTxBudget.
+	// slower. A batch's statements are cancelled at twice the budget
+	// (statement_timeout, or the session's own where shorter), and the
+	// batch, rolled back, is tried again a quarter the size; one of a
+	// single row that still overruns is tried once without the cap. Zero
+	// means DefaultPurgeTxBudget.
 	TxBudget time.Duration
 	// MaxRowsPerTx caps the rows one batch transaction deletes or clears.
 	// Zero means DefaultPurgeMaxRowsPerTx.
@@ -201,6 +213,10 @@ type PurgeProgress struct {
 	// unchanged.
 	Paused    string
 	PausedFor []PurgePauseCause
+	// OverCap is set when a batch of Table ran past its statement cap
+	// (twice TxBudget) and was rolled back; Rows is then unchanged, and
+	// the next batch of Table is smaller.
+	OverCap bool
 }
 
 // PurgePauseCause names why a purge waits before a batch.
@@ -233,6 +249,9 @@ type PurgeResult struct {
 	Dropped []string
 	// Batches is the batch transactions this call committed.
 	Batches int
+	// OverCapBatches is the batch transactions this call rolled back at
+	// their statement cap and tried again smaller (see TxBudget).
+	OverCapBatches int
 	// Niced is how long this call slept for PurgeOptions.NiceRatio, on its
 	// clock.
 	Niced time.Duration
@@ -793,6 +812,11 @@ type purgeBatcher struct {
 	window int64
 	// windowDone is set when the last batch scanned its whole window.
 	windowDone bool
+	// uncapped is set when a batch of one row (one slot) ran past the
+	// statement cap: the next batch runs without it, so the purge goes on
+	// where one row costs more than the cap (a foreign key check that
+	// scans a table without an index, say).
+	uncapped bool
 	// minPerRow is the least statement time per row of a child table's
 	// full batches by its parents so far (see heapWalkDue).
 	minPerRow time.Duration
@@ -1034,7 +1058,13 @@ func (b *purgeBatcher) batch(ctx context.Context) (bool, error) {
 	var done bool
 	var stmt time.Duration
 	began := r.opts.Clock.Now()
+	capped := !b.uncapped
 	elapsed, err := r.tx(ctx, "batch of "+b.table.name, false, func(tx pgx.Tx, q *dbgen.Queries) error {
+		if capped {
+			if err := q.PurgeStatementCapSet(ctx, r.statementCap().Milliseconds()); err != nil {
+				return fmt.Errorf("cap the statements of a batch of %s: %w", t.name, err)
+			}
+		}
 		start := time.Now()
 		var err error
 		rows, done, err = b.statement(ctx, tx)
@@ -1050,9 +1080,20 @@ func (b *purgeBatcher) batch(ctx context.Context) (bool, error) {
 		}
 		return r.recordProgress(ctx, q, t, purgeCheckpoint{Rows: t.rows + rows, Done: done})
 	})
+	if capped && ctx.Err() == nil && isQueryCanceled(err) {
+		// Rolled back whole: the batcher's cursor, window and counts
+		// move only on a statement that succeeded.
+		r.result.OverCapBatches++
+		b.shrinkAfterCap()
+		if r.opts.Progress != nil {
+			r.opts.Progress(PurgeProgress{Table: t.name, Rows: t.rows, OverCap: true})
+		}
+		return false, r.nice(ctx, began)
+	}
 	if err != nil {
 		return false, err
 	}
+	b.uncapped = false
 	r.result.Batches++
 	r.rows += rows
 	if !b.clear {
@@ -1071,6 +1112,35 @@ func (b *purgeBatcher) batch(ctx context.Context) (bool, error) {
 		r.result.HeapWalks = append(r.result.HeapWalks, t.name)
 	}
 	return done, r.nice(ctx, began)
+}
+
+// statementCap is a batch's statement cap: purgeStatementCapFactor times
+// the budget, at least a millisecond.
+func (r *purgeRun) statementCap() time.Duration {
+	return max(purgeStatementCapFactor*r.opts.TxBudget, time.Millisecond)
+}
+
+// shrinkAfterCap makes the next batch a quarter the size of one cancelled
+// at its cap, or, for a batch already of one row (one slot of a heap
+// walk), lets the next run without the cap.
+func (b *purgeBatcher) shrinkAfterCap() {
+	walk := b.table.method == PurgeMethodTIDRange
+	if b.n <= 1 && (!walk || b.window <= 1) {
+		b.uncapped = true
+		return
+	}
+	b.n = max(b.n/purgeCapShrink, 1)
+	if walk {
+		b.window = max(b.window/purgeCapShrink, 1)
+		b.windowDone = false
+	}
+}
+
+// isQueryCanceled reports a statement cancelled (SQLSTATE 57014): by its
+// statement_timeout, or by pg_cancel_backend.
+func isQueryCanceled(err error) bool {
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	return ok && pgErr.Code == pgerrcode.QueryCanceled
 }
 
 // nice sleeps after a batch that began at began (on the purge's clock) for

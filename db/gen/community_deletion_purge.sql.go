@@ -456,6 +456,21 @@ func (q *Queries) PurgeSeqScanSet(ctx context.Context, value string) error {
 	return err
 }
 
+const purgeStatementCapSet = `-- name: PurgeStatementCapSet :exec
+SELECT pg_catalog.set_config('statement_timeout',
+    CASE WHEN s.setting::pg_catalog.int8 OPERATOR(pg_catalog.=) 0 THEN $1::pg_catalog.int8
+         ELSE LEAST(s.setting::pg_catalog.int8, $1::pg_catalog.int8) END::pg_catalog.text, true)
+FROM pg_catalog.pg_settings s WHERE s.name OPERATOR(pg_catalog.=) 'statement_timeout'
+`
+
+// Caps each statement of a batch transaction at @cap_ms milliseconds, or at
+// the session's own statement_timeout where that is shorter (pg_settings
+// gives it in milliseconds, whatever unit it was set in).
+func (q *Queries) PurgeStatementCapSet(ctx context.Context, capMs int64) error {
+	_, err := q.db.Exec(ctx, purgeStatementCapSet, capMs)
+	return err
+}
+
 const purgeTableShapes = `-- name: PurgeTableShapes :many
 
 SELECT registered.table_name::text AS table_name,

@@ -347,6 +347,10 @@ type Querier interface {
 	// (and each fence query its statements fire) took 0.3-1.5 s of a
 	// transaction whose queries take a millisecond.
 	PurgeSeqScanSet(ctx context.Context, value string) error
+	// Caps each statement of a batch transaction at @cap_ms milliseconds, or at
+	// the session's own statement_timeout where that is shorter (pg_settings
+	// gives it in milliseconds, whatever unit it was set in).
+	PurgeStatementCapSet(ctx context.Context, capMs int64) error
 	// The bounded PostgreSQL purge (lifecycle/purge.go). The per-table DELETE,
 	// UPDATE and EXISTS statements are built in Go from the table and column
 	// names these queries return, all read from the registry and the catalog.

@@ -213,6 +213,15 @@ SELECT set_config('enable_seqscan', @value::text, true), set_config('jit', 'off'
 -- Bounds how long the transaction's DDL waits for a table lock.
 SELECT set_config('lock_timeout', @timeout::text, true);
 
+-- name: PurgeStatementCapSet :exec
+-- Caps each statement of a batch transaction at @cap_ms milliseconds, or at
+-- the session's own statement_timeout where that is shorter (pg_settings
+-- gives it in milliseconds, whatever unit it was set in).
+SELECT pg_catalog.set_config('statement_timeout',
+    CASE WHEN s.setting::pg_catalog.int8 OPERATOR(pg_catalog.=) 0 THEN @cap_ms::pg_catalog.int8
+         ELSE LEAST(s.setting::pg_catalog.int8, @cap_ms::pg_catalog.int8) END::pg_catalog.text, true)
+FROM pg_catalog.pg_settings s WHERE s.name OPERATOR(pg_catalog.=) 'statement_timeout';
+
 
 -- name: PurgePressure :one
 -- What the purge yields to between batches (see community_deletion_purge_pressure()).

@@ -1,0 +1,101 @@
+package lifecycle_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	dbgen "github.com/tombstoneworks/communitydeletion/db/gen"
+	"github.com/tombstoneworks/communitydeletion/internal/fixture"
+	"github.com/tombstoneworks/communitydeletion/lifecycle"
+)
+
+// A batch that runs past its statement cap (twice TxBudget) is rolled back
+// and tried again a quarter the size, reported as OverCap with its rows
+// unchanged; one of a single row that still overruns runs once without the
+// cap, so the purge goes on. Here every row of the first table the purge
+// works on is locked by another transaction: each capped batch waits for
+// the lock until its cap cancels it, and the uncapped one waits until the
+// lock is released, which the test does only once that batch has waited
+// ten caps (without the cap the first batch would be that one, and no
+// batch would be over its cap; without the uncapped try the purge would
+// stop or never wait that long).
+func TestPurgePostgresRetriesABatchOverItsCapSmallerThenUncapped(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	s := b.newPurgeScene(t)
+	engine, err := lifecycle.NewEngine(ctx, fixture.RolePool(t, b.URL, fixture.RoleExecutor), &lifecycle.Opts{LockWait: time.Minute})
+	require.NoError(t, err)
+
+	holder, err := b.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(ctx) }()
+	tag, err := holder.Exec(ctx, "SELECT 1 FROM fixture_audit_events WHERE community_id = $1 FOR UPDATE", s.target)
+	require.NoError(t, err)
+	require.Equal(t, s.counts["fixture_audit_events"], tag.RowsAffected())
+
+	const budget = 25 * time.Millisecond // a cap of 50 ms
+	var mu sync.Mutex
+	var reports []lifecycle.PurgeProgress
+	type outcome struct {
+		result *lifecycle.PurgeResult
+		err    error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		result, err := engine.EnterPostgresPurged(ctx, s.token, lifecycle.PurgeOptions{
+			TxBudget: budget,
+			Progress: func(p lifecycle.PurgeProgress) {
+				mu.Lock()
+				defer mu.Unlock()
+				reports = append(reports, p)
+			},
+		})
+		done <- outcome{result, err}
+	}()
+
+	b.waitForLockWaiters(t, 1, rowLock+" AND a.usename = $1 AND clock_timestamp() - a.query_start > $2::interval",
+		string(fixture.RoleExecutor), (20 * budget).String())
+	mu.Lock()
+	before := append([]lifecycle.PurgeProgress(nil), reports...)
+	mu.Unlock()
+	require.NotEmpty(t, before, "batches cancelled at their cap before one waited uncapped")
+	for _, p := range before {
+		require.Equal(t, lifecycle.PurgeProgress{Table: "fixture_audit_events", OverCap: true}, p)
+	}
+	require.NoError(t, holder.Commit(ctx))
+
+	got := <-done
+	require.NoError(t, got.err)
+	b.requirePurged(t, s.token)
+	require.Equal(t, s.otherBefore, b.checksums(t, s.other))
+	require.Equal(t, len(before), got.result.OverCapBatches, "the uncapped batch is not over a cap")
+	require.Equal(t, s.counts["fixture_audit_events"], got.result.Nullified["fixture_audit_events"])
+	// The uncapped batch, waiting on the lock, was the longest transaction.
+	require.Equal(t, "batch of fixture_audit_events", got.result.LongestTxWork)
+	require.Greater(t, got.result.LongestTx, 20*budget)
+}
+
+// The cap never lengthens a statement_timeout the session already has:
+// it is the shorter of the two, and the cap alone where there is none.
+func TestPurgeStatementCapKeepsAShorterSessionTimeout(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	for _, c := range []struct{ session, want string }{
+		{"0", "50ms"}, {"30ms", "30ms"}, {"1min", "50ms"}, {"2s", "50ms"},
+	} {
+		tx, err := b.Pool.Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, "SELECT set_config('statement_timeout', $1, true)", c.session)
+		require.NoError(t, err)
+		require.NoError(t, dbgen.New(tx).PurgeStatementCapSet(ctx, 50))
+		var got string
+		require.NoError(t, tx.QueryRow(ctx, "SHOW statement_timeout").Scan(&got))
+		require.Equal(t, c.want, got, "session %s", c.session)
+		require.NoError(t, tx.Rollback(ctx))
+	}
+}
