@@ -397,6 +397,9 @@ type run struct {
 	heapByQuarter [4]uint64
 	// niced is how long a batched purge slept for its nice ratio.
 	niced time.Duration
+	// overCap is the batches a batched purge rolled back at their
+	// statement cap and tried again smaller (PurgeResult.OverCapBatches).
+	overCap int
 	// heapWalks are the child tables a batched purge turned to walking by
 	// their heap (PurgeResult.HeapWalks).
 	heapWalks []string
@@ -651,9 +654,9 @@ func bench(ctx context.Context, out io.Writer, d dataset, o benchOptions) (bool,
 		rows, len(shares), d.otherRows, o.repeat)
 	fmt.Fprintf(out, "batched: TxBudget %s, MaxRowsPerTx %d\n\n", o.purge.TxBudget, o.purge.MaxRowsPerTx)
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "purge\ttotal\tbatches\tlongest tx\trows/s\ttotal vs single\tniced\tthen VACUUM\twith VACUUM vs single\t")
+	fmt.Fprintln(w, "purge\ttotal\tbatches\tover cap\tlongest tx\trows/s\ttotal vs single\tniced\tthen VACUUM\twith VACUUM vs single\t")
 	line := func(r run) {
-		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%.0f\t%.2fx\t%s\t%s\t%.2fx\t\n", r.name, r.total.Round(time.Millisecond), r.batches,
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%.0f\t%.2fx\t%s\t%s\t%.2fx\t\n", r.name, r.total.Round(time.Millisecond), r.batches, r.overCap,
 			r.longestTx.Round(time.Millisecond), float64(r.rows)/r.total.Seconds(), r.total.Seconds()/base.total.Seconds(),
 			r.niced.Round(time.Millisecond), r.vacuum.Round(time.Millisecond), (r.total+r.vacuum).Seconds()/(base.total+base.vacuum).Seconds())
 	}
@@ -1021,6 +1024,7 @@ func runBatched(ctx context.Context, pool *pgxpool.Pool, name string, opts lifec
 	}
 	r.batches, r.longestTx, r.longestTxWork, r.niced = result.Batches, result.LongestTx, result.LongestTxWork, result.Niced
 	r.heapWalks = result.HeapWalks
+	r.overCap = result.OverCapBatches
 	for _, n := range result.Deleted {
 		r.rows += n
 	}
