@@ -86,7 +86,7 @@ func TestPurgeStatementCapKeepsAShorterSessionTimeout(t *testing.T) {
 	b := setup(t)
 	ctx := t.Context()
 	for _, c := range []struct{ session, want string }{
-		{"0", "50ms"}, {"30ms", "30ms"}, {"1min", "50ms"}, {"2s", "50ms"},
+		{"0", "50ms"}, {"30ms", "30ms"}, {"1min", "50ms"}, {"2s", "50ms"}, {"1h", "50ms"}, {"1d", "50ms"}, {"1", "1ms"},
 	} {
 		tx, err := b.Pool.Begin(ctx)
 		require.NoError(t, err)
