@@ -72,10 +72,20 @@ func TestPurgePostgresRetriesABatchOverItsCapSmallerThenUncapped(t *testing.T) {
 	require.NoError(t, got.err)
 	b.requirePurged(t, s.token)
 	require.Equal(t, s.otherBefore, b.checksums(t, s.other))
-	require.Equal(t, len(before), got.result.OverCapBatches, "the uncapped batch is not over a cap")
 	require.Equal(t, s.counts["fixture_audit_events"], got.result.Nullified["fixture_audit_events"])
-	// The uncapped batch, waiting on the lock, was the longest transaction.
-	require.Equal(t, "batch of fixture_audit_events", got.result.LongestTxWork)
+	// Every batch over its cap was reported, and counted once. (On a slow
+	// host a later batch may overrun a 50 ms cap too.)
+	overCap := 0
+	mu.Lock()
+	for _, p := range reports {
+		if p.OverCap {
+			overCap++
+		}
+	}
+	mu.Unlock()
+	require.GreaterOrEqual(t, got.result.OverCapBatches, len(before))
+	require.Equal(t, overCap, got.result.OverCapBatches)
+	// The uncapped batch waited on the lock past twenty caps.
 	require.Greater(t, got.result.LongestTx, 20*budget)
 }
 
