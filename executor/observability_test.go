@@ -517,3 +517,43 @@ func TestAPurgeHeldByItsRateCapReportsThePauses(t *testing.T) {
 	}
 	require.Equal(t, len(paused), records)
 }
+
+// A purge batch that runs past its statement cap counts in
+// purge_batches_over_cap_total under its table: here every row of the
+// first table the purge works on is locked until the counter moves, so the
+// test would wait forever (a minute) without it.
+func TestMetricsCountAPurgeBatchOverItsCap(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	target := b.createCommunity(t, 1)
+	id := b.approve(t, target)
+
+	holder, err := b.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(ctx) }()
+	_, err = holder.Exec(ctx, "SELECT 1 FROM fixture_audit_events WHERE community_id = $1 FOR UPDATE", target.id)
+	require.NoError(t, err)
+
+	reg := prometheus.NewRegistry()
+	cfg := b.config("executor-1")
+	cfg.Metrics = reg
+	cfg.Purge.TxBudget = 25 * time.Millisecond
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.runner(t, cfg).RunRequest(ctx, id)
+		done <- err
+	}()
+	wait, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for metric(t, reg, "community_deletion_executor_purge_batches_over_cap_total", "table", "fixture_audit_events") < 1 {
+		select {
+		case <-wait.Done():
+			t.Fatal("no purge batch of fixture_audit_events was counted over its cap")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	require.NoError(t, holder.Commit(ctx))
+	require.NoError(t, <-done)
+	b.requireDeleted(t, id, target)
+}
