@@ -115,8 +115,8 @@ type PurgeOptions struct {
 	// slower. A batch's statements are cancelled at twice the budget
 	// (statement_timeout, or the session's own where shorter), and the
 	// batch, rolled back, is tried again a quarter the size; one of a
-	// single row that still overruns is tried once without the cap. Zero
-	// means DefaultPurgeTxBudget.
+	// single row that still overruns is tried without the cap, as are the
+	// batches after it until one fits. Zero means DefaultPurgeTxBudget.
 	TxBudget time.Duration
 	// MaxRowsPerTx caps the rows one batch transaction deletes or clears.
 	// Zero means DefaultPurgeMaxRowsPerTx.
@@ -815,7 +815,8 @@ type purgeBatcher struct {
 	// uncapped is set when a batch of one row (one slot) ran past the
 	// statement cap: the next batch runs without it, so the purge goes on
 	// where one row costs more than the cap (a foreign key check that
-	// scans a table without an index, say).
+	// scans a table without an index, say), and so do the ones after it
+	// until one's statement fits in the cap.
 	uncapped bool
 	// minPerRow is the least statement time per row of a child table's
 	// full batches by its parents so far (see heapWalkDue).
@@ -1093,7 +1094,10 @@ func (b *purgeBatcher) batch(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	b.uncapped = false
+	// An uncapped batch whose statement still ran past the cap leaves the
+	// next one uncapped too: where every row costs more than the cap, a
+	// capped try of each would only be thrown away.
+	b.uncapped = !capped && stmt > r.statementCap()
 	r.result.Batches++
 	r.rows += rows
 	if !b.clear {

@@ -1,10 +1,13 @@
 package lifecycle_test
 
 import (
+	"context"
+
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	dbgen "github.com/tombstoneworks/communitydeletion/db/gen"
@@ -108,4 +111,71 @@ func TestPurgeStatementCapKeepsAShorterSessionTimeout(t *testing.T) {
 		require.Equal(t, c.want, got, "session %s", c.session)
 		require.NoError(t, tx.Rollback(ctx))
 	}
+}
+
+// After an uncapped batch whose statement still ran past the cap, the next
+// batch runs uncapped too, until one fits: where every row costs more than
+// the cap, a capped try of each would be thrown away. The first row the
+// purge takes is locked by one transaction and every other row of the
+// table by a second; once the uncapped batch gets the first row, the next
+// batch waits on the second transaction's rows with no batch over its cap
+// in between (a capped one would be cancelled first, and reported).
+func TestPurgePostgresStaysUncappedWhileRowsCostMoreThanTheCap(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	s := b.newPurgeScene(t)
+	engine, err := lifecycle.NewEngine(ctx, fixture.RolePool(t, b.URL, fixture.RoleExecutor), &lifecycle.Opts{LockWait: time.Minute})
+	require.NoError(t, err)
+
+	hold := func(sql string) (pgx.Tx, int32) {
+		tx, err := b.Pool.Begin(ctx)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+		var pid int32
+		require.NoError(t, tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid))
+		_, err = tx.Exec(ctx, sql, s.target)
+		require.NoError(t, err)
+		return tx, pid
+	}
+	first, firstPid := hold("SELECT 1 FROM fixture_audit_events WHERE id = (SELECT min(id) FROM fixture_audit_events WHERE community_id = $1) FOR UPDATE")
+	rest, restPid := hold("SELECT 1 FROM fixture_audit_events WHERE community_id = $1 AND id > (SELECT min(id) FROM fixture_audit_events WHERE community_id = $1) FOR UPDATE")
+
+	const budget = 25 * time.Millisecond // a cap of 50 ms
+	var mu sync.Mutex
+	overCap := 0
+	firstDone := make(chan int, 1) // the over-cap batches before the first row's batch committed
+	done := make(chan error, 1)
+	go func() {
+		_, err := engine.EnterPostgresPurged(ctx, s.token, lifecycle.PurgeOptions{
+			TxBudget: budget,
+			Progress: func(p lifecycle.PurgeProgress) {
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case p.OverCap:
+					overCap++
+				case p.Table == "fixture_audit_events" && p.Rows == 1:
+					firstDone <- overCap
+				}
+			},
+		})
+		done <- err
+	}()
+
+	waitingOn := func(pid int32) {
+		b.waitForLockWaiters(t, 1, rowLock+" AND a.usename = $1 AND clock_timestamp() - a.query_start > $2::interval AND $3 = ANY (pg_blocking_pids(a.pid))",
+			string(fixture.RoleExecutor), (20 * budget).String(), pid)
+	}
+	waitingOn(firstPid) // uncapped, after batches over the cap
+	require.NoError(t, first.Commit(ctx))
+	before := <-firstDone
+	require.Positive(t, before)
+	waitingOn(restPid) // uncapped at once
+	mu.Lock()
+	require.Equal(t, before, overCap, "no capped batch between the first row's and the next")
+	mu.Unlock()
+	require.NoError(t, rest.Commit(ctx))
+	require.NoError(t, <-done)
+	b.requirePurged(t, s.token)
 }
