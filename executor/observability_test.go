@@ -539,9 +539,10 @@ func TestMetricsCountAPurgeBatchOverItsCap(t *testing.T) {
 	cfg := b.config("executor-1")
 	cfg.Metrics = reg
 	cfg.Purge.TxBudget = 25 * time.Millisecond
+	runner := b.runner(t, cfg)
 	done := make(chan error, 1)
 	go func() {
-		_, err := b.runner(t, cfg).RunRequest(ctx, id)
+		_, err := runner.RunRequest(ctx, id)
 		done <- err
 	}()
 	wait, cancel := context.WithTimeout(ctx, time.Minute)
