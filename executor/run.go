@@ -764,7 +764,7 @@ func (j *job) purgePostgres(ctx context.Context) error {
 		}
 		if p.OverCap {
 			j.r.metrics.overCap.WithLabelValues(p.Table).Inc()
-			j.event(slog.LevelDebug, Event{Message: "a purge batch of " + p.Table + " ran past its statement cap and was rolled back; trying it smaller"},
+			j.event(slog.LevelDebug, Event{Message: "a purge batch of " + p.Table + " ran past its statement cap and was rolled back; trying it smaller, or uncapped after one row"},
 				slog.String("table", p.Table))
 			if userProgress != nil {
 				userProgress(p)

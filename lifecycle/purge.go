@@ -215,7 +215,8 @@ type PurgeProgress struct {
 	PausedFor []PurgePauseCause
 	// OverCap is set when a batch of Table ran past its statement cap
 	// (twice TxBudget) and was rolled back; Rows is then unchanged, and
-	// the next batch of Table is smaller.
+	// the next batch of Table is smaller, or, after a batch of one row,
+	// runs without the cap.
 	OverCap bool
 }
 
