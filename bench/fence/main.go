@@ -235,9 +235,9 @@ func measureKind(ctx context.Context, server *ephemeralpg.Server, cfg config, s 
 	}
 	defer conn.Release()
 
-	// The floor table carries an empty PL/pgSQL statement trigger with a
-	// transition table: what any statement-level PL/pgSQL fence pays before
-	// its first query.
+	// The floor table carries an empty PL/pgSQL statement trigger with the
+	// fence's transition tables, per statement: what any statement-level
+	// PL/pgSQL fence pays before its first query.
 	insertTables := []string{unfencedTable, fencedTable, floorTable}
 	insert := func(table string) func(i int) error {
 		sql := fmt.Sprintf("INSERT INTO %s (%s, body) VALUES ($1, 'hello world')", table, k.column)
@@ -286,12 +286,11 @@ func measureKind(ctx context.Context, server *ephemeralpg.Server, cfg config, s 
 	if err != nil {
 		return nil, fmt.Errorf("single-row inserts: %w", err)
 	}
-	writeTables := []string{unfencedTable, fencedTable}
-	updateRow, err := compareThroughput(updateFrom(1), writeTables, txns)
+	updateRow, err := compareThroughput(updateFrom(1), insertTables, txns)
 	if err != nil {
 		return nil, fmt.Errorf("single-row updates: %w", err)
 	}
-	deleteRows, err := compareThroughput(deleteRow, writeTables, txns)
+	deleteRows, err := compareThroughput(deleteRow, insertTables, txns)
 	if err != nil {
 		return nil, fmt.Errorf("single-row deletes: %w", err)
 	}
@@ -316,13 +315,15 @@ func measureKind(ctx context.Context, server *ephemeralpg.Server, cfg config, s 
 	}
 	bulkName := fmt.Sprintf("%d-row INSERT", s.bulkRows)
 	c := cfg.name + ", " + k.name
-	// Six rows quiet, three more with another tenant fenced.
-	rows := make([]row, 0, 9)
+	// Eight rows quiet, three more with another tenant fenced.
+	rows := make([]row, 0, 11)
 	rows = append(rows, []row{
 		{config: c, workload: "single-row INSERT txns", unit: "txn/s", unfenced: insertRow[0], fenced: insertRow[1], higherIsBetter: true, target: t.insert},
-		{config: c, workload: "floor: an empty trigger", unit: "txn/s", unfenced: insertRow[0], fenced: insertRow[2], higherIsBetter: true},
+		{config: c, workload: "floor: INSERT, empty trigger", unit: "txn/s", unfenced: insertRow[0], fenced: insertRow[2], higherIsBetter: true},
 		{config: c, workload: "single-row UPDATE txns", unit: "txn/s", unfenced: updateRow[0], fenced: updateRow[1], higherIsBetter: true, target: t.update},
+		{config: c, workload: "floor: UPDATE, empty trigger", unit: "txn/s", unfenced: updateRow[0], fenced: updateRow[2], higherIsBetter: true},
 		{config: c, workload: "single-row DELETE txns", unit: "txn/s", unfenced: deleteRows[0], fenced: deleteRows[1], higherIsBetter: true, target: t.update},
+		{config: c, workload: "floor: DELETE, empty trigger", unit: "txn/s", unfenced: deleteRows[0], fenced: deleteRows[2], higherIsBetter: true},
 		{config: c, workload: bulkName, unit: "ms", unfenced: bulkRow[0], fenced: bulkRow[1], target: t.bulk},
 		{config: c, workload: "floor: " + bulkName + ", empty trigger", unit: "ms", unfenced: bulkRow[0], fenced: bulkRow[2]},
 	}...)
@@ -342,6 +343,7 @@ func measureKind(ctx context.Context, server *ephemeralpg.Server, cfg config, s 
 	if !k.bound {
 		inFlight = targets{}
 	}
+	writeTables := []string{unfencedTable, fencedTable}
 	insertRow, err = compareThroughput(insert, writeTables, txns)
 	if err != nil {
 		return nil, fmt.Errorf("single-row inserts, another tenant fenced: %w", err)
@@ -446,7 +448,11 @@ func createTables(ctx context.Context, pool *pgxpool.Pool, column, key string) e
 		}
 	}
 	floor := fmt.Sprintf(`CREATE FUNCTION bench_empty_trigger() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;
-		CREATE TRIGGER bench_floor_insert AFTER INSERT ON %s REFERENCING NEW TABLE AS community_fence_new
+		CREATE TRIGGER bench_floor_insert AFTER INSERT ON %[1]s REFERENCING NEW TABLE AS community_fence_new
+		FOR EACH STATEMENT EXECUTE FUNCTION bench_empty_trigger();
+		CREATE TRIGGER bench_floor_update AFTER UPDATE ON %[1]s REFERENCING OLD TABLE AS community_fence_old NEW TABLE AS community_fence_new
+		FOR EACH STATEMENT EXECUTE FUNCTION bench_empty_trigger();
+		CREATE TRIGGER bench_floor_delete AFTER DELETE ON %[1]s REFERENCING OLD TABLE AS community_fence_old
 		FOR EACH STATEMENT EXECUTE FUNCTION bench_empty_trigger()`, floorTable)
 	if _, err := pool.Exec(ctx, floor); err != nil {
 		return fmt.Errorf("create the empty trigger: %w", err)

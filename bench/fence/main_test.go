@@ -17,7 +17,7 @@ func TestMeasureReportsEveryWorkload(t *testing.T) {
 	rows, err := measure(t.Context(), config{name: "fsync off"},
 		settings{txns: 50, durableTxns: 50, bulkRows: 200, bulkRounds: 3, communities: 3})
 	require.NoError(t, err)
-	require.Len(t, rows, 9*len(kinds))
+	require.Len(t, rows, 11*len(kinds))
 	for _, r := range rows {
 		require.Positive(t, r.unfenced, r.workload)
 		require.Positive(t, r.fenced, r.workload)
@@ -25,7 +25,7 @@ func TestMeasureReportsEveryWorkload(t *testing.T) {
 
 	var out bytes.Buffer
 	report(&out, rows)
-	for _, want := range []string{"fence adds", "single-row INSERT txns", "single-row UPDATE txns", "single-row DELETE txns", "floor: an empty trigger",
+	for _, want := range []string{"fence adds", "single-row INSERT txns", "single-row UPDATE txns", "single-row DELETE txns", "floor: INSERT, empty trigger", "floor: UPDATE, empty trigger", "floor: DELETE, empty trigger",
 		"200-row INSERT", "floor: 200-row INSERT, empty trigger", ">= 0.95", ">= 0.90", "<= 1.02",
 		"fsync off, uuid organization_id, another tenant fenced", "fsync off, child via parent", "fsync off, bigint, no foreign key"} {
 		require.Contains(t, out.String(), want)
