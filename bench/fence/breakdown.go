@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -43,6 +44,10 @@ type breakdownStep struct {
 	name, table, column, step string
 	// after is the table whose figure this one's adds to.
 	after string
+	// row, for a candidate the fence does not take, is the call of the
+	// function its table's AFTER INSERT row trigger runs, and when that
+	// trigger's WHEN condition, if it has one.
+	row, when string
 }
 
 var breakdownSteps = []breakdownStep{
@@ -60,6 +65,16 @@ var breakdownSteps = []breakdownStep{
 	{name: "the fence, a child through its parent", table: "bd_child", column: "parent_id", after: "bd_parents"},
 	{name: "child, the long way: + the query through the paths, generated", table: "bd_generate", column: "parent_id", step: "generate", after: "bd_marker"},
 	{name: "child, the long way: + that query run (EXECUTE), and the bits", table: "bd_execute", column: "parent_id", step: "execute", after: "bd_generate"},
+	// Candidates for an armed path that reads no transition table: a row
+	// trigger reads its row's key without a query. Each compares the key's
+	// bit with the marker's value as a constant the planner folds (as the
+	// armed constant is), but the one that reads the marker itself.
+	{name: "candidate: an empty row trigger (the floor of a row fence)", table: "bd_row_floor", column: "account_id", after: "bd_floor", row: "bench_empty_trigger()"},
+	{name: "candidate: row trigger, the key by name (to_jsonb), its bit against a constant", table: "bd_row_by_name", column: "account_id", after: "bd_row_floor", row: "bench_row_by_name('account_id')"},
+	{name: "candidate: that trigger behind WHEN (the armed constant)", table: "bd_row_when", column: "account_id", after: "bd_row_by_name", row: "bench_row_by_name('account_id')", when: "community_deletion.community_deletion_fence_armed()"},
+	{name: "candidate: row trigger written for its table (NEW.account_id), its bit against a constant", table: "bd_row_direct", column: "account_id", after: "bd_row_floor", row: "bench_row_direct()"},
+	{name: "candidate: that trigger, the marker's lock and read in place of the constant", table: "bd_row_marker", column: "account_id", after: "bd_row_direct", row: "bench_row_marker()"},
+	{name: "candidate, child: row trigger written for its table, its parent's key by a static query", table: "bd_row_child", column: "parent_id", after: "bd_row_floor", row: "bench_row_child()"},
 }
 
 // breakdownSetup creates the tables, in a database of the schema's
@@ -152,6 +167,57 @@ BEGIN
     RETURN NULL;
 END
 $$;
+-- The candidates' constant, replaced by the marker's value once the other
+-- tenant is fenced. Each candidate admits a row whose tenant's fence bit
+-- the constant lacks and raises otherwise, so that no row takes a shorter
+-- way than the one measured. A variable never assigned is returned, as
+-- the fence returns it, without evaluating an expression.
+CREATE FUNCTION bench_fenced_bits() RETURNS int8 LANGUAGE sql STABLE AS $$ SELECT 0::int8 $$;
+CREATE FUNCTION bench_row_by_name() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE admitted int4;
+BEGIN
+    IF pg_catalog.current_setting('transaction_isolation') = 'read committed'
+       AND (bench_fenced_bits() & community_deletion.community_deletion_fence_bit(community_deletion.community_deletion_tenant_uuid(pg_catalog.to_jsonb(NEW) ->> TG_ARGV[0]))) = 0 THEN
+        RETURN admitted;
+    END IF;
+    RAISE EXCEPTION 'the breakdown measures the admitted path, and this row''s tenant shares the fenced one''s bit';
+END
+$$;
+CREATE FUNCTION bench_row_direct() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE admitted int4;
+BEGIN
+    IF pg_catalog.current_setting('transaction_isolation') = 'read committed'
+       AND (bench_fenced_bits() & community_deletion.community_deletion_fence_bit(community_deletion.community_deletion_tenant_uuid(NEW.account_id::text))) = 0 THEN
+        RETURN admitted;
+    END IF;
+    RAISE EXCEPTION 'the breakdown measures the admitted path, and this row''s tenant shares the fenced one''s bit';
+END
+$$;
+CREATE FUNCTION bench_row_marker() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE admitted int4;
+BEGIN
+    IF pg_catalog.current_setting('transaction_isolation') = 'read committed'
+       AND pg_catalog.pg_try_advisory_xact_lock_shared(1668246884, 1718510437)
+       AND (pg_catalog.pg_sequence_last_value('community_deletion.community_deletion_fence_marker'::pg_catalog.regclass)
+            & community_deletion.community_deletion_fence_bit(community_deletion.community_deletion_tenant_uuid(NEW.account_id::text))) = 0 THEN
+        RETURN admitted;
+    END IF;
+    RAISE EXCEPTION 'the breakdown measures the admitted path, and this row''s tenant shares the fenced one''s bit';
+END
+$$;
+CREATE FUNCTION bench_row_child() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    admitted int4;
+    tenant int8;
+BEGIN
+    SELECT p.account_id INTO tenant FROM bench_projects p WHERE p.id = NEW.parent_id;
+    IF pg_catalog.current_setting('transaction_isolation') = 'read committed'
+       AND (bench_fenced_bits() & community_deletion.community_deletion_fence_bit(community_deletion.community_deletion_tenant_uuid(tenant::text))) = 0 THEN
+        RETURN admitted;
+    END IF;
+    RAISE EXCEPTION 'the breakdown measures the admitted path, and this row''s tenant shares the fenced one''s bit';
+END
+$$;
 `
 
 // breakdownTable creates one step's table and its trigger.
@@ -174,6 +240,14 @@ func breakdownTable(ctx context.Context, pool *pgxpool.Pool, st breakdownStep) e
 	}
 	if _, err := pool.Exec(ctx, "SELECT community_deletion.exclude_table($1, 'the fence benchmark''s breakdown')", st.table); err != nil {
 		return fmt.Errorf("exclude %s: %w", st.table, err)
+	}
+	if st.row != "" {
+		when := ""
+		if st.when != "" {
+			when = "WHEN (" + st.when + ") "
+		}
+		_, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TRIGGER bench_breakdown AFTER INSERT ON %s FOR EACH ROW %sEXECUTE FUNCTION %s`, st.table, when, st.row))
+		return err
 	}
 	var trigger string
 	switch st.table {
@@ -259,6 +333,17 @@ func breakdown(ctx context.Context, n, rounds int, runTime time.Duration) ([]bre
 	}
 	if err := fenceAnotherTenant(ctx, url, strconv.FormatInt(host, 10)); err != nil {
 		return nil, fmt.Errorf("fence another tenant: %w", err)
+	}
+	// The candidates' constant is the marker as the fence left it.
+	var marker int64
+	if err := pool.QueryRow(ctx, "SELECT pg_sequence_last_value('community_deletion.community_deletion_fence_marker'::regclass)").Scan(&marker); err != nil {
+		return nil, fmt.Errorf("read the marker: %w", err)
+	}
+	if marker == 0 {
+		return nil, errors.New("the marker is 0 with another tenant fenced")
+	}
+	if _, err := pool.Exec(ctx, fmt.Sprintf("CREATE OR REPLACE FUNCTION bench_fenced_bits() RETURNS int8 LANGUAGE sql STABLE AS $$ SELECT %d::int8 $$", marker)); err != nil {
+		return nil, fmt.Errorf("set the candidates' constant: %w", err)
 	}
 	return runBreakdown(ctx, url, n, rounds, runTime)
 }
