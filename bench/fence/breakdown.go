@@ -50,6 +50,14 @@ type breakdownStep struct {
 	row, when string
 }
 
+// candidate says whether st is measured in the candidates' runs.
+func (st breakdownStep) candidate() bool { return st.row != "" }
+
+// reference says whether st is measured in every group's runs: no trigger
+// and the empty statement trigger, which each group's figures are read
+// against.
+func (st breakdownStep) reference() bool { return st.table == "bd_none" || st.table == "bd_floor" }
+
 var breakdownSteps = []breakdownStep{
 	{name: "no trigger (for reference)", table: "bd_none", column: "account_id"},
 	{name: "an empty statement trigger (the floor)", table: "bd_floor", column: "account_id"},
@@ -74,6 +82,7 @@ var breakdownSteps = []breakdownStep{
 	{name: "candidate: that trigger behind WHEN (the armed constant)", table: "bd_row_when", column: "account_id", after: "bd_row_by_name", row: "bench_row_by_name('account_id')", when: "community_deletion.community_deletion_fence_armed()"},
 	{name: "candidate: row trigger written for its table (NEW.account_id), its bit against a constant", table: "bd_row_direct", column: "account_id", after: "bd_row_floor", row: "bench_row_direct()"},
 	{name: "candidate: that trigger, the marker's lock and read in place of the constant", table: "bd_row_marker", column: "account_id", after: "bd_row_direct", row: "bench_row_marker()"},
+	{name: "candidate: that trigger, a bit from hashint8(NEW.account_id) in place of the fence's", table: "bd_row_hash", column: "account_id", after: "bd_row_floor", row: "bench_row_hash()"},
 	{name: "candidate, child: row trigger written for its table, its parent's key by a static query", table: "bd_row_child", column: "parent_id", after: "bd_row_floor", row: "bench_row_child()"},
 }
 
@@ -205,6 +214,18 @@ BEGIN
     RAISE EXCEPTION 'the breakdown measures the admitted path, and this row''s tenant shares the fenced one''s bit';
 END
 $$;
+-- A bit the fence does not use: a hash of the key itself, no md5 and no
+-- text. 2 is a bit no such hash gives (it gives the even ones).
+CREATE FUNCTION bench_row_hash() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE admitted int4;
+BEGIN
+    IF pg_catalog.current_setting('transaction_isolation') = 'read committed'
+       AND (2::int8 & (1::int8 << (pg_catalog.hashint8(NEW.account_id) & 62)::int4)) = 0 THEN
+        RETURN admitted;
+    END IF;
+    RAISE EXCEPTION 'the breakdown measures the admitted path, and this row''s tenant shares the fenced one''s bit';
+END
+$$;
 CREATE FUNCTION bench_row_child() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     admitted int4;
@@ -274,10 +295,11 @@ func breakdownTable(ctx context.Context, pool *pgxpool.Pool, st breakdownStep) e
 	return err
 }
 
-// breakdownRow is one step's median latency in µs per INSERT.
+// breakdownRow is one step's median latency in µs per INSERT; a reference
+// step's in the candidates' runs is candidatesUs.
 type breakdownRow struct {
-	step breakdownStep
-	us   float64
+	step             breakdownStep
+	us, candidatesUs float64
 }
 
 // breakdown runs the -breakdown mode on a throwaway fsync-off server: n
@@ -352,7 +374,10 @@ func breakdown(ctx context.Context, n, rounds int, runTime time.Duration) ([]bre
 // statements rotated by one place from run to run so that in each round
 // every statement takes every place once (a statement's place in a script
 // moves its latency by a few µs), and reports each step's median over the
-// runs.
+// runs. The fence's steps and the candidates run in scripts of their own,
+// each with the reference tables: a statement pays for what the one before
+// it left (the child's long way leaves the most), and a rotation keeps the
+// order, so a step is compared only with the steps it ran among.
 func runBreakdown(ctx context.Context, url string, n, rounds int, runTime time.Duration) ([]breakdownRow, error) {
 	bin, err := ephemeralpg.ClientTool("pgbench")
 	if err != nil {
@@ -366,62 +391,102 @@ func runBreakdown(ctx context.Context, url string, n, rounds int, runTime time.D
 	statement := func(st breakdownStep) string {
 		return fmt.Sprintf("INSERT INTO %s (%s, body) VALUES (:k, 'hello world');", st.table, st.column)
 	}
-	samples := make([][]float64, len(breakdownSteps))
-	runs := len(breakdownSteps) * max(1, rounds)
-	for run := range runs {
-		var script strings.Builder
-		fmt.Fprintf(&script, "\\set k random(1, %d)\n", n)
-		for j := range breakdownSteps {
-			fmt.Fprintln(&script, statement(breakdownSteps[(j+run)%len(breakdownSteps)]))
-		}
-		path := filepath.Join(dir, fmt.Sprintf("script-%d.sql", run))
-		if err := os.WriteFile(path, []byte(script.String()), 0o600); err != nil {
-			return nil, err
-		}
-		cmd := exec.CommandContext(ctx, bin, "-n", "-r", "-M", "prepared", "-T", strconv.Itoa(max(1, int(runTime.Seconds()))), "-f", path, url)
-		var out, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &stderr
-		if err := cmd.Run(); err != nil {
-			return nil, fmt.Errorf("pgbench run %d: %w: %s", run+1, err, strings.TrimSpace(stderr.String()))
-		}
-		latencies, err := parseStatementLatencies(out.String())
-		if err != nil {
-			return nil, fmt.Errorf("pgbench run %d: %w", run+1, err)
-		}
-		for i, st := range breakdownSteps {
-			l, ok := latencies[statement(st)]
-			if !ok {
-				return nil, fmt.Errorf("pgbench run %d reported no latency for %s", run+1, st.table)
-			}
-			samples[i] = append(samples[i], l)
-		}
-	}
 	rows := make([]breakdownRow, len(breakdownSteps))
-	for i, st := range breakdownSteps {
-		rows[i] = breakdownRow{step: st, us: median(samples[i]) * 1000}
+	for _, candidates := range []bool{false, true} {
+		var group []int
+		for i, st := range breakdownSteps {
+			if st.reference() || st.candidate() == candidates {
+				group = append(group, i)
+			}
+		}
+		samples := make([][]float64, len(group))
+		runs := len(group) * max(1, rounds)
+		for run := range runs {
+			var script strings.Builder
+			fmt.Fprintf(&script, "\\set k random(1, %d)\n", n)
+			for j := range group {
+				fmt.Fprintln(&script, statement(breakdownSteps[group[(j+run)%len(group)]]))
+			}
+			path := filepath.Join(dir, fmt.Sprintf("script-%t-%d.sql", candidates, run))
+			if err := os.WriteFile(path, []byte(script.String()), 0o600); err != nil {
+				return nil, err
+			}
+			cmd := exec.CommandContext(ctx, bin, "-n", "-r", "-M", "prepared", "-T", strconv.Itoa(max(1, int(runTime.Seconds()))), "-f", path, url)
+			var out, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &stderr
+			if err := cmd.Run(); err != nil {
+				return nil, fmt.Errorf("pgbench run %d: %w: %s", run+1, err, strings.TrimSpace(stderr.String()))
+			}
+			latencies, err := parseStatementLatencies(out.String())
+			if err != nil {
+				return nil, fmt.Errorf("pgbench run %d: %w", run+1, err)
+			}
+			for j, i := range group {
+				l, ok := latencies[statement(breakdownSteps[i])]
+				if !ok {
+					return nil, fmt.Errorf("pgbench run %d reported no latency for %s", run+1, breakdownSteps[i].table)
+				}
+				samples[j] = append(samples[j], l)
+			}
+		}
+		for j, i := range group {
+			us := median(samples[j]) * 1000
+			if breakdownSteps[i].reference() {
+				if candidates {
+					rows[i].candidatesUs = us
+				} else {
+					rows[i].us = us
+				}
+				rows[i].step = breakdownSteps[i]
+				continue
+			}
+			rows[i] = breakdownRow{step: breakdownSteps[i], us: us}
+		}
 	}
 	return rows, nil
 }
 
 // reportBreakdown prints each step's latency, what it adds to the step it
 // follows (the real fence: to the last step of its branch), and what it
-// adds to the empty trigger. The table without a trigger is printed for
-// reference only: with a foreign key, its INSERT has measured slower than
-// the empty trigger's.
+// adds to the empty trigger, the candidates against the reference tables
+// of their own runs, which are printed again before them. The table
+// without a trigger is printed for reference only: with a foreign key, its
+// INSERT has measured slower than the empty trigger's.
 func reportBreakdown(w io.Writer, rows []breakdownRow) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "fsync off, another tenant fenced, one-row INSERT\tµs/stmt\tadds to the row it follows, µs\tadds to the floor, µs\t")
 	us := map[string]float64{}
+	candidatesUs := map[string]float64{}
 	for _, r := range rows {
-		us[r.step.table] = r.us
-	}
-	floor := us["bd_floor"]
-	for _, r := range rows {
-		if r.step.after == "" {
-			fmt.Fprintf(tw, "%s\t%.1f\t-\t-\t\n", r.step.name, r.us)
-			continue
+		if r.step.reference() {
+			us[r.step.table], candidatesUs[r.step.table] = r.us, r.candidatesUs
+		} else if r.step.candidate() {
+			candidatesUs[r.step.table] = r.us
+		} else {
+			us[r.step.table] = r.us
 		}
-		fmt.Fprintf(tw, "%s\t%.1f\t%+.1f (%s)\t%+.1f\t\n", r.step.name, r.us, r.us-us[r.step.after], r.step.after, r.us-floor)
+	}
+	line := func(r breakdownRow, by map[string]float64, name string, v float64) {
+		if r.step.after == "" {
+			fmt.Fprintf(tw, "%s\t%.1f\t-\t-\t\n", name, v)
+			return
+		}
+		fmt.Fprintf(tw, "%s\t%.1f\t%+.1f (%s)\t%+.1f\t\n", name, v, v-by[r.step.after], r.step.after, v-by["bd_floor"])
+	}
+	for _, r := range rows {
+		if !r.step.candidate() {
+			line(r, us, r.step.name, r.us)
+		}
+	}
+	for _, r := range rows {
+		if r.step.reference() {
+			line(r, candidatesUs, r.step.name+", in the candidates' runs", r.candidatesUs)
+		}
+	}
+	for _, r := range rows {
+		if r.step.candidate() {
+			line(r, candidatesUs, r.step.name, r.us)
+		}
 	}
 	tw.Flush()
 }

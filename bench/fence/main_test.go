@@ -110,6 +110,11 @@ func TestBreakdownReportsEveryStep(t *testing.T) {
 	for _, r := range rows {
 		require.Positive(t, r.us, r.step.name)
 		require.Contains(t, out.String(), r.step.name)
+		if r.step.reference() {
+			require.Positive(t, r.candidatesUs, r.step.name)
+			require.Contains(t, out.String(), r.step.name+", in the candidates' runs")
+		}
 	}
 	require.Contains(t, out.String(), "(bd_generate)")
+	require.Contains(t, out.String(), "(bd_row_floor)")
 }
