@@ -306,6 +306,14 @@ type breakdownRow struct {
 // tenants the INSERTs write, and one more, fenced, whose bit none of them
 // shares; rounds rotations of pgbench runs of runTime each.
 func breakdown(ctx context.Context, n, rounds int, runTime time.Duration) ([]breakdownRow, error) {
+	return inBreakdownDatabase(ctx, n, func(url string, _ int64) ([]breakdownRow, error) {
+		return runBreakdown(ctx, url, n, rounds, runTime)
+	})
+}
+
+// inBreakdownDatabase sets up the breakdown's database, with n tenants the
+// INSERTs write and host, the fenced one, and returns what run returns.
+func inBreakdownDatabase(ctx context.Context, n int, run func(url string, host int64) ([]breakdownRow, error)) ([]breakdownRow, error) {
 	server, err := ephemeralpg.Start(ctx, ephemeralpg.Options{Fsync: false})
 	if err != nil {
 		return nil, fmt.Errorf("start server: %w", err)
@@ -367,7 +375,7 @@ func breakdown(ctx context.Context, n, rounds int, runTime time.Duration) ([]bre
 	if _, err := pool.Exec(ctx, fmt.Sprintf("CREATE OR REPLACE FUNCTION bench_fenced_bits() RETURNS int8 LANGUAGE sql STABLE AS $$ SELECT %d::int8 $$", marker)); err != nil {
 		return nil, fmt.Errorf("set the candidates' constant: %w", err)
 	}
-	return runBreakdown(ctx, url, n, rounds, runTime)
+	return run(url, host)
 }
 
 // runBreakdown runs pgbench -r over one script of an INSERT per step, the
@@ -458,11 +466,12 @@ func reportBreakdown(w io.Writer, rows []breakdownRow) {
 	us := map[string]float64{}
 	candidatesUs := map[string]float64{}
 	for _, r := range rows {
-		if r.step.reference() {
+		switch {
+		case r.step.reference():
 			us[r.step.table], candidatesUs[r.step.table] = r.us, r.candidatesUs
-		} else if r.step.candidate() {
+		case r.step.candidate():
 			candidatesUs[r.step.table] = r.us
-		} else {
+		default:
 			us[r.step.table] = r.us
 		}
 	}

@@ -2,9 +2,13 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -117,4 +121,34 @@ func TestBreakdownReportsEveryStep(t *testing.T) {
 	}
 	require.Contains(t, out.String(), "(bd_generate)")
 	require.Contains(t, out.String(), "(bd_row_floor)")
+}
+
+// The breakdown's steps and candidates that compare a tenant's fence bit
+// refuse a row of the fenced tenant and admit one of a written tenant: the
+// rows they time took the admitted path, not one that admits everything.
+func TestBreakdownStepsRefuseTheFencedTenant(t *testing.T) {
+	t.Parallel()
+	checked := 0
+	_, err := inBreakdownDatabase(t.Context(), 3, func(url string, host int64) ([]breakdownRow, error) {
+		conn, err := pgx.Connect(t.Context(), url)
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = conn.Close(context.WithoutCancel(t.Context())) }()
+		for _, st := range breakdownSteps {
+			// The floors and the hash's candidate compare no fence bit.
+			if !slices.Contains([]string{"bits", "parents", "execute"}, st.step) && (!st.candidate() || st.table == "bd_row_floor" || st.table == "bd_row_hash") {
+				continue
+			}
+			insert := fmt.Sprintf("INSERT INTO %s (%s, body) VALUES ($1, 'hello world')", st.table, st.column)
+			_, err := conn.Exec(t.Context(), insert, host)
+			require.ErrorContains(t, err, "share", st.table)
+			_, err = conn.Exec(t.Context(), insert, 1)
+			require.NoError(t, err, st.table)
+			checked++
+		}
+		return nil, nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, 8, checked)
 }
