@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -419,13 +417,7 @@ func runBreakdown(ctx context.Context, url string, n, rounds int, runTime time.D
 			if err := os.WriteFile(path, []byte(script.String()), 0o600); err != nil {
 				return nil, err
 			}
-			cmd := exec.CommandContext(ctx, bin, "-n", "-r", "-M", "prepared", "-T", strconv.Itoa(max(1, int(runTime.Seconds()))), "-f", path, url)
-			var out, stderr bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &stderr
-			if err := cmd.Run(); err != nil {
-				return nil, fmt.Errorf("pgbench run %d: %w: %s", run+1, err, strings.TrimSpace(stderr.String()))
-			}
-			latencies, err := parseStatementLatencies(out.String())
+			latencies, err := pgbenchLatencies(ctx, bin, url, path, max(1, int(runTime.Seconds())))
 			if err != nil {
 				return nil, fmt.Errorf("pgbench run %d: %w", run+1, err)
 			}

@@ -85,13 +85,7 @@ func pgbenchKind(ctx context.Context, url, configName string, k kind, n int, bus
 	}
 	samples := make([][]float64, len(pgbenchStatements))
 	for run := range pgbenchRuns {
-		cmd := exec.CommandContext(ctx, bin, "-n", "-r", "-M", "prepared", "-T", strconv.Itoa(int(pgbenchTime.Seconds())), "-f", paths[run%len(paths)], url)
-		var out, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &stderr
-		if err := cmd.Run(); err != nil {
-			return nil, fmt.Errorf("pgbench run %d: %w: %s", run+1, err, strings.TrimSpace(stderr.String()))
-		}
-		latencies, err := parseStatementLatencies(out.String())
+		latencies, err := pgbenchLatencies(ctx, bin, url, paths[run%len(paths)], int(pgbenchTime.Seconds()))
 		if err != nil {
 			return nil, fmt.Errorf("pgbench run %d: %w", run+1, err)
 		}
@@ -122,6 +116,19 @@ func pgbenchKind(ctx context.Context, url, configName string, k kind, n int, bus
 			unfenced: us[i], fenced: us[i+1], floor: us[i+2], target: target})
 	}
 	return rows, nil
+}
+
+// pgbenchLatencies runs pgbench -r (one client, -M prepared) once over the
+// script at path for secs seconds against url, and returns each
+// statement's average latency in milliseconds, by its text.
+func pgbenchLatencies(ctx context.Context, bin, url, path string, secs int) (map[string]float64, error) {
+	cmd := exec.CommandContext(ctx, bin, "-n", "-r", "-M", "prepared", "-T", strconv.Itoa(secs), "-f", path, url)
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return parseStatementLatencies(out.String())
 }
 
 // parseStatementLatencies reads pgbench -r's per-statement section: each
