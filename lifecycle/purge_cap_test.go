@@ -2,7 +2,6 @@ package lifecycle_test
 
 import (
 	"context"
-
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +13,17 @@ import (
 	"github.com/tombstoneworks/communitydeletion/internal/fixture"
 	"github.com/tombstoneworks/communitydeletion/lifecycle"
 )
+
+// newCapScene is a purge scene and an engine of the executor's role whose
+// lock waits outlast the row locks the cap tests hold.
+func newCapScene(t *testing.T) (*testBundle, purgeScene, *lifecycle.Engine) {
+	t.Helper()
+	b := setup(t)
+	s := b.newPurgeScene(t)
+	engine, err := lifecycle.NewEngine(t.Context(), fixture.RolePool(t, b.URL, fixture.RoleExecutor), &lifecycle.Opts{LockWait: time.Minute})
+	require.NoError(t, err)
+	return b, s, engine
+}
 
 // A batch that runs past its statement cap (twice TxBudget) is rolled back
 // and tried again a quarter the size, reported as OverCap with its rows
@@ -27,11 +37,8 @@ import (
 // stop or never wait that long).
 func TestPurgePostgresRetriesABatchOverItsCapSmallerThenUncapped(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b, s, engine := newCapScene(t)
 	ctx := t.Context()
-	s := b.newPurgeScene(t)
-	engine, err := lifecycle.NewEngine(ctx, fixture.RolePool(t, b.URL, fixture.RoleExecutor), &lifecycle.Opts{LockWait: time.Minute})
-	require.NoError(t, err)
 
 	holder, err := b.Pool.Begin(ctx)
 	require.NoError(t, err)
@@ -122,11 +129,8 @@ func TestPurgeStatementCapKeepsAShorterSessionTimeout(t *testing.T) {
 // in between (a capped one would be cancelled first, and reported).
 func TestPurgePostgresStaysUncappedWhileRowsCostMoreThanTheCap(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b, s, engine := newCapScene(t)
 	ctx := t.Context()
-	s := b.newPurgeScene(t)
-	engine, err := lifecycle.NewEngine(ctx, fixture.RolePool(t, b.URL, fixture.RoleExecutor), &lifecycle.Opts{LockWait: time.Minute})
-	require.NoError(t, err)
 
 	hold := func(sql string) (pgx.Tx, int32) {
 		tx, err := b.Pool.Begin(ctx)
