@@ -160,7 +160,7 @@ func TestSettleMakesTheFenceDormantOnlyWhenNothingIsInFlight(t *testing.T) {
 
 	// Tenant 3 deleted, tenant 2 back to active by an abort.
 	d.purgeAndTombstone(t, 3)
-	require.Equal(t, fenceBit(t, b, 2), settle())
+	require.Equal(t, fenceBits(t, b, 2), settle())
 	require.False(t, dormant(t, b), "tenant 2 still quiescing")
 	d.abortDeletion(t, 2)
 	state, _ := b.communityState(t, tenantUUID(2))

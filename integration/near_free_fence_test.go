@@ -77,12 +77,15 @@ func marker(t *testing.T, b *testBundle) int64 {
 	return m
 }
 
-// fenceBit is community's marker bit, by the database's own function.
-func fenceBit(t *testing.T, b *testBundle, key int) int64 {
+// fenceBits is the marker bits of tenant key's community, by the
+// database's own function, from its lifecycle row.
+func fenceBits(t *testing.T, b *testBundle, key int) int64 {
 	t.Helper()
-	var bit int64
-	require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT community_deletion_fence_bit($1)", tenantUUID(key)).Scan(&bit))
-	return bit
+	var bits int64
+	require.NoError(t, b.pool.QueryRow(t.Context(),
+		"SELECT community_deletion_fence_bits(c.id, c.tenant_key) FROM community_deletion.communities c WHERE c.id = $1",
+		tenantUUID(key)).Scan(&bits))
+	return bits
 }
 
 // holdsLocks reports, for the open transaction of conn, whether it holds
@@ -247,9 +250,9 @@ func TestNearFreeFenceTakesItsPathOnlyWhileItMay(t *testing.T) {
 	requireRepeatableReadRefused()
 
 	b.walkTenant(t, 2, "fenced")
-	require.Equal(t, fenceBit(t, b, 2), marker(t, b))
+	require.Equal(t, fenceBits(t, b, 2), marker(t, b))
 	require.False(t, dormant(t, b), "a community left active: the fence is armed")
-	require.NotEqual(t, fenceBit(t, b, 1), fenceBit(t, b, 2), "the test's tenants need bits of their own")
+	require.Zero(t, fenceBits(t, b, 1)&fenceBits(t, b, 2), "the test's tenants need bits of their own")
 	m, c, err = inTx(insertConversation, 1)
 	require.NoError(t, err)
 	require.Equal(t, [2]bool{true, false}, [2]bool{m, c}, "another tenant in flight: still the near-free path")
@@ -322,7 +325,7 @@ func TestQuiesceWaitsForWritesAdmittedOnTheNearFreePath(t *testing.T) {
 			state, _ := b.communityState(t, tenantUUID(2))
 			require.Equal(t, "quiescing", state)
 			require.Equal(t, 1, d.rowsOf(t, 2, "admitted"))
-			require.Equal(t, fenceBit(t, b, 2), marker(t, b)&fenceBit(t, b, 2))
+			require.Equal(t, fenceBits(t, b, 2), marker(t, b)&fenceBits(t, b, 2))
 
 			_, err = d.serving.Exec(ctx, "INSERT INTO svc.conversations (account_id, body) VALUES (2, 'late')")
 			requireSQLState(t, err, sqlstateFenced, "community write to conversations refused: community 2 is quiescing")
@@ -421,7 +424,7 @@ func TestSettleNeverClearsTheBitOfACommunityLeavingActive(t *testing.T) {
 			b := d.b
 			ctx := t.Context()
 			b.walkTenant(t, 3, "quiescing") // arms the fence, so writes read the marker
-			bit2, bit3 := fenceBit(t, b, 2), fenceBit(t, b, 3)
+			bit2, bit3 := fenceBits(t, b, 2), fenceBits(t, b, 3)
 			d.approveDeletion(t, 2)
 			if unlocked {
 				var def string
@@ -458,7 +461,7 @@ func TestSettleNeverClearsTheBitOfACommunityLeavingActive(t *testing.T) {
 				_, err = d.serving.Exec(ctx, "INSERT INTO svc.conversations (account_id, body) VALUES (2, 'late')")
 				require.NoError(t, err, "a write of a quiescing community, admitted on the near-free path")
 				require.Contains(t, rawDrift(t, b), driftRow{"community_deletion_fence_marker",
-					"fence_marker: community 2 is quiescing, but the fence marker lacks its bit, so bound tables would admit its writes; " +
+					"fence_marker: community 2 is quiescing, but the fence marker lacks its bits, so bound tables would admit its writes; " +
 						"run SELECT community_deletion.community_deletion_settle_fence_marker()"})
 				return
 			}
@@ -488,7 +491,7 @@ func TestSettleClearsOnlyWhatIsNoLongerInFlight(t *testing.T) {
 
 	b.walkTenant(t, 2, "quiescing")
 	b.walkTenant(t, 3, "fenced")
-	both := fenceBit(t, b, 2) | fenceBit(t, b, 3)
+	both := fenceBits(t, b, 2) | fenceBits(t, b, 3)
 	require.Equal(t, both, marker(t, b))
 	require.Equal(t, both, settle())
 
@@ -497,9 +500,9 @@ func TestSettleClearsOnlyWhatIsNoLongerInFlight(t *testing.T) {
 	require.NoError(t, b.exec(t, "SELECT setval('community_deletion.community_deletion_fence_marker', 0)"))
 	report := rawDrift(t, b)
 	require.Contains(t, report, driftRow{"community_deletion_fence_marker", "fence_marker: community 2 is quiescing, but the fence marker " +
-		"lacks its bit, so bound tables would admit its writes; run SELECT community_deletion.community_deletion_settle_fence_marker()"})
+		"lacks its bits, so bound tables would admit its writes; run SELECT community_deletion.community_deletion_settle_fence_marker()"})
 	require.Contains(t, report, driftRow{"community_deletion_fence_marker", "fence_marker: community 3 is fenced, but the fence marker " +
-		"lacks its bit, so bound tables would admit its writes; run SELECT community_deletion.community_deletion_settle_fence_marker()"})
+		"lacks its bits, so bound tables would admit its writes; run SELECT community_deletion.community_deletion_settle_fence_marker()"})
 	require.Equal(t, both, settle())
 	require.Empty(t, rawDrift(t, b))
 
@@ -507,7 +510,7 @@ func TestSettleClearsOnlyWhatIsNoLongerInFlight(t *testing.T) {
 	// refused by the foreign key while the marker is 0 for it.
 	d.purgeAndTombstone(t, 3)
 	require.Equal(t, both, marker(t, b), "only a settle clears a bit")
-	require.Equal(t, fenceBit(t, b, 2), settle())
+	require.Equal(t, fenceBits(t, b, 2), settle())
 	_, err := d.serving.Exec(ctx, "INSERT INTO svc.conversations (account_id, body) VALUES (3, 'late')")
 	requireSQLState(t, err, pgerrcode.ForeignKeyViolation, "conversations_account_id_fkey")
 
@@ -519,7 +522,7 @@ func TestSettleClearsOnlyWhatIsNoLongerInFlight(t *testing.T) {
 	require.NoError(t, err)
 	markerLock, _ := holdsLocks(t, b, d.serving.PgConn().PID(), 1)
 	require.True(t, markerLock)
-	require.Equal(t, fenceBit(t, b, 2), settle())
+	require.Equal(t, fenceBits(t, b, 2), settle())
 	require.NoError(t, writer.Rollback(ctx))
 
 	// Refused where it could read uncommitted or stale states, and to the
@@ -558,7 +561,7 @@ func TestDriftJudgesTheMarkerUnderItsLock(t *testing.T) {
 	ctx := t.Context()
 	b.walkTenant(t, 2, "quiescing")
 	b.walkTenant(t, 3, "fenced")
-	require.Equal(t, fenceBit(t, b, 2)|fenceBit(t, b, 3), marker(t, b))
+	require.Equal(t, fenceBits(t, b, 2)|fenceBits(t, b, 3), marker(t, b))
 
 	settler, _ := executorConn(t, b)
 	settle, err := settler.Begin(ctx)
@@ -585,7 +588,7 @@ func TestDriftJudgesTheMarkerUnderItsLock(t *testing.T) {
 	d.purgeAndTombstone(t, 3)
 	var settled int64
 	require.NoError(t, settle.QueryRow(ctx, "SELECT community_deletion.community_deletion_settle_fence_marker()").Scan(&settled))
-	require.Equal(t, fenceBit(t, b, 2), settled)
+	require.Equal(t, fenceBits(t, b, 2), settled)
 	require.NoError(t, settle.Commit(ctx))
 	require.Empty(t, <-reported, "the report saw the states the settle saw")
 

@@ -828,6 +828,7 @@ func TestEveryInstalledFunctionIsSealed(t *testing.T) {
 		"community_deletion_lock_key(uuid)": true, "enforce_community_write_fence()": true,
 		"enforce_community_write_fence_row()": true, "community_deletion_tenant_uuid(text)": true,
 		"community_deletion_fence_bit(uuid)": true, "community_deletion_fence_armed()": true,
+		"community_deletion_fence_key_bit(text)": true,
 	}
 	// The proofs read tenant tables with row security off, so a policy that
 	// would hide a row is an error, not a skip.
@@ -848,7 +849,8 @@ func TestEveryInstalledFunctionIsSealed(t *testing.T) {
 		"enforce_community_truncate_fence()": true, "community_deletion_tenant_schema(oid)": true,
 		"community_deletion_fence_bound(oid,name,jsonb)": true, "community_deletion_bound_args(text[])": true,
 		"community_deletion_fence_bit(uuid)": true, "community_deletion_fence_armed()": true,
-		"community_deletion_fence_dormant()": true,
+		"community_deletion_fence_dormant()": true, "community_deletion_fence_key_bit(text)": true,
+		"community_deletion_fence_bits(uuid,text)": true,
 	}
 	require.NotEmpty(t, functions)
 	for _, f := range functions {

@@ -285,6 +285,11 @@ var legacyProbes = map[int64][]check{
 	38: { // 00038_community_deletion_dormant_return_in_one_expression.sql
 		functionBody("enforce_community_write_fence()", "RETURN admitted;"),
 	},
+	39: { // 00039_community_deletion_fence_key_bits.sql
+		function("community_deletion_fence_key_bit(text)"),
+		function("community_deletion_fence_bits(uuid,text)"),
+		functionBody("enforce_community_write_fence()", "community_deletion_fence_key_bit(k.key)"),
+	},
 }
 
 // querier is what probes and the version-table reads run on: a *sql.DB,

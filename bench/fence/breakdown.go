@@ -64,7 +64,7 @@ var breakdownSteps = []breakdownStep{
 	{name: "+ the marker read", table: "bd_marker", column: "account_id", step: "marker", after: "bd_lock"},
 	{name: "+ one query counting the statement's rows", table: "bd_scan", column: "account_id", step: "scan", after: "bd_marker"},
 	{name: "+ one query reading the statement's keys (to_jsonb)", table: "bd_keys", column: "account_id", step: "keys", after: "bd_marker"},
-	{name: "+ that query, ORing the keys' fence bits", table: "bd_bits", column: "account_id", step: "bits", after: "bd_marker"},
+	{name: "+ that query, ORing the keys' bits (community_deletion_fence_key_bit)", table: "bd_bits", column: "account_id", step: "bits", after: "bd_marker"},
 	{name: "the fence, a key of the table's own", table: "bd_fenced", column: "account_id", after: "bd_bits"},
 	{name: "child: + one query reading the referencing values", table: "bd_refs", column: "parent_id", step: "refs", after: "bd_marker"},
 	{name: "child: + one dynamic query ORing the bits of the parents they name", table: "bd_parents", column: "parent_id", step: "parents", after: "bd_refs"},
@@ -146,7 +146,7 @@ BEGIN
                 END LOOP;
                 IF TG_ARGV[0] = 'refs' THEN RETURN NULL; END IF;
                 EXECUTE 'SELECT pg_catalog.array_agg(b.key) FROM (' || parents || ') b (key)' INTO keys;
-                SELECT pg_catalog.bit_or(community_deletion.community_deletion_fence_bit(community_deletion.community_deletion_tenant_uuid(k.key))) INTO bits
+                SELECT pg_catalog.bit_or(community_deletion.community_deletion_fence_key_bit(k.key)) INTO bits
                 FROM pg_catalog.unnest(keys) k (key);
             ELSIF TG_ARGV[1] = 'through' THEN
                 q := community_deletion.community_deletion_fence_query(TG_OP, args);
@@ -163,7 +163,7 @@ BEGIN
                 SELECT pg_catalog.array_agg(pg_catalog.to_jsonb(n) ->> TG_ARGV[1]) INTO keys FROM community_fence_new n;
                 RETURN NULL;
             ELSE
-                SELECT pg_catalog.bit_or(community_deletion.community_deletion_fence_bit(community_deletion.community_deletion_tenant_uuid(k.key))) INTO bits
+                SELECT pg_catalog.bit_or(community_deletion.community_deletion_fence_key_bit(k.key)) INTO bits
                 FROM (SELECT pg_catalog.to_jsonb(n) ->> TG_ARGV[1] FROM community_fence_new n) k (key);
             END IF;
             IF bits IS NULL OR (bits & marker) <> 0 THEN
@@ -184,7 +184,7 @@ CREATE FUNCTION bench_row_by_name() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE admitted int4;
 BEGIN
     IF pg_catalog.current_setting('transaction_isolation') = 'read committed'
-       AND (bench_fenced_bits() & community_deletion.community_deletion_fence_bit(community_deletion.community_deletion_tenant_uuid(pg_catalog.to_jsonb(NEW) ->> TG_ARGV[0]))) = 0 THEN
+       AND (bench_fenced_bits() & community_deletion.community_deletion_fence_key_bit(pg_catalog.to_jsonb(NEW) ->> TG_ARGV[0])) = 0 THEN
         RETURN admitted;
     END IF;
     RAISE EXCEPTION 'the breakdown measures the admitted path, and this row''s tenant shares the fenced one''s bit';
@@ -194,7 +194,7 @@ CREATE FUNCTION bench_row_direct() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE admitted int4;
 BEGIN
     IF pg_catalog.current_setting('transaction_isolation') = 'read committed'
-       AND (bench_fenced_bits() & community_deletion.community_deletion_fence_bit(community_deletion.community_deletion_tenant_uuid(NEW.account_id::text))) = 0 THEN
+       AND (bench_fenced_bits() & community_deletion.community_deletion_fence_key_bit(NEW.account_id::text)) = 0 THEN
         RETURN admitted;
     END IF;
     RAISE EXCEPTION 'the breakdown measures the admitted path, and this row''s tenant shares the fenced one''s bit';
@@ -206,13 +206,13 @@ BEGIN
     IF pg_catalog.current_setting('transaction_isolation') = 'read committed'
        AND pg_catalog.pg_try_advisory_xact_lock_shared(1668246884, 1718510437)
        AND (pg_catalog.pg_sequence_last_value('community_deletion.community_deletion_fence_marker'::pg_catalog.regclass)
-            & community_deletion.community_deletion_fence_bit(community_deletion.community_deletion_tenant_uuid(NEW.account_id::text))) = 0 THEN
+            & community_deletion.community_deletion_fence_key_bit(NEW.account_id::text)) = 0 THEN
         RETURN admitted;
     END IF;
     RAISE EXCEPTION 'the breakdown measures the admitted path, and this row''s tenant shares the fenced one''s bit';
 END
 $$;
--- A bit the fence does not use: a hash of the key itself, no md5 and no
+-- A bit the fence does not use: a hash of the key itself, with no
 -- text. 2 is a bit no such hash gives (it gives the even ones).
 CREATE FUNCTION bench_row_hash() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE admitted int4;
@@ -231,7 +231,7 @@ DECLARE
 BEGIN
     SELECT p.account_id INTO tenant FROM bench_projects p WHERE p.id = NEW.parent_id;
     IF pg_catalog.current_setting('transaction_isolation') = 'read committed'
-       AND (bench_fenced_bits() & community_deletion.community_deletion_fence_bit(community_deletion.community_deletion_tenant_uuid(tenant::text))) = 0 THEN
+       AND (bench_fenced_bits() & community_deletion.community_deletion_fence_key_bit(tenant::text)) = 0 THEN
         RETURN admitted;
     END IF;
     RAISE EXCEPTION 'the breakdown measures the admitted path, and this row''s tenant shares the fenced one''s bit';
@@ -344,12 +344,13 @@ func inBreakdownDatabase(ctx context.Context, n int, run func(url string, host i
 			return nil, err
 		}
 	}
-	// The fenced tenant: the first key past the written ones whose bit
-	// none of them has.
+	// The fenced tenant: the first key past the written ones none of whose
+	// marker bits (its uuid's and its key's, community_deletion_fence_bits())
+	// any of them has, so that every step and candidate admits them.
 	var host int64
 	if err := pool.QueryRow(ctx, `SELECT k FROM generate_series($1::bigint + 1, $1::bigint + 100000) k
-		WHERE community_deletion.community_deletion_fence_bit(community_deletion.community_deletion_tenant_uuid(k::text))
-		      & (SELECT bit_or(community_deletion.community_deletion_fence_bit(community_deletion.community_deletion_tenant_uuid(i::text)))
+		WHERE community_deletion.community_deletion_fence_bits(community_deletion.community_deletion_tenant_uuid(k::text), k::text)
+		      & (SELECT bit_or(community_deletion.community_deletion_fence_bits(community_deletion.community_deletion_tenant_uuid(i::text), i::text))
 		         FROM generate_series(1, $1::bigint) i) = 0
 		ORDER BY k LIMIT 1`, n).Scan(&host); err != nil {
 		return nil, fmt.Errorf("pick the fenced tenant: %w", err)
