@@ -219,6 +219,9 @@ func measureKind(ctx context.Context, server *ephemeralpg.Server, cfg config, s 
 		if err := fenceAnotherTenant(ctx, url, k.inFlight); err != nil {
 			return nil, fmt.Errorf("fence another tenant: %w", err)
 		}
+		if err := noteSharedBits(ctx, pool, cfg.name+", "+k.name); err != nil {
+			return nil, err
+		}
 		busy, err := pgbenchKind(ctx, url, cfg.name, k, len(keys), true)
 		for i := range busy {
 			busy[i].config += ", another tenant fenced"
@@ -333,6 +336,9 @@ func measureKind(ctx context.Context, server *ephemeralpg.Server, cfg config, s 
 	if err := fenceAnotherTenant(ctx, url, k.inFlight); err != nil {
 		return nil, fmt.Errorf("fence another tenant: %w", err)
 	}
+	if err := noteSharedBits(ctx, pool, c); err != nil {
+		return nil, err
+	}
 	offset := func(w func(table string) func(i int) error, by int) func(table string) func(i int) error {
 		return func(table string) func(i int) error {
 			op := w(table)
@@ -404,6 +410,23 @@ func fenceAnotherTenant(ctx context.Context, url, host string) error {
 	}
 	_, err = clients.Engine.EnterFenced(ctx, claim.Lease)
 	return err
+}
+
+// noteSharedBits says how many active tenants have a key bit the fence
+// marker holds once the other tenant is fenced: path 0 sends their
+// statements to the full fence, so the rows with another tenant fenced
+// weigh the full fence by that share.
+func noteSharedBits(ctx context.Context, pool *pgxpool.Pool, config string) error {
+	var sharing, active int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE community_deletion.community_deletion_fence_key_bit(coalesce(c.tenant_key, c.id::text))
+		                                       & pg_sequence_last_value('community_deletion.community_deletion_fence_marker') <> 0),
+		       count(*)
+		FROM community_deletion.communities c WHERE c.deletion_state = 'active'`).Scan(&sharing, &active); err != nil {
+		return fmt.Errorf("count the tenants that share a marker bit: %w", err)
+	}
+	fmt.Fprintf(os.Stderr, "note: %s: %d of %d active tenants have a key bit the fence marker holds, so their statements take the full fence\n",
+		config, sharing, active)
+	return nil
 }
 
 // warmUp is the single-row INSERTs per table that warm the tables and the
