@@ -219,8 +219,10 @@ func measureKind(ctx context.Context, server *ephemeralpg.Server, cfg config, s 
 		if err := fenceAnotherTenant(ctx, url, k.inFlight); err != nil {
 			return nil, fmt.Errorf("fence another tenant: %w", err)
 		}
-		if err := noteSharedBits(ctx, pool, cfg.name+", "+k.name); err != nil {
-			return nil, err
+		if k.bound {
+			if err := noteSharedBits(ctx, pool, cfg.name+", "+k.name); err != nil {
+				return nil, err
+			}
 		}
 		busy, err := pgbenchKind(ctx, url, cfg.name, k, len(keys), true)
 		for i := range busy {
@@ -336,8 +338,10 @@ func measureKind(ctx context.Context, server *ephemeralpg.Server, cfg config, s 
 	if err := fenceAnotherTenant(ctx, url, k.inFlight); err != nil {
 		return nil, fmt.Errorf("fence another tenant: %w", err)
 	}
-	if err := noteSharedBits(ctx, pool, c); err != nil {
-		return nil, err
+	if k.bound {
+		if err := noteSharedBits(ctx, pool, c); err != nil {
+			return nil, err
+		}
 	}
 	offset := func(w func(table string) func(i int) error, by int) func(table string) func(i int) error {
 		return func(table string) func(i int) error {
@@ -413,8 +417,8 @@ func fenceAnotherTenant(ctx context.Context, url, host string) error {
 }
 
 // noteSharedBits says how many active tenants have a key bit the fence
-// marker holds once the other tenant is fenced: path 0 sends their
-// statements to the full fence, so the rows with another tenant fenced
+// marker holds once the other tenant is fenced: path 0 of a bound fence
+// sends their statements to the full fence, so the rows with another tenant fenced
 // weigh the full fence by that share.
 func noteSharedBits(ctx context.Context, pool *pgxpool.Pool, config string) error {
 	var sharing, active int
