@@ -17,7 +17,8 @@ import (
 // the marker's lock, so the new fence still refuses the tenant's writes.
 // The broken variant puts the marker back as 00038 left it, which is what
 // an upgrade without that step would leave: the new fence then admits a
-// row of the fenced tenant on path 0.
+// row of the fenced tenant on path 0, from the service's login and from
+// the table's owner alike.
 func TestFenceKeyBitsUpgradeKeepsATenantInFlightFenced(t *testing.T) {
 	t.Parallel()
 	for _, kind := range []string{"bigint", "uuid"} {
@@ -29,7 +30,7 @@ func TestFenceKeyBitsUpgradeKeepsATenantInFlightFenced(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
 				ctx := t.Context()
-				b, serving, table, column, key := bitsDeployment(t, kind)
+				b, owner, serving, table, column, key := bitsDeployment(t, kind)
 				migrator, err := migration.Open(ctx, b.url)
 				require.NoError(t, err)
 				defer migrator.Close()
@@ -53,13 +54,21 @@ func TestFenceKeyBitsUpgradeKeepsATenantInFlightFenced(t *testing.T) {
 					require.NoError(t, err)
 				}
 
+				// The service's login and the login that owns the table,
+				// which no trigger exempts; it writes as a member of
+				// community_deletion_serving, as docs/roles.md says every
+				// writer must be (outside it, the fence refuses with 42501).
+				require.NoError(t, b.exec(t, "GRANT community_deletion_serving TO "+owner.name))
 				insert := fmt.Sprintf("INSERT INTO %s (%s, body) VALUES ($1, 'late')", table, column)
 				_, err = serving.Exec(ctx, insert, key(2))
+				_, ownerErr := owner.conn.Exec(ctx, insert, key(2))
 				if broken {
 					require.NoError(t, err, "a marker without the key bits lets the new fence admit the fenced tenant's row")
+					require.NoError(t, ownerErr, "and the owner's")
 					return
 				}
 				requireSQLState(t, err, sqlstateFenced, "is fenced")
+				requireSQLState(t, ownerErr, sqlstateFenced, "is fenced")
 				_, err = serving.Exec(ctx, insert, key(1))
 				require.NoError(t, err, "an active tenant whose bits the marker lacks is admitted")
 			})

@@ -28,7 +28,7 @@ func TestNearFreeFenceSeesEveryRowOfAStatement(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
-				b, serving, table, column, key := bitsDeployment(t, kind)
+				b, _, serving, table, column, key := bitsDeployment(t, kind)
 				ctx := t.Context()
 				if broken {
 					var def string
@@ -97,12 +97,13 @@ func TestNearFreeFenceSeesEveryRowOfAStatement(t *testing.T) {
 
 // bitsDeployment is a service with one bound table, keyed by a bigint
 // account id or a uuid organization id with a foreign key to its tenant
-// table, and tenants 1, 2 and 3, each with a row. It returns the table, its
-// key column, and the key of tenant k as the table stores it.
-func bitsDeployment(t *testing.T, kind string) (b *testBundle, serving *pgx.Conn, table, column string, key func(int) any) {
+// table, and tenants 1, 2 and 3, each with a row. It returns the login that
+// owns the tables, the table, its key column, and the key of tenant k as
+// the table stores it.
+func bitsDeployment(t *testing.T, kind string) (b *testBundle, owner serviceOwner, serving *pgx.Conn, table, column string, key func(int) any) {
 	t.Helper()
 	b = setupBare(t)
-	owner := newServiceOwner(t, b)
+	owner = newServiceOwner(t, b)
 	switch kind {
 	case "bigint":
 		table, column, key = "svc.conversations", "account_id", func(k int) any { return int64(k) }
@@ -136,5 +137,5 @@ func bitsDeployment(t *testing.T, kind string) (b *testBundle, serving *pgx.Conn
 		FROM pg_trigger WHERE tgrelid = $1::regclass AND tgname = 'community_write_fence_insert'`, table).Scan(&args))
 	require.Contains(t, args, "bound", "the table's fence is bound")
 	require.Empty(t, rawDrift(t, b))
-	return b, serving, table, column, key
+	return b, owner, serving, table, column, key
 }

@@ -418,8 +418,8 @@ func fenceAnotherTenant(ctx context.Context, url, host string) error {
 
 // noteSharedBits says how many active tenants have a key bit the fence
 // marker holds once the other tenant is fenced: path 0 of a bound fence
-// sends their statements to the full fence, so the rows with another tenant fenced
-// weigh the full fence by that share.
+// sends their statements to the full fence, so the rows with another
+// tenant fenced weigh the full fence by that share.
 func noteSharedBits(ctx context.Context, pool *pgxpool.Pool, config string) error {
 	var sharing, active int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE community_deletion.community_deletion_fence_key_bit(coalesce(c.tenant_key, c.id::text))
