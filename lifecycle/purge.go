@@ -561,15 +561,15 @@ func purgeValidateCatalog(ctx context.Context, q *dbgen.Queries) error {
 // whole check: these only move the cost of a cold session (planning the
 // check's queries, loading the catalog caches, about twice a warm check's
 // time) out of it, so that no one transaction carries the whole check cold.
+// The two small parts run first: the catalog caches they load are the
+// registered tables' part's too, which is the largest and would otherwise
+// carry them alone (at 100,000 rows on a quiet host its transaction took
+// 114 ms when first, 74-78 ms when last).
 func (r *purgeRun) precheckCatalog(ctx context.Context) error {
 	parts := []struct {
 		work string
 		list func(q *dbgen.Queries) ([]catalogProblem, error)
 	}{
-		{"catalog pre-check of the registered tables", func(q *dbgen.Queries) ([]catalogProblem, error) {
-			rows, err := q.CatalogDriftOfTables(ctx)
-			return catalogProblems(rows, func(d dbgen.CatalogDriftOfTablesRow) catalogProblem { return catalogProblem(d) }), err
-		}},
 		{"catalog pre-check of copies", func(q *dbgen.Queries) ([]catalogProblem, error) {
 			rows, err := q.CatalogDriftOfCopies(ctx)
 			return catalogProblems(rows, func(d dbgen.CatalogDriftOfCopiesRow) catalogProblem { return catalogProblem(d) }), err
@@ -577,6 +577,10 @@ func (r *purgeRun) precheckCatalog(ctx context.Context) error {
 		{"catalog pre-check of untrusted code", func(q *dbgen.Queries) ([]catalogProblem, error) {
 			rows, err := q.CatalogUntrustedCode(ctx)
 			return catalogProblems(rows, func(d dbgen.CatalogUntrustedCodeRow) catalogProblem { return catalogProblem(d) }), err
+		}},
+		{"catalog pre-check of the registered tables", func(q *dbgen.Queries) ([]catalogProblem, error) {
+			rows, err := q.CatalogDriftOfTables(ctx)
+			return catalogProblems(rows, func(d dbgen.CatalogDriftOfTablesRow) catalogProblem { return catalogProblem(d) }), err
 		}},
 	}
 	for _, part := range parts {
