@@ -22,8 +22,10 @@
 // compared with. Each purge is followed by a VACUUM of the purged tables,
 // timed apart. The executor's heap in use is sampled during the batched
 // purge. -autovacuum=false turns autovacuum off on the server, to measure
-// its share; -top N prints each purge's costliest statements, nested ones
-// included (pg_stat_statements).
+// its share; -shared-buffers sets the server's shared_buffers (PostgreSQL's
+// default, 128MB, is too small for the indexes a 10,000,000-row tenant
+// leaves behind); -top N prints each purge's costliest statements, nested
+// ones included (pg_stat_statements).
 //
 // It prints the runs side by side and checks these targets:
 //
@@ -428,6 +430,7 @@ func main() {
 	budget := flag.Duration("tx-budget", lifecycle.DefaultPurgeTxBudget, "PurgeOptions.TxBudget")
 	maxRows := flag.Int("max-rows", lifecycle.DefaultPurgeMaxRowsPerTx, "PurgeOptions.MaxRowsPerTx")
 	flag.BoolVar(&o.autovacuum, "autovacuum", true, "leave autovacuum on (false: off on the throwaway server, to measure its share)")
+	flag.StringVar(&o.sharedBuffers, "shared-buffers", "", "shared_buffers of the throwaway server (default: PostgreSQL's own, 128MB; a host sized for its data sets about a quarter of its memory)")
 	flag.IntVar(&o.top, "top", 0, "print each purge's N costliest statements, nested ones included (pg_stat_statements)")
 	flag.Float64Var(&o.recommended, "recommended-nice", 0, "the nice ratio the bystander's p99 target is checked at (default: the one docs/executor.md recommends for the host: 2 on 2 cores or fewer, else 1)")
 	strict := flag.Bool("strict", false, "exit 1 when a target is missed")
@@ -514,6 +517,8 @@ type benchOptions struct {
 	autovacuum bool
 	// top > 0 records each purge's top statements (pg_stat_statements).
 	top int
+	// sharedBuffers, when set, is the throwaway server's shared_buffers.
+	sharedBuffers string
 	// idleWindow is how long the bystander's traffic runs alone before each
 	// run; zero means defaultIdleWindow.
 	idleWindow time.Duration
@@ -564,17 +569,25 @@ func (o benchOptions) configs() []batchedConfig {
 	return cs
 }
 
-func bench(ctx context.Context, out io.Writer, d dataset, o benchOptions) (bool, error) {
+// serverConfig is the throwaway server's settings beyond ephemeralpg's.
+func (o benchOptions) serverConfig() map[string]string {
 	config := map[string]string{}
 	if !o.autovacuum {
 		config["autovacuum"] = "off"
+	}
+	if o.sharedBuffers != "" {
+		config["shared_buffers"] = o.sharedBuffers
 	}
 	if o.top > 0 {
 		config["shared_preload_libraries"] = "pg_stat_statements"
 		config["pg_stat_statements.track"] = "all"
 		config["pg_stat_statements.max"] = "10000"
 	}
-	server, err := ephemeralpg.Start(ctx, ephemeralpg.Options{Fsync: false, ExtraConfig: config})
+	return config
+}
+
+func bench(ctx context.Context, out io.Writer, d dataset, o benchOptions) (bool, error) {
+	server, err := ephemeralpg.Start(ctx, ephemeralpg.Options{Fsync: false, ExtraConfig: o.serverConfig()})
 	if err != nil {
 		return false, fmt.Errorf("start server: %w", err)
 	}
@@ -592,10 +605,10 @@ func bench(ctx context.Context, out io.Writer, d dataset, o benchOptions) (bool,
 	if err != nil {
 		return false, fmt.Errorf("build dataset: %w", err)
 	}
-	var version, autovacuum string
+	var version, autovacuum, sharedBuffers string
 	var rows int64
 	if err := withPool(ctx, url, func(pool *pgxpool.Pool) error {
-		if err := pool.QueryRow(ctx, "SELECT current_setting('server_version'), current_setting('autovacuum')").Scan(&version, &autovacuum); err != nil {
+		if err := pool.QueryRow(ctx, "SELECT current_setting('server_version'), current_setting('autovacuum'), current_setting('shared_buffers')").Scan(&version, &autovacuum, &sharedBuffers); err != nil {
 			return err
 		}
 		for _, s := range shares {
@@ -649,7 +662,7 @@ func bench(ctx context.Context, out io.Writer, d dataset, o benchOptions) (bool,
 	}
 
 	base := median(single)
-	fmt.Fprintf(out, "PostgreSQL %s, %s, autovacuum %s\n", version, durability, autovacuum)
+	fmt.Fprintf(out, "PostgreSQL %s, %s, autovacuum %s, shared_buffers %s\n", version, durability, autovacuum, sharedBuffers)
 	fmt.Fprintf(out, "purged community: %d rows in %d tables (+ %d rows of another community that must survive); median of %d run(s)\n",
 		rows, len(shares), d.otherRows, o.repeat)
 	fmt.Fprintf(out, "batched: TxBudget %s, MaxRowsPerTx %d\n\n", o.purge.TxBudget, o.purge.MaxRowsPerTx)
