@@ -385,6 +385,7 @@ func TestEveryLogRecordCarriesTheClaim(t *testing.T) {
 	require.NotContains(t, signing, "request_id")
 	levels := map[string]map[string]bool{}
 	stages := map[string]bool{}
+	var purged map[string]any
 	for _, rec := range records[1:] {
 		require.Equal(t, id.String(), rec["request_id"], rec)
 		require.Equal(t, target.id.String(), rec["community_id"], rec)
@@ -400,7 +401,14 @@ func TestEveryLogRecordCarriesTheClaim(t *testing.T) {
 			levels[level] = map[string]bool{}
 		}
 		levels[level][msg] = true
+		if strings.HasPrefix(msg, "postgres purged in ") {
+			purged = rec
+		}
 	}
+	// The purge's record times its final transaction, within its longest.
+	require.NotNil(t, purged, "no record of the purge")
+	require.Positive(t, purged["final_tx_seconds"], purged)
+	require.LessOrEqual(t, purged["final_tx_seconds"], purged["longest_tx_seconds"], purged)
 	require.True(t, levels["INFO"]["claimed at approved (lease generation "+itoa(request.LeaseGeneration)+")"], levels)
 	require.True(t, levels["INFO"]["completed"], levels)
 	require.True(t, levels["DEBUG"]["chunk 0 deleted (2 keys)"], levels)

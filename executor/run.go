@@ -807,7 +807,7 @@ func (j *job) purgePostgres(ctx context.Context) error {
 	j.event(slog.LevelInfo, Event{Message: fmt.Sprintf("postgres purged in %d batches", result.Batches), TablesRows: final},
 		slog.Int("batches", result.Batches), slog.Int64("rows", total), slog.Any("rows_by_table", final),
 		seconds("longest_tx_seconds", result.LongestTx), slog.String("longest_tx_work", result.LongestTxWork),
-		seconds("niced_seconds", result.Niced), slog.Int("batches_over_cap", result.OverCapBatches))
+		seconds("final_tx_seconds", result.FinalTx), seconds("niced_seconds", result.Niced), slog.Int("batches_over_cap", result.OverCapBatches))
 	return nil
 }
 

@@ -265,6 +265,11 @@ type PurgeResult struct {
 	// did (e.g. "batch of messages", "sweep of messages", "final proof").
 	LongestTx     time.Duration
 	LongestTxWork string
+	// FinalTx is the final transaction's duration, waits for locks
+	// included: the catalog check, the tombstone and its proof, which
+	// walks what the batches left in the indexes. Zero when this call did
+	// not commit it.
+	FinalTx time.Duration
 }
 
 // EnterPostgresPurged purges the community of a request at StageBindingsRemoved
@@ -1726,7 +1731,7 @@ func (r *purgeRun) finish(ctx context.Context) ([]string, error) {
 	var dropped []string
 	deleted := map[string]int64{}
 	nullified := map[string]int64{}
-	_, err = r.tx(ctx, "final proof", true, func(tx pgx.Tx, q *dbgen.Queries) error {
+	final, err := r.tx(ctx, "final proof", true, func(tx pgx.Tx, q *dbgen.Queries) error {
 		shapes, err := q.PurgeTableShapes(ctx)
 		if err != nil {
 			return fmt.Errorf("list registered tables: %w", err)
@@ -1802,6 +1807,7 @@ func (r *purgeRun) finish(ctx context.Context) ([]string, error) {
 	r.result.Deleted = deleted
 	r.result.Nullified = nullified
 	r.result.Dropped = dropped
+	r.result.FinalTx = final
 	return nil, nil
 }
 

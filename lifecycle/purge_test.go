@@ -185,6 +185,8 @@ func TestPurgePostgresPurgesOneCommunityAndLeavesOthersUntouched(t *testing.T) {
 	require.True(t, ok)
 	require.Greater(t, result.Batches, len(registeredTables), "a small MaxRowsPerTx splits tables into several batches")
 	require.Positive(t, result.LongestTx)
+	require.Positive(t, result.FinalTx, "the final transaction's duration")
+	require.LessOrEqual(t, result.FinalTx, result.LongestTx)
 
 	// Progress came after every batch, rows so far growing per table, the
 	// tables in child-before-parent order, each ending Done.

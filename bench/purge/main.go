@@ -383,9 +383,12 @@ type run struct {
 	batches       int
 	longestTx     time.Duration
 	longestTxWork string
-	rows          int64
-	perTable      map[string]tableRun
-	digest        string
+	// finalTx is the batched purge's final transaction
+	// (PurgeResult.FinalTx).
+	finalTx  time.Duration
+	rows     int64
+	perTable map[string]tableRun
+	digest   string
 	// vacuum is the VACUUM of the purged tables that follows the purge:
 	// the cleanup the single transaction leaves entirely to after its
 	// commit, and the batched purge partly to autovacuum while it runs.
@@ -729,8 +732,9 @@ func bench(ctx context.Context, out io.Writer, d dataset, o benchOptions) (bool,
 		if c.nice != 0 {
 			total = fmt.Sprintf("total %.2fx the single transaction (no target: it sleeps %.0f%% of it)", ratio, 100*r.niced.Seconds()/r.total.Seconds())
 		}
-		fmt.Fprintf(out, "%s: %s; longest transaction %s, a %s (target < %s) %s\n", r.name, total,
-			r.longestTx.Round(time.Millisecond), r.longestTxWork, maxLongestTx, check(r.longestTx < maxLongestTx))
+		fmt.Fprintf(out, "%s: %s; longest transaction %s, a %s (target < %s) %s; the final transaction %s\n", r.name, total,
+			r.longestTx.Round(time.Millisecond), r.longestTxWork, maxLongestTx, check(r.longestTx < maxLongestTx),
+			r.finalTx.Round(time.Millisecond))
 	}
 	if d.load {
 		// Every phase against the idle traffic of all the run's idle windows
@@ -1036,6 +1040,7 @@ func runBatched(ctx context.Context, pool *pgxpool.Pool, name string, opts lifec
 		return r, err
 	}
 	r.batches, r.longestTx, r.longestTxWork, r.niced = result.Batches, result.LongestTx, result.LongestTxWork, result.Niced
+	r.finalTx = result.FinalTx
 	r.heapWalks = result.HeapWalks
 	r.overCap = result.OverCapBatches
 	for _, n := range result.Deleted {
