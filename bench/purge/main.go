@@ -24,8 +24,9 @@
 // purge. -autovacuum=false turns autovacuum off on the server, to measure
 // its share; -shared-buffers sets the server's shared_buffers (PostgreSQL's
 // default, 128MB, is too small for the indexes a 10,000,000-row tenant
-// leaves behind); -top N prints each purge's costliest statements, nested
-// ones included (pg_stat_statements).
+// leaves behind); -set name=value sets any other setting of the server;
+// -idle-window sets how long the bystander runs alone; -top N prints each
+// purge's costliest statements, nested ones included (pg_stat_statements).
 //
 // It prints the runs side by side and checks these targets:
 //
@@ -48,6 +49,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"runtime"
 	"slices"
@@ -410,6 +412,9 @@ type run struct {
 	heapWalks []string
 	// statements are the purge's costliest statements, with -top.
 	statements []statementStat
+	// checkpoints are the checkpoints the server began while the purge ran
+	// (pg_stat_bgwriter, the whole server's).
+	checkpoints int64
 }
 
 // tableRun is one table's part of a run.
@@ -434,6 +439,9 @@ func main() {
 	maxRows := flag.Int("max-rows", lifecycle.DefaultPurgeMaxRowsPerTx, "PurgeOptions.MaxRowsPerTx")
 	flag.BoolVar(&o.autovacuum, "autovacuum", true, "leave autovacuum on (false: off on the throwaway server, to measure its share)")
 	flag.StringVar(&o.sharedBuffers, "shared-buffers", "", "shared_buffers of the throwaway server (default: PostgreSQL's own, 128MB; a host sized for its data sets about a quarter of its memory)")
+	flag.DurationVar(&o.idleWindow, "idle-window", defaultIdleWindow, "how long the bystander's traffic runs alone on each clone before its purge")
+	o.set = serverSettings{}
+	flag.Var(o.set, "set", "a setting of the throwaway server, name=value (repeat the flag for more), such as max_wal_size=16GB")
 	flag.IntVar(&o.top, "top", 0, "print each purge's N costliest statements, nested ones included (pg_stat_statements)")
 	flag.Float64Var(&o.recommended, "recommended-nice", 0, "the nice ratio the bystander's p99 target is checked at (default: the one docs/executor.md recommends for the host: 2 on 2 cores or fewer, else 1)")
 	strict := flag.Bool("strict", false, "exit 1 when a target is missed")
@@ -464,6 +472,10 @@ func main() {
 			os.Exit(2)
 		}
 		o.nices = append(o.nices, v)
+	}
+	if o.idleWindow <= 0 {
+		fmt.Fprintf(os.Stderr, "-idle-window: %s is not a duration above 0\n", o.idleWindow)
+		os.Exit(2)
 	}
 	o.purge = lifecycle.PurgeOptions{TxBudget: *budget, MaxRowsPerTx: *maxRows}
 
@@ -522,6 +534,8 @@ type benchOptions struct {
 	top int
 	// sharedBuffers, when set, is the throwaway server's shared_buffers.
 	sharedBuffers string
+	// set are further settings of the throwaway server (-set).
+	set serverSettings
 	// idleWindow is how long the bystander's traffic runs alone before each
 	// run; zero means defaultIdleWindow.
 	idleWindow time.Duration
@@ -572,7 +586,29 @@ func (o benchOptions) configs() []batchedConfig {
 	return cs
 }
 
-// serverConfig is the throwaway server's settings beyond ephemeralpg's.
+// serverSettings are the throwaway server's settings given with -set.
+type serverSettings map[string]string
+
+func (s serverSettings) String() string {
+	names := slices.Sorted(maps.Keys(s))
+	for i, n := range names {
+		names[i] = n + "=" + s[n]
+	}
+	return strings.Join(names, " ")
+}
+
+// Set takes one name=value.
+func (s serverSettings) Set(v string) error {
+	name, value, ok := strings.Cut(v, "=")
+	if name = strings.TrimSpace(name); !ok || name == "" {
+		return fmt.Errorf("%q is not name=value", v)
+	}
+	s[name] = strings.TrimSpace(value)
+	return nil
+}
+
+// serverConfig is the throwaway server's settings beyond ephemeralpg's:
+// those of the flags that name one, then -set's, which win.
 func (o benchOptions) serverConfig() map[string]string {
 	config := map[string]string{}
 	if !o.autovacuum {
@@ -586,6 +622,7 @@ func (o benchOptions) serverConfig() map[string]string {
 		config["pg_stat_statements.track"] = "all"
 		config["pg_stat_statements.max"] = "10000"
 	}
+	maps.Copy(config, o.set)
 	return config
 }
 
@@ -610,9 +647,18 @@ func bench(ctx context.Context, out io.Writer, d dataset, o benchOptions) (bool,
 	}
 	var version, autovacuum, sharedBuffers string
 	var rows int64
+	// -set's settings as the server reports them, not as asked.
+	var set []string
 	if err := withPool(ctx, url, func(pool *pgxpool.Pool) error {
 		if err := pool.QueryRow(ctx, "SELECT current_setting('server_version'), current_setting('autovacuum'), current_setting('shared_buffers')").Scan(&version, &autovacuum, &sharedBuffers); err != nil {
 			return err
+		}
+		for _, name := range slices.Sorted(maps.Keys(o.set)) {
+			var value string
+			if err := pool.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&value); err != nil {
+				return fmt.Errorf("-set %s: %w", name, err)
+			}
+			set = append(set, ", "+name+" "+value)
 		}
 		for _, s := range shares {
 			var n int64
@@ -665,16 +711,16 @@ func bench(ctx context.Context, out io.Writer, d dataset, o benchOptions) (bool,
 	}
 
 	base := median(single)
-	fmt.Fprintf(out, "PostgreSQL %s, %s, autovacuum %s, shared_buffers %s\n", version, durability, autovacuum, sharedBuffers)
+	fmt.Fprintf(out, "PostgreSQL %s, %s, autovacuum %s, shared_buffers %s%s\n", version, durability, autovacuum, sharedBuffers, strings.Join(set, ""))
 	fmt.Fprintf(out, "purged community: %d rows in %d tables (+ %d rows of another community that must survive); median of %d run(s)\n",
 		rows, len(shares), d.otherRows, o.repeat)
 	fmt.Fprintf(out, "batched: TxBudget %s, MaxRowsPerTx %d\n\n", o.purge.TxBudget, o.purge.MaxRowsPerTx)
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "purge\ttotal\tbatches\tover cap\tlongest tx\trows/s\ttotal vs single\tniced\tthen VACUUM\twith VACUUM vs single\t")
+	fmt.Fprintln(w, "purge\ttotal\tbatches\tover cap\tlongest tx\trows/s\ttotal vs single\tniced\tcheckpoints\tthen VACUUM\twith VACUUM vs single\t")
 	line := func(r run) {
-		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%.0f\t%.2fx\t%s\t%s\t%.2fx\t\n", r.name, r.total.Round(time.Millisecond), r.batches, r.overCap,
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%.0f\t%.2fx\t%s\t%d\t%s\t%.2fx\t\n", r.name, r.total.Round(time.Millisecond), r.batches, r.overCap,
 			r.longestTx.Round(time.Millisecond), float64(r.rows)/r.total.Seconds(), r.total.Seconds()/base.total.Seconds(),
-			r.niced.Round(time.Millisecond), r.vacuum.Round(time.Millisecond), (r.total+r.vacuum).Seconds()/(base.total+base.vacuum).Seconds())
+			r.niced.Round(time.Millisecond), r.checkpoints, r.vacuum.Round(time.Millisecond), (r.total+r.vacuum).Seconds()/(base.total+base.vacuum).Seconds())
 	}
 	line(base)
 	for _, c := range configs {
@@ -928,8 +974,18 @@ func onClone(ctx context.Context, clone func() (string, func(context.Context) er
 				return err
 			}
 		}
-		var err error
+		checkpoints := func() (n int64, err error) {
+			err = pool.QueryRow(ctx, "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter").Scan(&n)
+			return n, err
+		}
+		before, err := checkpoints()
+		if err != nil {
+			return err
+		}
 		r, err = fn(ctx, pool)
+		if after, cerr := checkpoints(); err == nil {
+			r.checkpoints, err = after-before, cerr
+		}
 		if top > 0 && err == nil {
 			if r.statements, err = topStatements(ctx, pool, top); err != nil {
 				return err

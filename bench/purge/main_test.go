@@ -43,11 +43,13 @@ func TestBenchMeasuresTheBystanderAndTheHeap(t *testing.T) {
 	var out bytes.Buffer
 	_, err := bench(t.Context(), &out, dataset{rows: 3000, otherRows: 500, rounds: 2, load: true}, benchOptions{
 		methods: []lifecycle.PurgeMethod{lifecycle.PurgeMethodAuto}, nices: []float64{0, recommendedNice}, repeat: 1, top: 5, idleWindow: 300 * time.Millisecond,
-		recommended: recommendedNice,
-		purge:       lifecycle.PurgeOptions{TxBudget: lifecycle.DefaultPurgeTxBudget, MaxRowsPerTx: 100},
+		recommended: recommendedNice, set: serverSettings{"checkpoint_timeout": "1h"},
+		purge: lifecycle.PurgeOptions{TxBudget: lifecycle.DefaultPurgeTxBudget, MaxRowsPerTx: 100},
 	})
 	require.NoError(t, err, out.String())
 	require.Contains(t, out.String(), "autovacuum off")
+	require.Contains(t, out.String(), ", checkpoint_timeout 1h\n", "-set's setting as the server reports it")
+	require.Regexp(t, `(?m)^\s*batched \(auto\)(\s+\S+){7}\s+\d+\s`, out.String(), "the checkpoints column")
 	require.Contains(t, out.String(), "(the recommended setting, as -recommended-nice says): the bystander's p99 beside it")
 	require.Regexp(t, `(?m)^\s*batched \(auto, nice 1\)\s+\d`, out.String(), "the curve has its nice row")
 	require.Contains(t, out.String(), "executor heap in use peaked at")
@@ -74,4 +76,19 @@ func TestRecommendedNiceFollowsTheDocsForTheHost(t *testing.T) {
 		require.Equal(t, c.want, got, "%s, %d cores", c.source, c.cores)
 		require.NotEmpty(t, why)
 	}
+}
+
+// -set takes name=value and refuses anything else.
+func TestServerSettingsTakeNameEqualsValue(t *testing.T) {
+	t.Parallel()
+	s := serverSettings{}
+	require.NoError(t, s.Set("max_wal_size=16GB"))
+	require.NoError(t, s.Set(" checkpoint_timeout = 1h "))
+	require.Equal(t, serverSettings{"max_wal_size": "16GB", "checkpoint_timeout": "1h"}, s)
+	require.Equal(t, "checkpoint_timeout=1h max_wal_size=16GB", s.String())
+	for _, bad := range []string{"max_wal_size", "=16GB", ""} {
+		require.Error(t, s.Set(bad), "%q", bad)
+	}
+	o := benchOptions{sharedBuffers: "1GB", set: serverSettings{"shared_buffers": "2GB"}}
+	require.Equal(t, "2GB", o.serverConfig()["shared_buffers"], "-set wins")
 }
