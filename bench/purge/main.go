@@ -11,9 +11,10 @@
 //   - single transaction: one DELETE per table, child before parent, and the
 //     'nullify' UPDATE, in one transaction as the authorized executor;
 //   - batched: lifecycle.Engine.EnterPostgresPurged, bounded transactions,
-//     once per PurgeOptions.NiceRatio of -nice (default 0, 0.5, 1 and 2: the
-//     curve of total time against the bystander's latency), and once per
-//     further mechanic of -methods at the first ratio.
+//     once per PurgeOptions.NiceRatio of -nice (default 0, 0.5, 1 and 2, and
+//     the ratio recommended for the host: the curve of total time against
+//     the bystander's latency), and once per further mechanic of -methods
+//     at the first ratio.
 //
 // During each purge another tenant's traffic runs beside it, in a process of
 // its own (single-row INSERTs into a fenced table and primary-key reads,
@@ -434,7 +435,7 @@ func main() {
 	var o benchOptions
 	flag.IntVar(&o.repeat, "repeat", 1, "runs of each purge on fresh clones (the median is reported)")
 	methods := flag.String("methods", "auto", `batched mechanics to run, comma-separated: auto, keyset, keyset-ctid, keyset-array, community-ctid, tid-range, or "all"`)
-	nices := flag.String("nice", "0,0.5,1,2", "PurgeOptions.NiceRatio values of the curve, comma-separated (the first method runs at each, the others at the first)")
+	nices := flag.String("nice", defaultNices, "PurgeOptions.NiceRatio values of the curve, comma-separated (the first method runs at each, the others at the first); by default the recommended ratio for the host is added when missing")
 	budget := flag.Duration("tx-budget", lifecycle.DefaultPurgeTxBudget, "PurgeOptions.TxBudget")
 	maxRows := flag.Int("max-rows", lifecycle.DefaultPurgeMaxRowsPerTx, "PurgeOptions.MaxRowsPerTx")
 	flag.BoolVar(&o.autovacuum, "autovacuum", true, "leave autovacuum on (false: off on the throwaway server, to measure its share)")
@@ -443,7 +444,7 @@ func main() {
 	o.set = serverSettings{}
 	flag.Var(o.set, "set", "a setting of the throwaway server, name=value (repeat the flag for more), such as max_wal_size=16GB")
 	flag.IntVar(&o.top, "top", 0, "print each purge's N costliest statements, nested ones included (pg_stat_statements)")
-	flag.Float64Var(&o.recommended, "recommended-nice", 0, "the nice ratio the bystander's p99 target is checked at (default: the one docs/executor.md recommends for the host: 2 on 2 cores or fewer, else 1)")
+	flag.Float64Var(&o.recommended, "recommended-nice", 0, "the nice ratio the bystander's p99 target is checked at (default: the one docs/executor.md recommends for the host: 8 on 2 cores or fewer, else 1)")
 	strict := flag.Bool("strict", false, "exit 1 when a target is missed")
 	flag.Parse()
 
@@ -478,6 +479,8 @@ func main() {
 		os.Exit(2)
 	}
 	o.purge = lifecycle.PurgeOptions{TxBudget: *budget, MaxRowsPerTx: *maxRows}
+	o.addRecommended = true
+	flag.Visit(func(f *flag.Flag) { o.addRecommended = o.addRecommended && f.Name != "nice" })
 
 	ctx := context.Background()
 	ok, err := bench(ctx, os.Stdout, d, o)
@@ -500,7 +503,7 @@ var allMethods = []lifecycle.PurgeMethod{lifecycle.PurgeMethodAuto, lifecycle.Pu
 // the one for the host the benchmark runs on.
 const (
 	recommendedNice          = 1.0
-	recommendedNiceSmallHost = 2.0
+	recommendedNiceSmallHost = 8.0
 	smallHostCores           = 2
 )
 
@@ -542,6 +545,22 @@ type benchOptions struct {
 	// recommended is the nice ratio the bystander's target is checked at;
 	// zero means the one docs/executor.md recommends for the host.
 	recommended float64
+	// addRecommended adds the ratio the target is checked at to nices
+	// when they leave it out (the default curve, not an explicit -nice).
+	addRecommended bool
+}
+
+// defaultNices is the curve -nice runs unless told otherwise.
+const defaultNices = "0,0.5,1,2"
+
+// curve is the nice ratios a run measures: nices, and the ratio the
+// bystander's target is checked at when addRecommended and nices leave it
+// out, so that the default run checks that target.
+func (o benchOptions) curve(recommended float64) []float64 {
+	if !o.addRecommended || slices.Contains(o.nices, recommended) {
+		return o.nices
+	}
+	return append(slices.Clone(o.nices), recommended)
 }
 
 // bystanderNice is the ratio the bystander's target is checked at, and
@@ -633,6 +652,7 @@ func bench(ctx context.Context, out io.Writer, d dataset, o benchOptions) (bool,
 	}
 	defer server.Close(ctx)
 	recommended, why := o.bystanderNice(server.Source())
+	o.nices = o.curve(recommended)
 	durability := "fsync, synchronous_commit and full_page_writes off (a throwaway server; disk cost left out of both sides alike)"
 	if server.Source() == ephemeralpg.SourceURL {
 		durability = "the TEST_DATABASE_URL server's own durability settings"

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -57,7 +58,7 @@ func TestBenchMeasuresTheBystanderAndTheHeap(t *testing.T) {
 }
 
 // The bystander's target is checked at the ratio docs/executor.md
-// recommends for the database host: 2 on a throwaway server of this
+// recommends for the database host: 8 on a throwaway server of this
 // machine with two cores or fewer, 1 on a larger one, and 1 on a
 // TEST_DATABASE_URL server, whose cores the benchmark cannot count.
 func TestRecommendedNiceFollowsTheDocsForTheHost(t *testing.T) {
@@ -76,6 +77,34 @@ func TestRecommendedNiceFollowsTheDocsForTheHost(t *testing.T) {
 		require.Equal(t, c.want, got, "%s, %d cores", c.source, c.cores)
 		require.NotEmpty(t, why)
 	}
+}
+
+// The ratios the bench checks at are the ones docs/executor.md's table
+// recommends, so that the docs and the target cannot drift apart.
+func TestRecommendedNiceIsTheDocsTable(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../../docs/executor.md")
+	require.NoError(t, err)
+	for _, row := range []string{
+		fmt.Sprintf("| `%g` (recommended beside live traffic on a database host of more than %d cores) |", recommendedNice, smallHostCores),
+		fmt.Sprintf("| `%g` (recommended beside live traffic on a database host of %d cores or fewer) |", recommendedNiceSmallHost, smallHostCores),
+	} {
+		require.Contains(t, string(doc), row)
+	}
+}
+
+// The default curve adds the ratio the bystander's target is checked at
+// when it leaves it out, so a run with the defaults checks that target; an
+// explicit -nice is run as given.
+func TestDefaultCurveIncludesTheRecommendedNice(t *testing.T) {
+	t.Parallel()
+	defaults := []float64{0, 0.5, 1, 2}
+	o := benchOptions{nices: defaults, addRecommended: true}
+	require.Equal(t, []float64{0, 0.5, 1, 2, 4}, o.curve(4))
+	require.Equal(t, defaults, o.curve(1), "already in the curve")
+	o.addRecommended = false
+	require.Equal(t, defaults, o.curve(4), "an explicit -nice runs as given")
+	require.Equal(t, []float64{0, 0.5, 1, 2}, defaults, "the curve is a copy")
 }
 
 // -set takes name=value and refuses anything else.
