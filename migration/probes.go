@@ -290,6 +290,13 @@ var legacyProbes = map[int64][]check{
 		function("community_deletion_fence_bits(uuid,text)"),
 		functionBody("enforce_community_write_fence()", "community_deletion_fence_key_bit(k.key)"),
 	},
+	40: { // 00040_community_deletion_fence_specialized.sql
+		function("community_deletion_fence_regions(jsonb)"),
+		function("community_deletion_fence_normalized(text)"),
+		function("community_deletion_fence_specialize()"),
+		functionBody("enforce_community_write_fence()", "--@children-begin@"),
+		functionBody("community_deletion_fence_set_armed(boolean)", "community_deletion_fence_specialize()"),
+	},
 }
 
 // querier is what probes and the version-table reads run on: a *sql.DB,

@@ -31,6 +31,9 @@
 --     replaced by one of its two bodies under the fence marker's exclusive
 --     lock: armed only while every table with a bound fence is held in
 --     SHARE mode, dormant only while no community is quiescing or fenced;
+--     and the write fence specialized when a deletion arms it (migration
+--     00040), to a body that digests as installed once the branches its
+--     first line names are turned back into their markers;
 --   * leaves any role but the schema's owner with CREATE on it (GRANT CREATE
 --     ON SCHEMA community_deletion);
 --   * leaves a function the migrations installed changed, dropped, re-owned
@@ -1344,6 +1347,187 @@ CREATE EVENT TRIGGER community_deletion_ddl_guard_drop ON ddl_command_start
     WHEN TAG IN ('DROP FUNCTION', 'DROP ROUTINE', 'DROP SCHEMA', 'DROP OWNED')
     EXECUTE FUNCTION community_deletion.community_deletion_ddl_guard_drop();
 
+-- The write fence's specialization (migration 00040): the regions
+-- community_deletion_fence_specialize() writes at the fence's markers, and
+-- the body with them turned back into the markers, which is what the
+-- fence's digest is computed from. Copies of community_deletion_fence_regions()
+-- and community_deletion_fence_normalized(), which
+-- TestDDLGuardAgreesWithTheMigrationsOnFences holds to the migrations'.
+CREATE FUNCTION community_deletion.community_deletion_ddl_guard_fence_regions(branches pg_catalog.jsonb) RETURNS pg_catalog.text[]
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $body$
+DECLARE
+    key_name pg_catalog.text;
+    spec_text pg_catalog.text;
+    spec pg_catalog.jsonb;
+    path pg_catalog.jsonb;
+    hop pg_catalog.jsonb;
+    branch pg_catalog.text[] := '{}';
+    resolve pg_catalog.text[] := '{}';
+    keys_code pg_catalog.text;
+    children_code pg_catalog.text;
+    paths_code pg_catalog.text;
+    tests pg_catalog.text;
+    parents_new pg_catalog.text;
+    parents_old pg_catalog.text;
+    parents_both pg_catalog.text;
+    joins_new pg_catalog.text;
+    joins_old pg_catalog.text;
+    tenant pg_catalog.text;
+    lean pg_catalog.bool;
+BEGIN
+    FOR key_name IN SELECT k.value FROM pg_catalog.jsonb_array_elements_text(COALESCE(branches OPERATOR(pg_catalog.->) 'keys', '[]'::pg_catalog.jsonb)) k LOOP
+        CONTINUE WHEN pg_catalog.strpos(key_name, '--@') OPERATOR(pg_catalog.>) 0;
+        branch := branch OPERATOR(pg_catalog.||) pg_catalog.format(
+            E'IF TG_ARGV[0] OPERATOR(pg_catalog.=) %L THEN\n'
+            '    IF TG_OP OPERATOR(pg_catalog.=) ''INSERT'' THEN\n'
+            '        SELECT pg_catalog.bit_or(community_deletion.community_deletion_fence_key_bit(n.%I::pg_catalog.text)) INTO bits\n'
+            '        FROM community_fence_new n;\n'
+            '    ELSIF TG_OP OPERATOR(pg_catalog.=) ''UPDATE'' THEN\n'
+            '        SELECT pg_catalog.bit_or(community_deletion.community_deletion_fence_key_bit(k.key)) INTO bits\n'
+            '        FROM (SELECT o.%I::pg_catalog.text FROM community_fence_old o\n'
+            '              UNION ALL\n'
+            '              SELECT n.%I::pg_catalog.text FROM community_fence_new n) k (key);\n'
+            '    ELSE\n'
+            '        SELECT pg_catalog.bit_or(community_deletion.community_deletion_fence_key_bit(o.%I::pg_catalog.text)) INTO bits\n'
+            '        FROM community_fence_old o;\n'
+            '    END IF;\n',
+            key_name, key_name, key_name, key_name, key_name);
+    END LOOP;
+    keys_code := CASE WHEN pg_catalog.cardinality(branch) OPERATOR(pg_catalog.=) 0 THEN '--@keys-begin@'
+                      ELSE pg_catalog.array_to_string(branch, 'ELS') OPERATOR(pg_catalog.||) E'ELSE\n--@keys-begin@' END;
+
+    branch := '{}';
+    FOR spec_text IN SELECT s.value FROM pg_catalog.jsonb_array_elements_text(COALESCE(branches OPERATOR(pg_catalog.->) 'children', '[]'::pg_catalog.jsonb)) s LOOP
+        CONTINUE WHEN pg_catalog.strpos(spec_text, '--@') OPERATOR(pg_catalog.>) 0;
+        spec := spec_text::pg_catalog.jsonb;
+        lean := pg_catalog.jsonb_typeof(spec OPERATOR(pg_catalog.->) 'paths') OPERATOR(pg_catalog.=) 'array'
+                AND pg_catalog.jsonb_array_length(spec OPERATOR(pg_catalog.->) 'paths') OPERATOR(pg_catalog.>) 0;
+        tests := '';
+        parents_new := NULL;
+        parents_old := NULL;
+        parents_both := NULL;
+        joins_new := NULL;
+        joins_old := NULL;
+        IF lean THEN
+            FOR path IN SELECT p.value FROM pg_catalog.jsonb_array_elements(spec OPERATOR(pg_catalog.->) 'paths') p LOOP
+                hop := path OPERATOR(pg_catalog.->) 'hops' OPERATOR(pg_catalog.->) 0;
+                IF pg_catalog.jsonb_typeof(path OPERATOR(pg_catalog.->) 'hops') IS DISTINCT FROM 'array'
+                   OR pg_catalog.jsonb_array_length(path OPERATOR(pg_catalog.->) 'hops') OPERATOR(pg_catalog.<>) 1
+                   OR pg_catalog.jsonb_typeof(hop OPERATOR(pg_catalog.->) 'columns') IS DISTINCT FROM 'array'
+                   OR pg_catalog.jsonb_array_length(hop OPERATOR(pg_catalog.->) 'columns') OPERATOR(pg_catalog.<>) 1
+                   OR pg_catalog.jsonb_typeof(hop OPERATOR(pg_catalog.->) 'parent_columns') IS DISTINCT FROM 'array'
+                   OR pg_catalog.jsonb_array_length(hop OPERATOR(pg_catalog.->) 'parent_columns') OPERATOR(pg_catalog.<) 1
+                   OR hop OPERATOR(pg_catalog.->>) 'schema' IS NULL OR hop OPERATOR(pg_catalog.->>) 'table' IS NULL
+                   OR path OPERATOR(pg_catalog.->>) 'key' IS NULL
+                   OR hop OPERATOR(pg_catalog.->) 'columns' OPERATOR(pg_catalog.->>) 0 IS NULL
+                   OR hop OPERATOR(pg_catalog.->) 'parent_columns' OPERATOR(pg_catalog.->>) 0 IS NULL THEN
+                    lean := false;
+                    EXIT;
+                END IF;
+                tests := tests OPERATOR(pg_catalog.||) pg_catalog.format(E'\n   AND NOT pg_catalog.row_security_active(%L::pg_catalog.text)',
+                                         pg_catalog.format('%I.%I', hop OPERATOR(pg_catalog.->>) 'schema', hop OPERATOR(pg_catalog.->>) 'table'));
+                parents_new := COALESCE(parents_new OPERATOR(pg_catalog.||) E'\n              UNION ALL\n              ', '') OPERATOR(pg_catalog.||) pg_catalog.format(
+                    'SELECT p.%I::pg_catalog.text FROM %I.%I p WHERE p.%I OPERATOR(pg_catalog.=) ANY (SELECT n.%I FROM community_fence_new n)',
+                    path OPERATOR(pg_catalog.->>) 'key', hop OPERATOR(pg_catalog.->>) 'schema', hop OPERATOR(pg_catalog.->>) 'table',
+                    hop OPERATOR(pg_catalog.->) 'parent_columns' OPERATOR(pg_catalog.->>) 0, hop OPERATOR(pg_catalog.->) 'columns' OPERATOR(pg_catalog.->>) 0);
+                parents_old := COALESCE(parents_old OPERATOR(pg_catalog.||) E'\n              UNION ALL\n              ', '') OPERATOR(pg_catalog.||) pg_catalog.format(
+                    'SELECT p.%I::pg_catalog.text FROM %I.%I p WHERE p.%I OPERATOR(pg_catalog.=) ANY (SELECT o.%I FROM community_fence_old o)',
+                    path OPERATOR(pg_catalog.->>) 'key', hop OPERATOR(pg_catalog.->>) 'schema', hop OPERATOR(pg_catalog.->>) 'table',
+                    hop OPERATOR(pg_catalog.->) 'parent_columns' OPERATOR(pg_catalog.->>) 0, hop OPERATOR(pg_catalog.->) 'columns' OPERATOR(pg_catalog.->>) 0);
+                parents_both := COALESCE(parents_both OPERATOR(pg_catalog.||) E'\n              UNION ALL\n              ', '') OPERATOR(pg_catalog.||) pg_catalog.format(
+                    'SELECT p.%I::pg_catalog.text FROM %I.%I p WHERE p.%I OPERATOR(pg_catalog.=) ANY '
+                    '(SELECT o.%I FROM community_fence_old o UNION ALL SELECT n.%I FROM community_fence_new n)',
+                    path OPERATOR(pg_catalog.->>) 'key', hop OPERATOR(pg_catalog.->>) 'schema', hop OPERATOR(pg_catalog.->>) 'table',
+                    hop OPERATOR(pg_catalog.->) 'parent_columns' OPERATOR(pg_catalog.->>) 0,
+                    hop OPERATOR(pg_catalog.->) 'columns' OPERATOR(pg_catalog.->>) 0, hop OPERATOR(pg_catalog.->) 'columns' OPERATOR(pg_catalog.->>) 0);
+                joins_new := COALESCE(joins_new OPERATOR(pg_catalog.||) E'\n              UNION ALL\n              ', '') OPERATOR(pg_catalog.||) pg_catalog.format(
+                    'SELECT p.%I::pg_catalog.text FROM community_fence_new w JOIN %I.%I p ON p.%I OPERATOR(pg_catalog.=) w.%I',
+                    path OPERATOR(pg_catalog.->>) 'key', hop OPERATOR(pg_catalog.->>) 'schema', hop OPERATOR(pg_catalog.->>) 'table',
+                    hop OPERATOR(pg_catalog.->) 'parent_columns' OPERATOR(pg_catalog.->>) 0, hop OPERATOR(pg_catalog.->) 'columns' OPERATOR(pg_catalog.->>) 0);
+                joins_old := COALESCE(joins_old OPERATOR(pg_catalog.||) E'\n              UNION ALL\n              ', '') OPERATOR(pg_catalog.||) pg_catalog.format(
+                    'SELECT p.%I::pg_catalog.text FROM community_fence_old w JOIN %I.%I p ON p.%I OPERATOR(pg_catalog.=) w.%I',
+                    path OPERATOR(pg_catalog.->>) 'key', hop OPERATOR(pg_catalog.->>) 'schema', hop OPERATOR(pg_catalog.->>) 'table',
+                    hop OPERATOR(pg_catalog.->) 'parent_columns' OPERATOR(pg_catalog.->>) 0, hop OPERATOR(pg_catalog.->) 'columns' OPERATOR(pg_catalog.->>) 0);
+            END LOOP;
+        END IF;
+        IF lean THEN
+            branch := branch OPERATOR(pg_catalog.||) pg_catalog.format(
+                E'IF TG_ARGV[1] OPERATOR(pg_catalog.=) %L%s THEN\n'
+                '    IF TG_OP OPERATOR(pg_catalog.=) ''INSERT'' THEN\n'
+                '        SELECT pg_catalog.bit_or(community_deletion.community_deletion_fence_key_bit(k.key)) INTO bits\n'
+                '        FROM (%s) k (key);\n'
+                '    ELSIF TG_OP OPERATOR(pg_catalog.=) ''UPDATE'' THEN\n'
+                '        SELECT pg_catalog.bit_or(community_deletion.community_deletion_fence_key_bit(k.key)) INTO bits\n'
+                '        FROM (%s) k (key);\n'
+                '    ELSE\n'
+                '        SELECT pg_catalog.bit_or(community_deletion.community_deletion_fence_key_bit(k.key)) INTO bits\n'
+                '        FROM (%s) k (key);\n'
+                '    END IF;\n',
+                spec_text, tests, parents_new, parents_both, parents_old);
+            tenant := CASE spec OPERATOR(pg_catalog.->>) 'kind' WHEN 'uuid' THEN 's.k::pg_catalog.uuid'
+                           ELSE 'community_deletion.community_deletion_tenant_uuid(s.k)' END;
+            resolve := resolve OPERATOR(pg_catalog.||) pg_catalog.format(
+                E'IF TG_ARGV[1] OPERATOR(pg_catalog.=) %L%s THEN\n'
+                '    IF TG_OP OPERATOR(pg_catalog.=) ''INSERT'' THEN\n'
+                '        SELECT pg_catalog.array_agg(%s) INTO touched\n'
+                '        FROM (SELECT DISTINCT r.k FROM (%s) r (k) WHERE r.k IS NOT NULL) s (k);\n'
+                '    ELSIF TG_OP OPERATOR(pg_catalog.=) ''UPDATE'' THEN\n'
+                '        SELECT pg_catalog.array_agg(%s) INTO touched\n'
+                '        FROM (SELECT DISTINCT r.k FROM (%s\n              UNION ALL\n              %s) r (k) WHERE r.k IS NOT NULL) s (k);\n'
+                '    ELSE\n'
+                '        SELECT pg_catalog.array_agg(%s) INTO touched\n'
+                '        FROM (SELECT DISTINCT r.k FROM (%s) r (k) WHERE r.k IS NOT NULL) s (k);\n'
+                '    END IF;\n',
+                spec_text, tests, tenant, joins_new, tenant, joins_old, joins_new, tenant, joins_old);
+        END IF;
+    END LOOP;
+    children_code := CASE WHEN pg_catalog.cardinality(branch) OPERATOR(pg_catalog.=) 0 THEN '--@children-begin@'
+                          ELSE pg_catalog.array_to_string(branch, 'ELS') OPERATOR(pg_catalog.||) E'ELSE\n--@children-begin@' END;
+    paths_code := CASE WHEN pg_catalog.cardinality(resolve) OPERATOR(pg_catalog.=) 0 THEN '--@paths-begin@'
+                       ELSE pg_catalog.array_to_string(resolve, 'ELS') OPERATOR(pg_catalog.||) E'ELSE\n--@paths-begin@' END;
+
+    RETURN ARRAY[
+        '-- fence specialized for: ' OPERATOR(pg_catalog.||) COALESCE(branches, '{}'::pg_catalog.jsonb)::pg_catalog.text,
+        keys_code,
+        CASE WHEN keys_code OPERATOR(pg_catalog.=) '--@keys-begin@' THEN '--@keys-end@' ELSE E'--@keys-end@\nEND IF;' END,
+        children_code,
+        CASE WHEN children_code OPERATOR(pg_catalog.=) '--@children-begin@' THEN '--@children-end@' ELSE E'--@children-end@\nEND IF;' END,
+        paths_code,
+        CASE WHEN paths_code OPERATOR(pg_catalog.=) '--@paths-begin@' THEN '--@paths-end@' ELSE E'--@paths-end@\nEND IF;' END];
+END
+$body$;
+REVOKE ALL ON FUNCTION community_deletion.community_deletion_ddl_guard_fence_regions(pg_catalog.jsonb) FROM PUBLIC;
+
+CREATE FUNCTION community_deletion.community_deletion_ddl_guard_fence_normalized(body pg_catalog.text) RETURNS pg_catalog.text
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path = pg_catalog, pg_temp
+    AS $body$
+DECLARE
+    header pg_catalog.text := pg_catalog.substring(body, E'^\n-- fence specialized for: ([^\n]*)\n');
+    regions pg_catalog.text[];
+BEGIN
+    IF header IS NULL OR header OPERATOR(pg_catalog.=) '{}' THEN
+        RETURN body;
+    END IF;
+    BEGIN
+        regions := community_deletion.community_deletion_ddl_guard_fence_regions(header::pg_catalog.jsonb);
+    EXCEPTION WHEN OTHERS THEN
+        RETURN body;
+    END;
+    RETURN pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(pg_catalog.replace(body,
+               regions[1], '-- fence specialized for: {}'),
+               regions[2], '--@keys-begin@'),
+               regions[3], '--@keys-end@'),
+               regions[4], '--@children-begin@'),
+               regions[5], '--@children-end@'),
+               regions[6], '--@paths-begin@'),
+               regions[7], '--@paths-end@');
+END
+$body$;
+REVOKE ALL ON FUNCTION community_deletion.community_deletion_ddl_guard_fence_normalized(pg_catalog.text) FROM PUBLIC;
+
 -- Whether this command's replacement of the write fence's constant
 -- (migration 00035) is one the deletion makes: NULL if so, otherwise why
 -- not. The transaction must hold the fence marker's lock exclusively; an
@@ -1461,6 +1645,20 @@ BEGIN
       AND NOT (cmd.command_tag OPERATOR(pg_catalog.=) 'CREATE FUNCTION'::pg_catalog.text
                AND cmd.object_identity OPERATOR(pg_catalog.=) 'community_deletion.community_deletion_fence_armed()'::pg_catalog.text
                AND community_deletion.community_deletion_ddl_guard_switch() IS NULL)
+      -- And the write fence specialized (migration 00040): a body that,
+      -- its branches turned back into their markers, is the installed
+      -- one; the digest check below holds it to that.
+      AND NOT (cmd.command_tag OPERATOR(pg_catalog.=) 'CREATE FUNCTION'::pg_catalog.text
+               AND cmd.object_identity OPERATOR(pg_catalog.=) 'community_deletion.enforce_community_write_fence()'::pg_catalog.text
+               AND EXISTS (SELECT 1 FROM pg_catalog.pg_proc p
+                           JOIN community_deletion.community_deletion_function_digests d
+                             ON d.function_signature OPERATOR(pg_catalog.=) 'enforce_community_write_fence()'::pg_catalog.text
+                           WHERE p.oid OPERATOR(pg_catalog.=) cmd.objid
+                             AND pg_catalog.md5(pg_catalog.concat_ws(E'\x1f',
+                                     community_deletion.community_deletion_ddl_guard_fence_normalized(p.prosrc),
+                                     pg_catalog.array_to_string(p.proconfig, E'\x1e'),
+                                     p.prosecdef::pg_catalog.text, p.provolatile::pg_catalog.text,
+                                     pg_catalog.pg_get_userbyid(p.proowner))) OPERATOR(pg_catalog.=) d.digest))
     LIMIT 1;
     IF FOUND AND problem.object_identity OPERATOR(pg_catalog.=) 'community_deletion.community_deletion_fence_armed()'::pg_catalog.text THEN
         RAISE EXCEPTION USING ERRCODE = '42501',
@@ -1844,7 +2042,11 @@ BEGIN
                                                   -- The armed constant digests as its dormant body (migration 00035).
                                                   CASE WHEN installed.function_signature OPERATOR(pg_catalog.=) 'community_deletion_fence_armed()'::pg_catalog.text
                                                             AND p.prosrc OPERATOR(pg_catalog.=) ' SELECT true '::pg_catalog.text
-                                                       THEN ' SELECT false '::pg_catalog.text ELSE p.prosrc END,
+                                                       THEN ' SELECT false '::pg_catalog.text
+                                                       -- The write fence specialized digests as installed (migration 00040).
+                                                       WHEN installed.function_signature OPERATOR(pg_catalog.=) 'enforce_community_write_fence()'::pg_catalog.text
+                                                       THEN community_deletion.community_deletion_ddl_guard_fence_normalized(p.prosrc)
+                                                       ELSE p.prosrc END,
                                                   pg_catalog.array_to_string(p.proconfig, E'\x1e'),
                                                   p.prosecdef::pg_catalog.text, p.provolatile::pg_catalog.text,
                                                   pg_catalog.pg_get_userbyid(p.proowner)))
