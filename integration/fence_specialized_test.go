@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	communitydeletion "github.com/tombstoneworks/communitydeletion"
@@ -139,7 +140,10 @@ func TestArmingSpecializesTheFenceForItsTables(t *testing.T) {
 // by hand, or a header naming branches the body lacks, is drift
 // (function_changed), and the specializer does not build on it. With the DDL
 // guard installed, the deletion's arm specializes the fence, and the same
-// tampering is refused as the command ends.
+// tampering is refused as the command ends. The tamperer is the schema's
+// owner, a login that owns the fence as a deployment's migrating role does;
+// the service login that owns the tenant tables may not replace the fence
+// at all.
 func TestSpecializedFenceIsHeldToItsGenerator(t *testing.T) {
 	t.Parallel()
 	for _, guard := range []bool{false, true} {
@@ -151,17 +155,30 @@ func TestSpecializedFenceIsHeldToItsGenerator(t *testing.T) {
 			t.Parallel()
 			d := newBoundDeployment(t)
 			b := d.b
+			password := schemaOwnerLogin + "-password"
+			handSchemaTo(t, b, schemaOwnerLogin, password,
+				"ALTER FUNCTION community_deletion.enforce_community_write_fence() OWNER TO "+schemaOwnerLogin,
+				"SELECT community_deletion.community_deletion_seal_functions()")
 			if guard {
 				installDDLGuard(t, b)
 			}
+			url, err := fixture.LoginConnString(b.url, schemaOwnerLogin, password)
+			require.NoError(t, err)
+			schemaOwner, err := pgxpool.New(t.Context(), url)
+			require.NoError(t, err)
+			t.Cleanup(schemaOwner.Close)
+			require.Empty(t, rawDrift(t, b))
 			b.walkTenant(t, 2, "quiescing")
 			branches := specializedFor(t, b)
 			require.NotEmpty(t, branches.Keys, "the arm specialized the fence")
 			require.Empty(t, rawDrift(t, b))
 			body := fenceBody(t, b)
+			const create = "CREATE OR REPLACE FUNCTION community_deletion.enforce_community_write_fence() RETURNS trigger LANGUAGE plpgsql AS $fence$"
 			replace := func(body string) error {
-				return b.exec(t, "CREATE OR REPLACE FUNCTION community_deletion.enforce_community_write_fence() RETURNS trigger LANGUAGE plpgsql AS $fence$"+body+"$fence$")
+				_, err := schemaOwner.Exec(t.Context(), create+body+"$fence$")
+				return err
 			}
+			requireSQLState(t, d.owner.exec(t, create+body+"$fence$"), pgerrcode.InsufficientPrivilege, "permission denied for schema community_deletion")
 
 			branch := "SELECT pg_catalog.bit_or(community_deletion.community_deletion_fence_key_bit(n." + branches.Keys[0] + "::pg_catalog.text)) INTO bits"
 			require.Equal(t, 1, strings.Count(body, branch))
