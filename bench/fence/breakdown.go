@@ -46,10 +46,41 @@ type breakdownStep struct {
 	// function its table's AFTER INSERT row trigger runs, and when that
 	// trigger's WHEN condition, if it has one.
 	row, when string
+	// statement, for a candidate statement trigger, is the call of the
+	// function its AFTER INSERT statement trigger runs instead of a step.
+	statement string
 }
 
-// candidate says whether st is measured in the candidates' runs.
+// candidate says whether st is a row-trigger candidate, measured in the
+// candidates' runs.
 func (st breakdownStep) candidate() bool { return st.row != "" }
+
+// The breakdown's groups, each measured in a rotation of its own with the
+// reference tables beside it: the fence's path 0 step by step, a child's
+// long way, and the row-trigger candidates.
+const (
+	groupSteps = iota
+	groupLongWay
+	groupCandidates
+	groups
+)
+
+// groupNames name the groups other than the steps in the report.
+var groupNames = [groups]string{groupLongWay: "the long way's", groupCandidates: "the candidates'"}
+
+// group is the rotation st is measured in. The long way's statements run
+// apart from the steps: each plans a query through the paths, and in a
+// shared rotation that moved the fence's child row by some 50 µs.
+func (st breakdownStep) group() int {
+	switch {
+	case st.candidate():
+		return groupCandidates
+	case st.step == "generate" || st.step == "execute":
+		return groupLongWay
+	default:
+		return groupSteps
+	}
+}
 
 // reference says whether st is measured in every group's runs: no trigger
 // and the empty statement trigger, which each group's figures are read
@@ -69,7 +100,9 @@ var breakdownSteps = []breakdownStep{
 	{name: "child: + one query reading the referencing values", table: "bd_refs", column: "parent_id", step: "refs", after: "bd_marker"},
 	{name: "child: + one dynamic query ORing the bits of the parents they name", table: "bd_parents", column: "parent_id", step: "parents", after: "bd_refs"},
 	{name: "the fence, a child through its parent", table: "bd_child", column: "parent_id", after: "bd_parents"},
-	{name: "child, the long way: + the query through the paths, generated", table: "bd_generate", column: "parent_id", step: "generate", after: "bd_marker"},
+	{name: "candidate: path 0 in one query written for its table (the isolation test, the lock, the marker, the bits)", table: "bd_one_query", column: "account_id", after: "bd_floor", statement: "bench_one_query()"},
+	{name: "candidate, child: path 0 in one query written for its table, its parents by a static query", table: "bd_one_query_child", column: "parent_id", after: "bd_floor", statement: "bench_one_query_child()"},
+	{name: "child, the long way: the marker, then the query through the paths, generated", table: "bd_generate", column: "parent_id", step: "generate", after: "bd_floor"},
 	{name: "child, the long way: + that query run (EXECUTE), and the bits", table: "bd_execute", column: "parent_id", step: "execute", after: "bd_generate"},
 	// Candidates for an armed path that reads no transition table: a row
 	// trigger reads its row's key without a query. Each compares the key's
@@ -239,6 +272,44 @@ END
 $$;
 `
 
+// oneQueryCandidate is a statement-trigger candidate: path 0 as one query,
+// the isolation test and the marker's lock (and test, any further
+// condition) ordered by a CASE before the marker read and bits, the
+// statement's bits; name is the function's.
+func oneQueryCandidate(name, test, bits string) string {
+	return fmt.Sprintf(`CREATE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    admitted int4;
+    clear bool;
+BEGIN
+    IF NOT community_deletion.community_deletion_fence_armed()
+       AND TG_NARGS = 0 AND pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
+        RAISE EXCEPTION 'the breakdown measures the armed fence, and it is dormant';
+    END IF;
+    SELECT CASE WHEN pg_catalog.current_setting('transaction_isolation') = 'read committed'
+                     AND pg_catalog.pg_try_advisory_xact_lock_shared(1668246884, 1718510437)%s
+                THEN (%s)
+                     & pg_catalog.pg_sequence_last_value('community_deletion.community_deletion_fence_marker'::pg_catalog.regclass) = 0
+           END INTO clear;
+    IF clear THEN
+        RETURN admitted;
+    END IF;
+    RAISE EXCEPTION 'the breakdown measures the admitted path, and this statement''s tenants share the fenced one''s bit';
+END
+$$`, name, test, bits)
+}
+
+// oneQueryCandidates are the statement-trigger candidates' functions: for
+// a key of the table's own, and for a child, its parents by a static query
+// behind the row security test the fence's branch makes.
+var oneQueryCandidates = []string{
+	oneQueryCandidate("bench_one_query", "",
+		"SELECT pg_catalog.bit_or(community_deletion.community_deletion_fence_key_bit(n.account_id::text)) FROM community_fence_new n"),
+	oneQueryCandidate("bench_one_query_child", "\n                     AND NOT pg_catalog.row_security_active('public.bench_projects')",
+		`SELECT pg_catalog.bit_or(community_deletion.community_deletion_fence_key_bit(p.account_id::text))
+                      FROM public.bench_projects p WHERE p.id IN (SELECT n.parent_id FROM community_fence_new n)`),
+}
+
 // breakdownTable creates one step's table and its trigger.
 func breakdownTable(ctx context.Context, pool *pgxpool.Pool, st breakdownStep) error {
 	key := "bigint NOT NULL REFERENCES bench_tenants (id)"
@@ -269,11 +340,13 @@ func breakdownTable(ctx context.Context, pool *pgxpool.Pool, st breakdownStep) e
 		return err
 	}
 	var trigger string
-	switch st.table {
-	case "bd_none":
+	switch {
+	case st.table == "bd_none":
 		return nil
-	case "bd_floor":
+	case st.table == "bd_floor":
 		trigger = "bench_empty_trigger()"
+	case st.statement != "":
+		trigger = st.statement
 	default:
 		// The real fence's arguments for this shape, after the step.
 		var args []string
@@ -294,10 +367,11 @@ func breakdownTable(ctx context.Context, pool *pgxpool.Pool, st breakdownStep) e
 }
 
 // breakdownRow is one step's median latency in µs per INSERT; a reference
-// step's in the candidates' runs is candidatesUs.
+// step's in each group's runs is groupUs, the steps' included.
 type breakdownRow struct {
-	step             breakdownStep
-	us, candidatesUs float64
+	step    breakdownStep
+	us      float64
+	groupUs [groups]float64
 }
 
 // breakdown runs the -breakdown mode on a throwaway fsync-off server: n
@@ -329,6 +403,11 @@ func inBreakdownDatabase(ctx context.Context, n int, run func(url string, host i
 	defer pool.Close()
 	if _, err := pool.Exec(ctx, fmt.Sprintf(breakdownSetup, n)); err != nil {
 		return nil, fmt.Errorf("set up: %w", err)
+	}
+	for _, fn := range oneQueryCandidates {
+		if _, err := pool.Exec(ctx, fn); err != nil {
+			return nil, fmt.Errorf("set up the one-query candidates: %w", err)
+		}
 	}
 	// Real tables first: a step's trigger copies their arguments.
 	var fences, steps []breakdownStep
@@ -399,10 +478,10 @@ func runBreakdown(ctx context.Context, url string, n, rounds int, runTime time.D
 		return fmt.Sprintf("INSERT INTO %s (%s, body) VALUES (:k, 'hello world');", st.table, st.column)
 	}
 	rows := make([]breakdownRow, len(breakdownSteps))
-	for _, candidates := range []bool{false, true} {
+	for g := range groups {
 		var group []int
 		for i, st := range breakdownSteps {
-			if st.reference() || st.candidate() == candidates {
+			if st.reference() || st.group() == g {
 				group = append(group, i)
 			}
 		}
@@ -414,7 +493,7 @@ func runBreakdown(ctx context.Context, url string, n, rounds int, runTime time.D
 			for j := range group {
 				fmt.Fprintln(&script, statement(breakdownSteps[group[(j+run)%len(group)]]))
 			}
-			path := filepath.Join(dir, fmt.Sprintf("script-%t-%d.sql", candidates, run))
+			path := filepath.Join(dir, fmt.Sprintf("script-%d-%d.sql", g, run))
 			if err := os.WriteFile(path, []byte(script.String()), 0o600); err != nil {
 				return nil, err
 			}
@@ -432,16 +511,11 @@ func runBreakdown(ctx context.Context, url string, n, rounds int, runTime time.D
 		}
 		for j, i := range group {
 			us := median(samples[j]) * 1000
-			if breakdownSteps[i].reference() {
-				if candidates {
-					rows[i].candidatesUs = us
-				} else {
-					rows[i].us = us
-				}
-				rows[i].step = breakdownSteps[i]
-				continue
+			rows[i].step = breakdownSteps[i]
+			rows[i].groupUs[g] = us
+			if g == groupSteps || !breakdownSteps[i].reference() {
+				rows[i].us = us
 			}
-			rows[i] = breakdownRow{step: breakdownSteps[i], us: us}
 		}
 	}
 	return rows, nil
@@ -456,38 +530,31 @@ func runBreakdown(ctx context.Context, url string, n, rounds int, runTime time.D
 func reportBreakdown(w io.Writer, rows []breakdownRow) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "fsync off, another tenant fenced, one-row INSERT\tµs/stmt\tadds to the row it follows, µs\tadds to the floor, µs\t")
-	us := map[string]float64{}
-	candidatesUs := map[string]float64{}
-	for _, r := range rows {
-		switch {
-		case r.step.reference():
-			us[r.step.table], candidatesUs[r.step.table] = r.us, r.candidatesUs
-		case r.step.candidate():
-			candidatesUs[r.step.table] = r.us
-		default:
-			us[r.step.table] = r.us
+	var us [groups]map[string]float64
+	for g := range groups {
+		us[g] = map[string]float64{}
+		for _, r := range rows {
+			if r.step.reference() || r.step.group() == g {
+				us[g][r.step.table] = r.groupUs[g]
+			}
 		}
 	}
-	line := func(r breakdownRow, by map[string]float64, name string, v float64) {
+	line := func(r breakdownRow, g int, name string) {
+		v := r.groupUs[g]
 		if r.step.after == "" {
 			fmt.Fprintf(tw, "%s\t%.1f\t-\t-\t\n", name, v)
 			return
 		}
-		fmt.Fprintf(tw, "%s\t%.1f\t%+.1f (%s)\t%+.1f\t\n", name, v, v-by[r.step.after], r.step.after, v-by["bd_floor"])
+		fmt.Fprintf(tw, "%s\t%.1f\t%+.1f (%s)\t%+.1f\t\n", name, v, v-us[g][r.step.after], r.step.after, v-us[g]["bd_floor"])
 	}
-	for _, r := range rows {
-		if !r.step.candidate() {
-			line(r, us, r.step.name, r.us)
-		}
-	}
-	for _, r := range rows {
-		if r.step.reference() {
-			line(r, candidatesUs, r.step.name+", in the candidates' runs", r.candidatesUs)
-		}
-	}
-	for _, r := range rows {
-		if r.step.candidate() {
-			line(r, candidatesUs, r.step.name, r.us)
+	for g := range groups {
+		for _, r := range rows {
+			switch {
+			case r.step.reference() && g != groupSteps:
+				line(r, g, r.step.name+", in "+groupNames[g]+" runs")
+			case r.step.reference() || r.step.group() == g:
+				line(r, g, r.step.name)
+			}
 		}
 	}
 	tw.Flush()
