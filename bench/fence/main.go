@@ -21,7 +21,8 @@
 // write in full. With -pgbench it measures instead the per-statement
 // latency on the server, with pgbench -r, of the three tables side by side;
 // with -breakdown, what each step of the armed fence's path 0 adds while
-// another tenant is fenced.
+// another tenant is fenced. -row-candidate adds rows for an armed path the
+// fence does not take: row triggers written for each table.
 //
 // Run it with: go run ./bench/fence
 package main
@@ -53,6 +54,8 @@ type settings struct {
 	bulkRounds  int
 	communities int
 	strict      bool
+	// rowCandidate adds the -row-candidate rows.
+	rowCandidate bool
 }
 
 type config struct {
@@ -109,6 +112,7 @@ func main() {
 	flag.IntVar(&pgbenchRuns, "pgbench-runs", 6, "pgbench runs per table shape, rotating the tables' order (the median of their averages is reported; use a multiple of 3)")
 	flag.DurationVar(&pgbenchTime, "pgbench-time", 10*time.Second, "length of one pgbench run")
 	flag.IntVar(&breakdownRounds, "breakdown-rounds", 1, "-breakdown: rotations of its pgbench runs (each -pgbench-time long, one per step)")
+	flag.BoolVar(&s.rowCandidate, "row-candidate", false, "after the \"another tenant fenced\" rows, run them and the bulk INSERT again with the fence's statement triggers replaced by a row-trigger candidate (informational)")
 	flag.BoolVar(breakdownMode, "breakdown", false, "measure, with pgbench -r on an fsync-off server, what each step of the armed fence's path 0 adds while another tenant is fenced")
 	flag.Parse()
 
@@ -375,6 +379,45 @@ func measureKind(ctx context.Context, server *ephemeralpg.Server, cfg config, s 
 		row{config: c, workload: "single-row UPDATE txns", unit: "txn/s", unfenced: updateRow[0], fenced: updateRow[1], higherIsBetter: true, target: inFlight.update},
 		row{config: c, workload: "single-row DELETE txns", unit: "txn/s", unfenced: deleteRows[0], fenced: deleteRows[1], higherIsBetter: true, target: inFlight.update},
 	)
+	if !s.rowCandidate || !k.bound {
+		return rows, nil
+	}
+
+	// The same again with the row-trigger candidate in place of the
+	// fence's statement triggers, then with empty row triggers, its floor
+	// (informational: the fence does not take this path). Pass p updates
+	// and deletes rows no pass before it deleted.
+	for p, candidate := range []struct {
+		name string
+		swap func(context.Context, *pgxpool.Pool, string) error
+	}{
+		{"row-trigger candidate", swapInRowFence},
+		{"row-trigger candidate's floor (empty row triggers)", swapInEmptyRowTriggers},
+	} {
+		if err := candidate.swap(ctx, pool, k.column); err != nil {
+			return nil, err
+		}
+		done := (2 + p) * txns
+		if insertRow, err = compareThroughput(insert, writeTables, txns); err != nil {
+			return nil, fmt.Errorf("single-row inserts, %s: %w", candidate.name, err)
+		}
+		if updateRow, err = compareThroughput(updateFrom(done+1), writeTables, txns); err != nil {
+			return nil, fmt.Errorf("single-row updates, %s: %w", candidate.name, err)
+		}
+		if deleteRows, err = compareThroughput(offset(deleteRow, done), writeTables, txns); err != nil {
+			return nil, fmt.Errorf("single-row deletes, %s: %w", candidate.name, err)
+		}
+		if bulkRow, err = compareDuration(bulk, writeTables, s); err != nil {
+			return nil, fmt.Errorf("bulk insert, %s: %w", candidate.name, err)
+		}
+		cc := c + ", " + candidate.name
+		rows = append(rows,
+			row{config: cc, workload: "single-row INSERT txns", unit: "txn/s", unfenced: insertRow[0], fenced: insertRow[1], higherIsBetter: true},
+			row{config: cc, workload: "single-row UPDATE txns", unit: "txn/s", unfenced: updateRow[0], fenced: updateRow[1], higherIsBetter: true},
+			row{config: cc, workload: "single-row DELETE txns", unit: "txn/s", unfenced: deleteRows[0], fenced: deleteRows[1], higherIsBetter: true},
+			row{config: cc, workload: bulkName, unit: "ms", unfenced: bulkRow[0], fenced: bulkRow[1]},
+		)
+	}
 	return rows, nil
 }
 

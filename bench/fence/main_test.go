@@ -9,19 +9,31 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tombstoneworks/communitydeletion/internal/ephemeralpg"
+	"github.com/tombstoneworks/communitydeletion/internal/fixture"
 )
 
 // The benchmark runs end to end against the current schema on a small
 // workload: it attaches the fence, runs every workload on both tables, then
 // again while another tenant is fenced, and reports each row with its added
-// cost and its target, for every table shape.
+// cost and its target, for every table shape; with the row-trigger
+// candidate and its floor after them for every bound shape.
 func TestMeasureReportsEveryWorkload(t *testing.T) {
 	t.Parallel()
 	rows, err := measure(t.Context(), config{name: "fsync off"},
-		settings{txns: 50, durableTxns: 50, bulkRows: 200, bulkRounds: 3, communities: 3})
+		settings{txns: 50, durableTxns: 50, bulkRows: 200, bulkRounds: 3, communities: 3, rowCandidate: true})
 	require.NoError(t, err)
-	require.Len(t, rows, 11*len(kinds))
+	bound := 0
+	for _, k := range kinds {
+		if k.bound {
+			bound++
+		}
+	}
+	require.Len(t, rows, 11*len(kinds)+8*bound)
 	for _, r := range rows {
 		require.Positive(t, r.unfenced, r.workload)
 		require.Positive(t, r.fenced, r.workload)
@@ -31,7 +43,9 @@ func TestMeasureReportsEveryWorkload(t *testing.T) {
 	report(&out, rows)
 	for _, want := range []string{"fence adds", "single-row INSERT txns", "single-row UPDATE txns", "single-row DELETE txns", "floor: INSERT, empty trigger", "floor: UPDATE, empty trigger", "floor: DELETE, empty trigger",
 		"200-row INSERT", "floor: 200-row INSERT, empty trigger", ">= 0.95", ">= 0.90", "<= 1.02",
-		"fsync off, uuid organization_id, another tenant fenced", "fsync off, child via parent", "fsync off, bigint, no foreign key"} {
+		"fsync off, uuid organization_id, another tenant fenced", "fsync off, child via parent", "fsync off, bigint, no foreign key",
+		"fsync off, child via parent, another tenant fenced, row-trigger candidate",
+		"fsync off, bigint account_id, another tenant fenced, row-trigger candidate's floor (empty row triggers)"} {
 		require.Contains(t, out.String(), want)
 	}
 }
@@ -155,4 +169,76 @@ func TestBreakdownStepsRefuseTheFencedTenant(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Equal(t, 10, checked)
+}
+
+// The -row-candidate mode's row triggers fence what the fence does: once
+// swapped in with another tenant fenced, a row of that tenant is refused
+// (55000), whether written, moved into or out of it or deleted, a REPEATABLE
+// READ write is refused (25000), and a row of an active tenant is admitted.
+// The rows it times took the admitted path of a fence, not a trigger that
+// admits everything.
+func TestRowCandidateFencesTheFencedTenant(t *testing.T) {
+	t.Parallel()
+	server, err := ephemeralpg.Start(t.Context(), ephemeralpg.Options{Fsync: false})
+	require.NoError(t, err)
+	t.Cleanup(func() { server.Close(context.WithoutCancel(t.Context())) })
+	for _, k := range kinds {
+		if !k.bound {
+			continue
+		}
+		t.Run(k.name, func(t *testing.T) {
+			url, drop, err := server.NewDatabase(t.Context(), fixture.Template{})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = drop(context.WithoutCancel(t.Context())) })
+			pool, err := pgxpool.New(t.Context(), url)
+			require.NoError(t, err)
+			t.Cleanup(pool.Close)
+			keys, err := k.setup(t.Context(), pool, 3)
+			require.NoError(t, err)
+			require.NoError(t, fenceAnotherTenant(t.Context(), url, k.inFlight))
+			require.NoError(t, swapInRowFence(t.Context(), pool, k.column))
+			var fenced any = int64(0)
+			if k.column == "organization_id" {
+				fenced = inFlightUUID
+			}
+
+			insert := fmt.Sprintf("INSERT INTO %s (%s, body) VALUES ($1, 'x') RETURNING id", fencedTable, k.column)
+			var id int64
+			require.NoError(t, pool.QueryRow(t.Context(), insert, keys[0]).Scan(&id))
+			_, err = pool.Exec(t.Context(), insert, fenced)
+			requireSQLState(t, err, "55000")
+			_, err = pool.Exec(t.Context(), fmt.Sprintf("UPDATE %s SET %s = $1 WHERE id = $2", fencedTable, k.column), fenced, id)
+			requireSQLState(t, err, "55000")
+
+			// A row of the fenced tenant, written past the fence as the
+			// superuser with the triggers off, cannot be deleted.
+			tx, err := pool.Begin(t.Context())
+			require.NoError(t, err)
+			_, err = tx.Exec(t.Context(), "SET LOCAL session_replication_role = replica")
+			require.NoError(t, err)
+			var planted int64
+			require.NoError(t, tx.QueryRow(t.Context(), insert, fenced).Scan(&planted))
+			require.NoError(t, tx.Commit(t.Context()))
+			_, err = pool.Exec(t.Context(), fmt.Sprintf("DELETE FROM %s WHERE id = $1", fencedTable), planted)
+			requireSQLState(t, err, "55000")
+			_, err = pool.Exec(t.Context(), fmt.Sprintf("UPDATE %s SET %s = $1 WHERE id = $2", fencedTable, k.column), keys[0], planted)
+			requireSQLState(t, err, "55000")
+
+			tx, err = pool.BeginTx(t.Context(), pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+			require.NoError(t, err)
+			_, err = tx.Exec(t.Context(), insert, keys[1])
+			requireSQLState(t, err, "25000")
+			require.NoError(t, tx.Rollback(t.Context()))
+
+			_, err = pool.Exec(t.Context(), fmt.Sprintf("DELETE FROM %s WHERE id = $1", fencedTable), id)
+			require.NoError(t, err)
+		})
+	}
+}
+
+func requireSQLState(t *testing.T, err error, code string) {
+	t.Helper()
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, code, pgErr.Code, pgErr.Message)
 }
