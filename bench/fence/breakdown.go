@@ -70,7 +70,7 @@ var groupNames = [groups]string{groupLongWay: "the long way's", groupCandidates:
 
 // group is the rotation st is measured in. The long way's statements run
 // apart from the steps: each plans a query through the paths, and in a
-// shared rotation that moved the fence's child row by some 50 µs.
+// shared rotation that moved the fence's child row by about 20 µs.
 func (st breakdownStep) group() int {
 	switch {
 	case st.candidate():

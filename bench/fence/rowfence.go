@@ -8,19 +8,19 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// The -row-candidate rows (settings.rowCandidate): after the "another tenant fenced" rows, each
-// bound shape runs the same single-row workloads, and the 10,000-row
-// INSERT, once more with the fenced table's three statement triggers
-// replaced (CREATE OR REPLACE TRIGGER, as a deletion's arm would) by AFTER
-// ... FOR EACH ROW triggers of the benchmark's own. Each is written for its
-// table: it reads the row's key without a query (a child: its parent's key
-// by one static query), takes the marker's lock shared, reads the marker,
-// and admits a row whose key bit the marker lacks; any other row gets the
-// full check of its tenant (its lock, then community_write_allowed()). It
-// is the armed path bench/README.md describes as the one way toward the
-// >= 0.90 row, measured through pgx as the fence is, so that the design can
-// be judged before it is built. Then the same with empty row triggers, the
-// floor of any PL/pgSQL row fence.
+// The -row-candidate rows (settings.rowCandidate): after the "another
+// tenant fenced" rows, each bound shape runs the same single-row workloads,
+// and the 10,000-row INSERT, once more with the fenced table's three
+// statement triggers replaced (CREATE OR REPLACE TRIGGER, as a deletion's
+// arm would) by AFTER ... FOR EACH ROW triggers of the benchmark's own.
+// Each is written for its table: it reads the row's key without a query (a
+// child: its parent's key by one static query), takes the marker's lock
+// shared, reads the marker, and admits a row whose key bit the marker
+// lacks; any other row gets the full check of its tenant (its lock, then
+// community_write_allowed()). It is the armed path bench/README.md
+// describes as the one way toward the >= 0.90 row, measured through pgx as
+// the fence is, so that the design can be judged before it is built. Then
+// the same with empty row triggers, the floor of any PL/pgSQL row fence.
 
 // rowFenceTenant is the SQL for the tenant uuid of the key text k, per
 // key kind.
@@ -113,9 +113,10 @@ func swapInEmptyRowTriggers(ctx context.Context, pool *pgxpool.Pool, _ string) e
 	return swapRowTriggers(ctx, pool, func(string) string { return "public.bench_row_fence_empty()" })
 }
 
-// swapRowTriggers replaces the fenced table's three triggers, as CREATE OR
-// REPLACE TRIGGER does without the table's ownership, with AFTER ... FOR
-// EACH ROW triggers calling call(op).
+// swapRowTriggers replaces the fenced table's three triggers with AFTER
+// ... FOR EACH ROW triggers calling call(op), by CREATE OR REPLACE TRIGGER,
+// the statement an arm would use (it needs the TRIGGER privilege, not the
+// table's ownership; the benchmark runs it as the superuser).
 func swapRowTriggers(ctx context.Context, pool *pgxpool.Pool, call func(op string) string) error {
 	for _, op := range rowFenceOps {
 		if _, err := pool.Exec(ctx, fmt.Sprintf(`CREATE OR REPLACE TRIGGER community_write_fence_%[1]s AFTER %[2]s ON %[3]s
